@@ -1,0 +1,17 @@
+"""scangen: generated CUDA parallel scans for any associative operator.
+
+Public names only; see README.md for a tour.
+"""
+from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
+from .reference import reference_scan
+from .spec import ALGORITHMS, MODES, STRATEGIES, ScanSpec, make_spec
+from .types import ELEMENT_TYPES
+from .render import RenderError
+from .scan import Scan, ScanCompileError, GPUUnavailableError
+
+__all__ = [
+    "ALGORITHMS", "BUILTIN_OPERATORS", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
+    "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanSpec",
+    "make_spec", "reference_scan",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,98 @@
+"""Compile rendered modules with PyCUDA, lazily imported, and cache them per CUDA context.
+
+Nothing outside this module imports pycuda, so spec, plan, render and the CLI work on any
+machine; the first step that needs a GPU raises GPUUnavailableError saying what is missing.
+"""
+from __future__ import annotations
+
+import threading
+
+from .render import ModuleSource, render
+from .spec import ScanSpec
+
+#: Prepared-call argument formats of each kernel family (P pointer, q long long).
+KERNEL_SIGNATURES = {"scan_sections": "PPPq", "add_prefixes": "PPq"}
+
+
+class GPUUnavailableError(RuntimeError):
+    """PyCUDA or a CUDA device is missing; the message says how to get it."""
+
+
+class ScanCompileError(RuntimeError):
+    """nvcc rejected the emitted source; the message holds nvcc's output and the numbered source."""
+
+
+def require_pycuda():
+    """Import pycuda.driver, or explain how to install it."""
+    try:
+        import pycuda.driver as driver
+        import pycuda.gpuarray  # noqa: F401  (callers use it next)
+    except ImportError as err:
+        raise GPUUnavailableError(
+            f"running a scan needs PyCUDA, which failed to import ({err}). Install it on a "
+            "machine with an NVIDIA GPU and the CUDA toolkit: pip install 'scangen[cuda]'. "
+            "Rendering (Scan.source, python -m scangen source/plan) works without it."
+        ) from err
+    return driver
+
+
+def current_context():
+    """The current CUDA context, creating one on device 0 (pycuda.autoinit) if there is none."""
+    driver = require_pycuda()
+    try:
+        driver.init()
+        context = driver.Context.get_current()
+        if context is None:
+            import pycuda.autoinit  # noqa: F401  (creates a context on the first device)
+
+            context = driver.Context.get_current()
+    except driver.Error as err:
+        raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
+    return context
+
+
+class CompiledScan:
+    """The prepared kernels of one module, in one context."""
+
+    def __init__(self, module, source: ModuleSource):
+        self.module = module
+        self.functions = {}
+        for name in source.kernel_names:
+            family = next(f for f in KERNEL_SIGNATURES if name.startswith(f))
+            function = module.get_function(name)
+            function.prepare(KERNEL_SIGNATURES[family])
+            self.functions[name] = function
+
+
+_cache: dict = {}
+_lock = threading.Lock()
+#: How many modules this process has compiled (read by tests: an identical spec compiles once).
+compile_count = 0
+
+
+def compile_spec(spec: ScanSpec) -> CompiledScan:
+    """Compile (or fetch from the in-memory cache) the module for ``spec`` in this context."""
+    global compile_count
+    context = current_context()
+    key = (spec, context.handle)
+    with _lock:
+        compiled = _cache.get(key)
+        if compiled is not None:
+            return compiled
+        from pycuda.compiler import SourceModule
+        from pycuda.driver import CompileError
+
+        source = render(spec)
+        try:
+            # PyCUDA's on-disk cache stays on: the key is the source text plus options.
+            module = SourceModule(source.text)
+        except CompileError as err:
+            raise ScanCompileError(
+                f"nvcc could not compile the scan for {spec.operator.name!r} on "
+                f"{spec.etype.name}:\n{err.stderr or err}\n--- emitted source ---\n"
+                f"{source.numbered()}"
+            ) from None
+        compile_count += 1
+        compiled = CompiledScan(module, source)
+        _cache[key] = compiled
+        return compiled

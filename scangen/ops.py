@@ -1,0 +1,146 @@
+"""Operators: an associative combine written in C, its identity, and a numpy twin for testing.
+
+Contract for every operator, built in or user defined:
+
+* ``combine(a, b)`` is associative: ``(a op b) op c == a op (b op c)``. It need not be
+  commutative: scangen keeps operand order everywhere, so element ``i`` of an inclusive
+  scan is ``x0 op x1 op ... op xi`` in that order, with ``a`` always the earlier operand.
+* ``identity`` is neutral on both sides: ``e op x == x op e == x``. Exclusive scans start
+  from it, tails of partial sections are padded with it; no inverse is ever needed.
+* Floating-point results depend on the order of evaluation, which differs between
+  algorithms: they are not bit-reproducible across algorithms, section sizes or strategies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import numpy as np
+
+from .types import ElementType, element_type
+
+#: An identity is a number, or a function of the element type (``max`` needs the type's lowest).
+Identity = Union[int, float, Callable[[ElementType], Union[int, float]]]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """An associative binary operator for scans.
+
+    Parameters
+    ----------
+    expression:
+        A C expression in ``a`` (the earlier operand) and ``b`` (the later one), both of the
+        scan's element type, e.g. ``"b != 0 ? b : a"``. A callable ``ElementType -> str``
+        lets one operator spell itself per type (the built-ins do).
+    identity:
+        The neutral element, a number or a callable ``ElementType -> number``.
+    name:
+        Shown in emitted source and error messages.
+    preamble:
+        Optional C text (device helper functions) emitted before the combine function.
+    reference:
+        Optional numpy function ``(a, b) -> array`` applying the operator elementwise; the
+        reference scan (and so the tests) use it. ``None`` for operators with no twin.
+    integer_only:
+        True for bitwise operators, which C rejects on floating-point operands.
+    """
+
+    expression: Union[str, Callable[[ElementType], str]]
+    identity: Identity
+    name: str = "user_op"
+    preamble: str = ""
+    reference: Callable | None = None
+    integer_only: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.expression, str) and not self.expression.strip():
+            raise ValueError("operator expression is empty; write a C expression in a and b")
+        if not self.name.isidentifier():
+            raise ValueError(f"operator name {self.name!r} must be a C identifier")
+
+    def c_expression(self, etype: ElementType) -> str:
+        expr = self.expression
+        return expr(etype) if callable(expr) else expr
+
+    def identity_for(self, etype: ElementType):
+        value = self.identity(etype) if callable(self.identity) else self.identity
+        return value
+
+    def identity_literal(self, etype: ElementType) -> str:
+        """The identity as a C literal of ``etype``; raises ValueError if it does not fit."""
+        value = self.identity_for(etype)
+        try:
+            return etype.literal(value)
+        except (ValueError, TypeError, OverflowError) as err:
+            raise ValueError(
+                f"identity {value!r} of operator {self.name!r} does not fit {etype.name}: {err}"
+            ) from None
+
+    def check_dtype(self, dtype) -> ElementType:
+        """Return the element type, or raise saying why this operator cannot take it."""
+        etype = element_type(dtype)
+        if self.integer_only and not etype.is_integer:
+            raise TypeError(
+                f"operator {self.name!r} is bitwise and needs an integer dtype, not {etype.name}"
+            )
+        self.identity_literal(etype)
+        return etype
+
+
+def _wrapping(symbol: str) -> Callable[[ElementType], str]:
+    """Integer add/mul computed in an unsigned type: wraps like numpy, no signed overflow UB."""
+
+    def spell(etype: ElementType) -> str:
+        if etype.is_float:
+            return f"a {symbol} b"
+        wide = etype.wrap_c_name
+        return f"({etype.c_name})(({wide})a {symbol} ({wide})b)"
+
+    return spell
+
+
+def _bitwise(symbol: str) -> Callable[[ElementType], str]:
+    # The cast undoes C's promotion of 8/16-bit operands to int.
+    return lambda etype: f"({etype.c_name})(a {symbol} b)"
+
+
+ADD = Operator(_wrapping("+"), 0, name="add", reference=np.add)
+MUL = Operator(_wrapping("*"), 1, name="mul", reference=np.multiply)
+MIN = Operator("b < a ? b : a", ElementType.highest, name="min", reference=np.minimum)
+MAX = Operator("a < b ? b : a", ElementType.lowest, name="max", reference=np.maximum)
+BIT_AND = Operator(_bitwise("&"), ElementType.all_ones, name="bit_and",
+                   reference=np.bitwise_and, integer_only=True)
+BIT_OR = Operator(_bitwise("|"), 0, name="bit_or", reference=np.bitwise_or, integer_only=True)
+BIT_XOR = Operator(_bitwise("^"), 0, name="bit_xor", reference=np.bitwise_xor,
+                   integer_only=True)
+
+BUILTIN_OPERATORS: dict[str, Operator] = {
+    op.name: op for op in (ADD, MUL, MIN, MAX, BIT_AND, BIT_OR, BIT_XOR)
+}
+
+
+def last_nonzero_reference(a, b):
+    """numpy twin of ``b != 0 ? b : a``."""
+    return np.where(b != 0, b, a)
+
+
+#: A non-commutative operator: "the latest non-zero value wins". Tests use it everywhere.
+LAST_NONZERO = Operator("b != 0 ? b : a", 0, name="last_nonzero",
+                        reference=last_nonzero_reference)
+
+
+def resolve_operator(op) -> Operator:
+    """Accept an Operator or the name of a built-in one."""
+    if isinstance(op, Operator):
+        return op
+    if isinstance(op, str):
+        try:
+            return BUILTIN_OPERATORS[op]
+        except KeyError:
+            names = ", ".join(BUILTIN_OPERATORS)
+            raise ValueError(
+                f"unknown operator {op!r}; built-in operators are {names}, "
+                "or pass scangen.Operator(expression, identity=...)"
+            ) from None
+    raise TypeError(f"operator must be a name or a scangen.Operator, not {type(op).__name__}")

@@ -1,0 +1,140 @@
+"""A frozen, validated description of one scan: everything that changes the emitted CUDA.
+
+Validation happens here, at construction, so that a bad request fails with a message that
+says what to change, never later inside the compiler or the GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ops import Operator, resolve_operator
+from .types import ElementType
+
+MODES = ("inclusive", "exclusive")
+STRATEGIES = ("hierarchical",)
+
+MAX_BLOCK_THREADS = 1024
+#: Static shared memory per block without an opt-in attribute.
+MAX_STATIC_SHARED_BYTES = 48 * 1024
+WARP_SIZE = 32
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """How one block scans its section: the facts the planner and validator need."""
+
+    name: str
+    summary: str
+    #: Items per thread when the user names none; None: fixed by the algorithm.
+    default_items_per_thread: int
+    coarsening_is_parameter: bool = False
+    #: Extra shared memory beyond the section itself, in elements, as f(section, block).
+    scratch_elements: callable = field(default=lambda section, block: 0)
+
+    def block_size(self, section_size: int, items_per_thread: int) -> int:
+        return section_size // items_per_thread
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm("naive", "each thread combines its whole prefix: O(n^2) work", 1),
+        Algorithm("kogge_stone", "log n steps, two barriers per step: O(n log n) work", 1),
+        Algorithm("kogge_stone_double_buffered",
+                  "log n steps, one barrier per step (two shared buffers)", 1,
+                  scratch_elements=lambda section, block: section),
+        Algorithm("brent_kung", "reduction tree then distribution tree: O(n) work, 2 log n steps",
+                  2),
+        Algorithm("coarsened",
+                  "three phases: sequential per-thread scan, block scan of thread totals, add-back",
+                  4, coarsening_is_parameter=True,
+                  scratch_elements=lambda section, block: 2 * block),
+        Algorithm("warp_shuffle", "warp scans with __shfl_up_sync, then a scan of warp totals", 1,
+                  scratch_elements=lambda section, block: WARP_SIZE),
+    )
+}
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """Everything that determines the generated kernels. Hashable: it keys the caches."""
+
+    etype: ElementType
+    operator: Operator
+    mode: str
+    algorithm: str
+    section_size: int
+    items_per_thread: int
+    strategy: str
+
+    @property
+    def block_size(self) -> int:
+        return ALGORITHMS[self.algorithm].block_size(self.section_size, self.items_per_thread)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Static shared memory of the section kernel."""
+        scratch = ALGORITHMS[self.algorithm].scratch_elements(self.section_size, self.block_size)
+        return (self.section_size + scratch) * self.etype.itemsize
+
+    @property
+    def identity_literal(self) -> str:
+        return self.operator.identity_literal(self.etype)
+
+
+def make_spec(dtype, operator="add", *, mode="inclusive", algorithm="kogge_stone",
+              section_size=1024, items_per_thread=None, strategy="hierarchical") -> ScanSpec:
+    """Validate user choices and freeze them into a ScanSpec."""
+    op = resolve_operator(operator)
+    etype = op.check_dtype(dtype)
+
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    algo = ALGORITHMS[algorithm]
+
+    if items_per_thread is None:
+        items_per_thread = algo.default_items_per_thread
+    elif not isinstance(items_per_thread, int) or isinstance(items_per_thread, bool):
+        raise TypeError(f"items_per_thread must be an int, not {items_per_thread!r}")
+    elif items_per_thread != algo.default_items_per_thread and not algo.coarsening_is_parameter:
+        raise ValueError(
+            f"{algorithm} scans {algo.default_items_per_thread} item(s) per thread; "
+            "items_per_thread is a parameter of the 'coarsened' algorithm only"
+        )
+    if not _is_power_of_two(items_per_thread):
+        raise ValueError(f"items_per_thread must be a power of two, not {items_per_thread}")
+
+    if not isinstance(section_size, int) or isinstance(section_size, bool):
+        raise TypeError(f"section_size must be an int, not {section_size!r}")
+    if not _is_power_of_two(section_size):
+        raise ValueError(f"section_size must be a power of two, not {section_size}")
+    if section_size < items_per_thread:
+        raise ValueError(
+            f"section_size {section_size} is smaller than items_per_thread {items_per_thread}"
+        )
+    block = algo.block_size(section_size, items_per_thread)
+    if block > MAX_BLOCK_THREADS:
+        largest = MAX_BLOCK_THREADS * items_per_thread
+        raise ValueError(
+            f"section_size {section_size} needs {block} threads per block with {algorithm} "
+            f"({items_per_thread} item(s) per thread); the limit is {MAX_BLOCK_THREADS}: "
+            f"use section_size <= {largest}"
+            + (" or more items_per_thread" if algo.coarsening_is_parameter else "")
+        )
+
+    spec = ScanSpec(etype, op, mode, algorithm, section_size, items_per_thread, strategy)
+    if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
+        raise ValueError(
+            f"section_size {section_size} of {etype.name} with {algorithm} needs "
+            f"{spec.shared_bytes} bytes of shared memory; the limit is "
+            f"{MAX_STATIC_SHARED_BYTES}: use a smaller section_size"
+        )
+    return spec
