@@ -1,0 +1,40 @@
+"""Shared test fixtures.
+
+GPU tests use the ``gpu`` fixture: it skips with a visible reason when PyCUDA or a CUDA
+device is missing, and with SCANGEN_REQUIRE_GPU=1 it fails instead, so a GPU run cannot
+pass by skipping.
+"""
+import os
+
+import numpy as np
+import pytest
+
+REQUIRE_GPU = os.environ.get("SCANGEN_REQUIRE_GPU") == "1"
+
+
+def _gpu_unavailable_reason():
+    try:
+        from scangen.compile import current_context
+        current_context()
+    except Exception as err:  # GPUUnavailableError, or a driver that fails to load
+        return f"no GPU: {err}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """The pycuda.gpuarray module, with a context current; skips (or fails) without a GPU."""
+    reason = _gpu_unavailable_reason()
+    if reason is not None:
+        if REQUIRE_GPU:
+            pytest.fail(f"SCANGEN_REQUIRE_GPU=1 but {reason}")
+        pytest.skip(reason)
+    from pycuda import gpuarray
+    return gpuarray
+
+
+@pytest.fixture
+def rng(request):
+    """A seeded generator per test, so a failure can be replayed."""
+    seed = abs(hash(request.node.nodeid)) % (2**32)
+    return np.random.default_rng(seed)
