@@ -5,6 +5,7 @@ device is missing, and with SCANGEN_REQUIRE_GPU=1 it fails instead, so a GPU run
 pass by skipping.
 """
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -36,5 +37,5 @@ def gpu():
 @pytest.fixture
 def rng(request):
     """A seeded generator per test, so a failure can be replayed."""
-    seed = abs(hash(request.node.nodeid)) % (2**32)
+    seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
