@@ -70,6 +70,26 @@ _lock = threading.Lock()
 compile_count = 0
 
 
+def _arch(context) -> str:
+    major, minor = context.get_device().compute_capability()
+    return f"sm_{major}{minor}"
+
+
+def _cubin(source: ModuleSource, spec: ScanSpec, arch: str) -> bytes:
+    """nvcc through PyCUDA, whose on-disk cache is keyed by source, options, arch and nvcc."""
+    from pycuda.compiler import compile as nvcc_compile
+    from pycuda.driver import CompileError
+
+    try:
+        return nvcc_compile(source.text, arch=arch)
+    except CompileError as err:
+        raise ScanCompileError(
+            f"nvcc could not compile the scan for {spec.operator.name!r} on "
+            f"{spec.etype.name}:\n{err.stderr or err}\n--- emitted source ---\n"
+            f"{source.numbered()}"
+        ) from None
+
+
 def compile_spec(spec: ScanSpec) -> CompiledScan:
     """Compile (or fetch from the in-memory cache) the module for ``spec`` in this context."""
     global compile_count
@@ -79,20 +99,26 @@ def compile_spec(spec: ScanSpec) -> CompiledScan:
         compiled = _cache.get(key)
         if compiled is not None:
             return compiled
-        from pycuda.compiler import SourceModule
-        from pycuda.driver import CompileError
-
         source = render(spec)
-        try:
-            # PyCUDA's on-disk cache stays on: the key is the source text plus options.
-            module = SourceModule(source.text)
-        except CompileError as err:
-            raise ScanCompileError(
-                f"nvcc could not compile the scan for {spec.operator.name!r} on "
-                f"{spec.etype.name}:\n{err.stderr or err}\n--- emitted source ---\n"
-                f"{source.numbered()}"
-            ) from None
+        cubin = _cubin(source, spec, _arch(context))
         compile_count += 1
-        compiled = CompiledScan(module, source)
+        from pycuda.driver import module_from_buffer
+
+        compiled = CompiledScan(module_from_buffer(cubin), source)
         _cache[key] = compiled
         return compiled
+
+
+def precompile(specs, workers: int | None = None) -> None:
+    """Run nvcc for many specs in parallel threads, filling PyCUDA's disk cache.
+
+    Loading still happens lazily (and cheaply) on first use in each context; this only
+    takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    arch = _arch(current_context())
+    unique = list(dict.fromkeys(specs))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for _ in pool.map(lambda s: _cubin(render(s), s, arch), unique):
+            pass
