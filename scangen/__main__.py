@@ -1,0 +1,7 @@
+"""``python -m scangen``: see scangen/cli.py."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""``python -m scangen``: read the CUDA a scan emits, explain its launch plan, run a demo.
+
+Each subcommand is one function registered with :func:`subcommand`; the options that
+describe a scan are added by :func:`add_spec_options` and turned into a :class:`Scan` by
+:func:`build_scan`, so a new subcommand (``bench``, say) is one decorated function.
+
+Exit status: 0 success, 1 a result or compile failure, 2 a usage or validation error or no GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import textwrap
+
+import numpy as np
+
+from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
+from .reference import reference_scan
+from .scan import GPUUnavailableError, Scan, ScanCompileError
+from .spec import ALGORITHMS, MODES, STRATEGIES
+from .types import ELEMENT_TYPES, ElementType
+
+PROG = "scangen"
+
+
+class CLIError(Exception):
+    """A bad request: printed as ``error: ...`` with exit status 2, never as a traceback."""
+
+
+# --------------------------------------------------------------------------- registry
+
+#: name -> (function, help, description, arguments, takes_spec_options)
+COMMANDS: dict = {}
+
+
+def arg(*flags, **kwargs):
+    """One ``add_argument`` call, stored until the subparser exists."""
+    return flags, kwargs
+
+
+def subcommand(name, help, *arguments, spec_options=False, description=None):
+    """Register ``func(args) -> int`` as ``python -m scangen NAME``."""
+
+    def register(func):
+        COMMANDS[name] = (func, help, description or help, arguments, spec_options)
+        return func
+
+    return register
+
+
+# ----------------------------------------------------------------- spec options
+
+#: Defaults come from Scan itself, so the help text cannot drift from the library.
+_SCAN_DEFAULTS = {
+    name: p.default for name, p in inspect.signature(Scan.__init__).parameters.items()
+    if p.default is not inspect.Parameter.empty
+}
+
+
+def parse_identity(text: str):
+    """An identity from the command line: an int (also 0x..), a float, inf, -inf, lowest, highest."""
+    word = text.strip().lower()
+    if word in ("lowest", "highest"):
+        return getattr(ElementType, word)  # resolved per dtype by Operator
+    for parse in (int, lambda t: int(t, 0), float):
+        try:
+            return parse(word)
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(
+        f"not a number: {text!r} (write an integer, a float, inf, -inf, lowest or highest)")
+
+
+def algorithm_table() -> str:
+    width = max(len(name) for name in ALGORITHMS)
+    rows = [f"  {name:<{width}}  {algo.summary}" for name, algo in ALGORITHMS.items()]
+    return "algorithms (--algorithm):\n" + "\n".join(rows)
+
+
+def add_spec_options(parser: argparse.ArgumentParser) -> None:
+    """The options that describe one scan, shared by every subcommand that builds one."""
+    group = parser.add_argument_group("scan", "what to scan and how (any invalid combination "
+                                      "is reported with the library's message)")
+    dtypes = ", ".join(t.name for t in ELEMENT_TYPES.values())
+    group.add_argument("--dtype", default="float32",
+                       help=f"element type: {dtypes} (default: float32)")
+    group.add_argument("--op", metavar="NAME",
+                       help=f"built-in operator: {', '.join(BUILTIN_OPERATORS)} "
+                       f"(default: {_SCAN_DEFAULTS['operator']})")
+    group.add_argument("--expr", metavar="C_EXPR",
+                       help="a user operator instead of --op: a C expression in a (the earlier "
+                       "operand) and b (the later one), e.g. 'b != 0 ? b : a'; it must be "
+                       "associative; needs --identity")
+    group.add_argument("--identity", type=parse_identity, metavar="VALUE",
+                       help="identity of --expr: an integer, a float, inf, -inf, or lowest/"
+                       "highest (the dtype's limits)")
+    group.add_argument("--name", help="name of the --expr operator, a C identifier "
+                       "(default: user_op)")
+    group.add_argument("--preamble", metavar="C_TEXT",
+                       help="C text emitted before the combine function, e.g. a __device__ "
+                       "helper that --expr calls (scan_t is the element type)")
+    group.add_argument("--mode", choices=MODES, default=_SCAN_DEFAULTS["mode"],
+                       help="inclusive: y[i] = x[0] op ... op x[i]; exclusive: y[i] = "
+                       "identity op x[0] op ... op x[i-1] (default: %(default)s)")
+    group.add_argument("--algorithm", choices=list(ALGORITHMS), metavar="NAME",
+                       default=_SCAN_DEFAULTS["algorithm"],
+                       help="how one block scans its section; see the list below "
+                       "(default: %(default)s)")
+    group.add_argument("--section-size", type=int, metavar="N",
+                       default=_SCAN_DEFAULTS["section_size"],
+                       help="elements per block, a power of two (default: %(default)s)")
+    group.add_argument("--items-per-thread", type=int, metavar="K",
+                       help="coarsening factor of the coarsened algorithm, a power of two "
+                       "(default: the algorithm's own)")
+    group.add_argument("--strategy", choices=STRATEGIES, default=_SCAN_DEFAULTS["strategy"],
+                       help="how sections are stitched into a whole-array scan "
+                       "(default: %(default)s)")
+
+
+def build_operator(args):
+    """The operator the options name: a built-in's name, or an Operator for --expr."""
+    if args.expr is None:
+        for option in ("identity", "name", "preamble"):
+            if getattr(args, option) is not None:
+                raise CLIError(f"--{option} describes a user operator and needs --expr")
+        return args.op if args.op is not None else _SCAN_DEFAULTS["operator"]
+    if args.op is not None:
+        raise CLIError("give either --op (a built-in operator) or --expr (a user operator), "
+                       "not both")
+    if args.identity is None:
+        raise CLIError("--expr needs --identity: the value e with e op x == x op e == x")
+    extra = {}
+    if args.name is not None:
+        extra["name"] = args.name
+    if args.preamble is not None:
+        extra["preamble"] = args.preamble
+    try:
+        return Operator(args.expr, args.identity, **extra)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
+
+
+def build_scan(args) -> Scan:
+    """A Scan from the spec options; the library validates, its message becomes a CLIError."""
+    operator = build_operator(args)
+    try:
+        return Scan(args.dtype, operator, mode=args.mode, algorithm=args.algorithm,
+                    section_size=args.section_size, items_per_thread=args.items_per_thread,
+                    strategy=args.strategy)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
+
+
+# ----------------------------------------------------------------- subcommands
+
+@subcommand("source", "print the CUDA source a scan emits (no GPU needed)", spec_options=True,
+            description="Print the CUDA source of every kernel the described scan launches. "
+            "Needs no GPU and no PyCUDA.")
+def cmd_source(args) -> int:
+    print(build_scan(args).source, end="")
+    return 0
+
+
+@subcommand("plan", "print the kernel launches that scan N elements (no GPU needed)",
+            arg("--n", type=int, required=True, metavar="N", help="number of elements"),
+            spec_options=True,
+            description="Print the launch plan (kernels, grids, temporaries, bytes moved) that "
+            "scans N elements with the described scan. Needs no GPU and no PyCUDA.")
+def cmd_plan(args) -> int:
+    scan = build_scan(args)
+    try:
+        plan = scan.plan(args.n)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
+    print(plan.describe())
+    return 0
+
+
+def last_nonzero_numpy(x: np.ndarray) -> np.ndarray:
+    """Inclusive "last non-zero wins" scan in plain numpy, independent of scangen."""
+    positions = np.where(x != 0, np.arange(x.size), -1)
+    latest = np.maximum.accumulate(positions) if x.size else positions
+    return np.where(latest >= 0, x[np.maximum(latest, 0)], 0).astype(x.dtype)
+
+
+@subcommand("demo", "run a non-commutative scan on the GPU and check it (needs PyCUDA)",
+            arg("--n", type=int, default=1_000_003, metavar="N",
+                help="number of elements; the default spans two levels of the hierarchy "
+                "(default: %(default)s)"),
+            arg("--algorithm", choices=list(ALGORITHMS), metavar="NAME",
+                default=_SCAN_DEFAULTS["algorithm"],
+                help=f"block algorithm: {', '.join(ALGORITHMS)} (default: %(default)s)"),
+            arg("--seed", type=int, default=0, help="random seed (default: %(default)s)"),
+            arg("--lines", type=int, default=40, metavar="K",
+                help="lines of emitted CUDA to show (default: %(default)s)"),
+            description="Scan random int32 data on the GPU with 'last non-zero wins' "
+            "(b != 0 ? b : a), an operator that is associative but not commutative, so a "
+            "scan that swaps operands gives wrong answers. Checks the result against "
+            "scangen.reference_scan and an independent numpy computation, and shows the "
+            "start of the emitted CUDA.")
+def cmd_demo(args) -> int:
+    if args.n < 0:
+        raise CLIError(f"--n must be >= 0, not {args.n}")
+    try:
+        scan = Scan(np.int32, LAST_NONZERO, mode="inclusive", algorithm=args.algorithm)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
+    from .compile import current_context  # raises GPUUnavailableError, which main reports
+
+    context = current_context()
+    from pycuda import gpuarray
+
+    rng = np.random.default_rng(args.seed)
+    # Mostly zeros, so most outputs repeat an earlier element: order mistakes show.
+    x = np.where(rng.random(args.n) < 0.7, 0, rng.integers(-1000, 1000, args.n)).astype(np.int32)
+    print(f"{scan!r} on {context.get_device().name()}, n={args.n}")
+    print(f"--- first {args.lines} lines of the emitted CUDA (python -m scangen source "
+          f"--dtype int32 --expr 'b != 0 ? b : a' --identity 0 for all) ---")
+    print("\n".join(scan.source.splitlines()[:args.lines]))
+    print("---")
+
+    y = scan(gpuarray.to_gpu(x)).get()
+    checks = {"scangen.reference_scan": reference_scan(x, LAST_NONZERO),
+              "numpy": last_nonzero_numpy(x)}
+    failed = False
+    for name, expected in checks.items():
+        bad = np.flatnonzero(y != expected)
+        if bad.size:
+            failed = True
+            i = bad[0]
+            print(f"MISMATCH against {name}: {bad.size} of {args.n} elements differ; first at "
+                  f"index {i}: got {y[i]}, expected {expected[i]}")
+        else:
+            print(f"OK: matches {name} ({args.n} elements)")
+    print("first 12 inputs: ", x[:12])
+    print("first 12 outputs:", y[:12])
+    return 1 if failed else 0
+
+
+# ----------------------------------------------------------------- entry point
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Generate, inspect and run CUDA parallel scans (prefix sums) for any "
+        "associative operator.",
+        epilog=textwrap.dedent(f"""\
+            examples:
+              {PROG} source --dtype int32 --op add --mode exclusive --algorithm brent_kung
+              {PROG} source --dtype float64 --expr 'b != 0 ? b : a' --identity 0 --name last_nonzero
+              {PROG} plan --n 1000000 --algorithm coarsened --items-per-thread 8
+              {PROG} demo
+
+            Run '{PROG} COMMAND --help' for a command's options.
+            """),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (func, help, description, arguments, spec_options) in COMMANDS.items():
+        sub = subparsers.add_parser(
+            name, help=help, description=description,
+            epilog=algorithm_table() if spec_options or name == "demo" else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        for flags, kwargs in arguments:
+            sub.add_argument(*flags, **kwargs)
+        if spec_options:
+            add_spec_options(sub)
+        sub.set_defaults(func=func)
+    return parser
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--identity -inf`` -> ``--identity=-inf``: argparse takes "-inf" for an option."""
+    joined = []
+    for token in argv:
+        if joined and joined[-1] in _NEGATIVE_VALUE_OPTIONS and token.startswith("-"):
+            joined[-1] = f"{joined[-1]}={token}"
+        else:
+            joined.append(token)
+    return joined
+
+
+_NEGATIVE_VALUE_OPTIONS = ("--identity",)
+
+
+def main(argv=None) -> int:
+    """Run the command line ``argv`` (default: sys.argv[1:]); return the exit status."""
+    parser = build_parser()
+    argv = _join_negative_values(list(sys.argv[1:] if argv is None else argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # argparse: --help (0) or a usage error (2)
+        return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    try:
+        return args.func(args)
+    except (CLIError, GPUUnavailableError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ScanCompileError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # `python -m scangen source | head`: the reader left; say nothing more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

@@ -1,0 +1,181 @@
+"""The command line: source and plan need no GPU; bad requests exit 2 with the library's words."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import scangen
+from scangen.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_source_matches_the_library(capsys):
+    code, out, err = run(capsys, "source", "--dtype", "int32", "--op", "add", "--mode",
+                         "exclusive", "--algorithm", "brent_kung", "--section-size", "512")
+    assert code == 0, err
+    expected = scangen.Scan(np.int32, "add", mode="exclusive", algorithm="brent_kung",
+                            section_size=512).source
+    assert out == expected
+    assert "__global__" in out
+
+
+def test_source_defaults_are_the_scan_defaults(capsys):
+    code, out, _ = run(capsys, "source")
+    assert code == 0
+    assert out == scangen.Scan(np.float32).source
+
+
+@pytest.mark.parametrize("algorithm", list(scangen.ALGORITHMS))
+def test_source_every_algorithm(capsys, algorithm):
+    code, out, err = run(capsys, "source", "--algorithm", algorithm, "--dtype", "float64")
+    assert code == 0, err
+    assert f"algorithm {algorithm}" in out
+
+
+def test_source_user_operator(capsys):
+    code, out, err = run(capsys, "source", "--dtype", "int16", "--expr",
+                         "pick(a, b)", "--identity", "0", "--name", "last_nonzero",
+                         "--preamble", "__device__ scan_t pick(scan_t a, scan_t b) "
+                         "{ return b != 0 ? b : a; }")
+    assert code == 0, err
+    op = scangen.Operator("pick(a, b)", 0, name="last_nonzero",
+                          preamble="__device__ scan_t pick(scan_t a, scan_t b) "
+                          "{ return b != 0 ? b : a; }")
+    assert out == scangen.Scan(np.int16, op).source
+    assert "pick(a, b)" in out and "last_nonzero" in out
+
+
+@pytest.mark.parametrize("text, literal", [
+    ("-inf", "__int_as_float(0xFF800000)"),   # "--identity -inf" must not read as an option
+    ("inf", "__int_as_float(0x7F800000)"),
+    ("lowest", "__int_as_float(0xFF800000)"),
+    ("-2.5", "-2.5f"),
+])
+def test_identity_spellings(capsys, text, literal):
+    code, out, err = run(capsys, "source", "--dtype", "float32", "--expr", "a < b ? b : a",
+                         "--identity", text)
+    assert code == 0, err
+    assert f"return {literal};" in out
+
+
+def test_integer_identity_forms(capsys):
+    code, out, err = run(capsys, "source", "--dtype", "uint8", "--expr", "(a & b)",
+                         "--identity", "0xff")
+    assert code == 0, err
+    assert "((unsigned char)255)" in out
+
+
+def test_plan_matches_the_library(capsys):
+    code, out, err = run(capsys, "plan", "--n", "1000000", "--algorithm", "coarsened",
+                         "--items-per-thread", "8", "--dtype", "int64")
+    assert code == 0, err
+    expected = scangen.Scan(np.int64, algorithm="coarsened", items_per_thread=8).plan(1_000_000)
+    assert out.strip() == expected.describe()
+    assert "add_prefixes" in out
+
+
+def test_plan_of_zero_elements(capsys):
+    code, out, _ = run(capsys, "plan", "--n", "0")
+    assert code == 0
+    assert "0 launch(es)" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["source", "--op", "plus"], "unknown operator 'plus'"),
+    (["source", "--section-size", "1000"], "power of two"),
+    (["source", "--section-size", "4096", "--algorithm", "kogge_stone"], "the limit is 1024"),
+    (["source", "--items-per-thread", "4", "--algorithm", "kogge_stone"], "coarsened"),
+    (["source", "--dtype", "uint8", "--expr", "a + b", "--identity", "300"], "does not fit uint8"),
+    (["source", "--dtype", "int32", "--expr", "a + b", "--identity", "-inf"], "does not fit int32"),
+    (["source", "--dtype", "float32", "--op", "bit_xor"], "needs an integer dtype"),
+    (["source", "--dtype", "complex64"], "unsupported dtype complex64"),
+    (["source", "--expr", "a + b"], "--expr needs --identity"),
+    (["source", "--identity", "0"], "needs --expr"),
+    (["source", "--op", "add", "--expr", "a + b", "--identity", "0"], "not both"),
+    (["source", "--expr", " ", "--identity", "0"], "expression is empty"),
+    (["source", "--expr", "a + b", "--identity", "0", "--name", "my op"], "C identifier"),
+    (["plan", "--n", "-5"], "non-negative"),
+])
+def test_validation_errors_exit_2_with_the_library_message(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("error: ") and message in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["source", "--algorithm", "fastest"], "invalid choice"),
+    (["source", "--mode", "both"], "invalid choice"),
+    (["source", "--identity", "zero", "--expr", "a"], "not a number"),
+    (["plan"], "--n"),
+    (["plan", "--n", "many"], "invalid int"),
+    (["frobnicate"], "invalid choice"),
+    ([], "required"),
+])
+def test_usage_errors_exit_2(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert "error:" in err and message in err
+
+
+def test_help_lists_commands(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for command in ("source", "plan", "demo"):
+        assert command in out
+
+
+@pytest.mark.parametrize("command", ["source", "plan", "demo"])
+def test_subcommand_help_lists_algorithms_with_summaries(capsys, command):
+    code, out, _ = run(capsys, command, "--help")
+    assert code == 0
+    for name, algorithm in scangen.ALGORITHMS.items():
+        assert name in out
+    if command != "demo":
+        for name, algorithm in scangen.ALGORITHMS.items():
+            assert algorithm.summary in " ".join(out.split())
+        for option in ("--dtype", "--op", "--expr", "--identity", "--preamble", "--mode",
+                       "--section-size", "--items-per-thread", "--strategy"):
+            assert option in out
+        for op in scangen.BUILTIN_OPERATORS:
+            assert op in out
+
+
+def test_demo_without_a_gpu_is_one_clear_line(capsys):
+    try:
+        from scangen.compile import current_context
+        current_context()
+    except scangen.GPUUnavailableError:
+        pass
+    else:
+        pytest.skip("a GPU is present: tests/gpu runs the demo")
+    code, out, err = run(capsys, "demo", "--n", "10")
+    assert code == 2
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_python_dash_m_scangen():
+    """The module entry point, as a newcomer types it, from outside the repository."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    result = subprocess.run(
+        [sys.executable, "-m", "scangen", "plan", "--n", "2049", "--section-size", "1024"],
+        capture_output=True, text=True, env=env, cwd=ROOT.parent, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "plan: inclusive add scan of n=2049 float32" in result.stdout
+    bad = subprocess.run([sys.executable, "-m", "scangen", "source", "--op", "nope"],
+                         capture_output=True, text=True, env=env, cwd=ROOT.parent, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: unknown operator 'nope'")
