@@ -59,6 +59,14 @@ _SCAN_DEFAULTS = {
 }
 
 
+def _default(name: str) -> str:
+    """Help text for a Scan default; None means the library chooses per dtype and algorithm."""
+    value = _SCAN_DEFAULTS.get(name)
+    if value is None:
+        return "default: chosen by scangen; the first lines of 'source' and 'plan' show it"
+    return f"default: {value}"
+
+
 def parse_identity(text: str):
     """An identity from the command line: an int (also 0x..), a float, inf, -inf, lowest, highest."""
     word = text.strip().lower()
@@ -103,20 +111,22 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                        "helper that --expr calls (scan_t is the element type)")
     group.add_argument("--mode", choices=MODES, default=_SCAN_DEFAULTS["mode"],
                        help="inclusive: y[i] = x[0] op ... op x[i]; exclusive: y[i] = "
-                       "identity op x[0] op ... op x[i-1] (default: %(default)s)")
+                       f"identity op x[0] op ... op x[i-1] ({_default('mode')})")
     group.add_argument("--algorithm", choices=list(ALGORITHMS), metavar="NAME",
                        default=_SCAN_DEFAULTS["algorithm"],
                        help="how one block scans its section; see the list below "
-                       "(default: %(default)s)")
+                       f"({_default('algorithm')})")
     group.add_argument("--section-size", type=int, metavar="N",
                        default=_SCAN_DEFAULTS["section_size"],
-                       help="elements per block, a power of two (default: %(default)s)")
+                       help=f"elements per block, a power of two ({_default('section_size')})")
     group.add_argument("--items-per-thread", type=int, metavar="K",
-                       help="coarsening factor of the coarsened algorithm, a power of two "
-                       "(default: the algorithm's own)")
-    group.add_argument("--strategy", choices=STRATEGIES, default=_SCAN_DEFAULTS["strategy"],
-                       help="how sections are stitched into a whole-array scan "
-                       "(default: %(default)s)")
+                       default=_SCAN_DEFAULTS["items_per_thread"],
+                       help="coarsening factor (elements per thread), a power of two; only "
+                       "algorithms that coarsen accept it (default: the algorithm's own)")
+    group.add_argument("--strategy", choices=STRATEGIES, metavar="NAME",
+                       default=_SCAN_DEFAULTS["strategy"],
+                       help="how sections are stitched into a whole-array scan: "
+                       f"{', '.join(STRATEGIES)} ({_default('strategy')})")
 
 
 def build_operator(args):
@@ -191,7 +201,7 @@ def last_nonzero_numpy(x: np.ndarray) -> np.ndarray:
                 "(default: %(default)s)"),
             arg("--algorithm", choices=list(ALGORITHMS), metavar="NAME",
                 default=_SCAN_DEFAULTS["algorithm"],
-                help=f"block algorithm: {', '.join(ALGORITHMS)} (default: %(default)s)"),
+                help=f"block algorithm: {', '.join(ALGORITHMS)} ({_default('algorithm')})"),
             arg("--seed", type=int, default=0, help="random seed (default: %(default)s)"),
             arg("--lines", type=int, default=40, metavar="K",
                 help="lines of emitted CUDA to show (default: %(default)s)"),

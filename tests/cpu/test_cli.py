@@ -81,6 +81,15 @@ def test_plan_matches_the_library(capsys):
     assert code == 0, err
     expected = scangen.Scan(np.int64, algorithm="coarsened", items_per_thread=8).plan(1_000_000)
     assert out.strip() == expected.describe()
+
+
+def test_plan_hierarchical(capsys):
+    code, out, err = run(capsys, "plan", "--n", "5000", "--strategy", "hierarchical",
+                         "--section-size", "1024", "--algorithm", "kogge_stone")
+    assert code == 0, err
+    expected = scangen.Scan(np.float32, algorithm="kogge_stone", section_size=1024,
+                            strategy="hierarchical").plan(5000)
+    assert out.strip() == expected.describe()
     assert "add_prefixes" in out
 
 
