@@ -5,13 +5,15 @@ machine; the first step that needs a GPU raises GPUUnavailableError saying what 
 """
 from __future__ import annotations
 
+import atexit
 import threading
 
 from .render import ModuleSource, render
 from .spec import ScanSpec
 
 #: Prepared-call argument formats of each kernel family (P pointer, q long long).
-KERNEL_SIGNATURES = {"scan_sections": "PPPq", "add_prefixes": "PPq"}
+KERNEL_SIGNATURES = {"scan_sections": "PPPq", "add_prefixes": "PPq", "reduce_sections": "PPq",
+                     "scan_tiles": "PPPPPQIq"}
 
 
 class GPUUnavailableError(RuntimeError):
@@ -43,12 +45,21 @@ def current_context():
         driver.init()
         context = driver.Context.get_current()
         if context is None:
-            import pycuda.autoinit  # noqa: F401  (creates a context on the first device)
-
-            context = driver.Context.get_current()
+            # The device's primary context: the one torch and cupy use, so arrays and
+            # events can be shared with them.
+            context = driver.Device(0).retain_primary_context()
+            context.push()
+            atexit.register(_pop_context, context)
     except driver.Error as err:
         raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
     return context
+
+
+def _pop_context(context) -> None:
+    try:
+        context.pop()
+    except Exception:  # the process is ending; a context already gone is fine
+        pass
 
 
 class CompiledScan:

@@ -23,6 +23,13 @@ NULL = None
 
 
 @dataclass(frozen=True)
+class RuntimeArg:
+    """A scalar the runtime supplies per call: "ticket_base" or "epoch" (single-pass)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Launch:
     kernel: str
     grid: int
@@ -37,20 +44,27 @@ class Launch:
 
 @dataclass(frozen=True)
 class Temporary:
+    """Device scratch. Persistent temporaries (single-pass status, ticket) keep their
+    contents from call to call on a stream and start zeroed; the others are free each call."""
+
     name: str
-    elements: int
+    nbytes: int
+    persistent: bool = False
+    what: str = ""
 
 
 @dataclass(frozen=True)
 class Plan:
     spec: ScanSpec
     n: int
+    #: The strategy in effect (what "auto" chose for this n).
+    strategy: str
     launches: tuple[Launch, ...]
     temporaries: tuple[Temporary, ...]
 
     @property
     def temp_bytes(self) -> int:
-        return sum(t.elements for t in self.temporaries) * self.spec.etype.itemsize
+        return sum(t.nbytes for t in self.temporaries)
 
     @property
     def bytes_read(self) -> int:
@@ -69,7 +83,9 @@ class Plan:
         spec = self.spec
         lines = [
             f"plan: {spec.mode} {spec.operator.name} scan of n={self.n} {spec.etype.name}",
-            f"  strategy {spec.strategy}, algorithm {spec.algorithm}, section {spec.section_size}"
+            f"  strategy {self.strategy}"
+            + (f" (auto)" if spec.strategy == "auto" else "")
+            + f", algorithm {spec.algorithm}, section {spec.section_size}"
             f" = {spec.block_size} threads x {spec.items_per_thread} item(s)",
             f"  {len(self.launches)} launch(es), {self.levels} level(s)",
         ]
@@ -82,7 +98,8 @@ class Plan:
             lines.append(f"      {launch.why}; reads {launch.bytes_read} B, "
                          f"writes {launch.bytes_written} B")
         for temp in self.temporaries:
-            lines.append(f"  temporary {temp.name}: {temp.elements} x {spec.etype.name}")
+            kept = ", kept between calls" if temp.persistent else ""
+            lines.append(f"  temporary {temp.name}: {temp.nbytes} B ({temp.what}{kept})")
         payload = 2 * self.n * spec.etype.itemsize
         lines.append(f"  temporary bytes: {self.temp_bytes}")
         lines.append(f"  bytes read: {self.bytes_read}, written: {self.bytes_written}, "
@@ -97,6 +114,8 @@ def _format_arg(arg) -> str:
         return arg.name
     if arg is NULL:
         return "NULL"
+    if isinstance(arg, RuntimeArg):
+        return f"<{arg.name}>"
     return f"n={arg}"
 
 
@@ -104,41 +123,121 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def make_plan(spec: ScanSpec, n: int) -> Plan:
-    """The hierarchical plan: scan sections, scan their totals (recursively), add back."""
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, not {n!r}")
-    section = spec.section_size
-    size = spec.etype.itemsize
-    launches: list[Launch] = []
-    temporaries: list[Temporary] = []
+def resolve_strategy(spec: ScanSpec, n: int) -> str:
+    """The strategy used for n elements: "auto" means decoupled look-back (one pass, ~2n
+    traffic); any n that fits one section takes a single launch, whatever the strategy."""
+    if n <= spec.section_size:
+        return "one_section"
+    return "decoupled_lookback" if spec.strategy == "auto" else spec.strategy
 
-    def scan_level(src: str, dst: str, count: int, mode: str, level: int) -> None:
+
+def make_plan(spec: ScanSpec, n: int) -> Plan:
+    """The launches that scan n elements with spec's strategy."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"n must be a non-negative int, not {n!r}")
+    builder = _PlanBuilder(spec)
+    strategy = resolve_strategy(spec, n)
+    if n > 0:
+        getattr(builder, strategy)(n)
+    return Plan(spec, n, strategy, tuple(builder.launches), tuple(builder.temporaries))
+
+
+class _PlanBuilder:
+    """Appends launches and temporaries; one method per strategy."""
+
+    def __init__(self, spec: ScanSpec):
+        self.spec = spec
+        self.size = spec.etype.itemsize
+        self.launches: list[Launch] = []
+        self.temporaries: list[Temporary] = []
+
+    def section_launch(self, kernel, grid, args, bytes_read, bytes_written, level, why):
+        self.launches.append(Launch(kernel, grid, self.spec.block_size, self.spec.shared_bytes,
+                                    args, bytes_read, bytes_written, level, why))
+
+    def totals(self, level: int, sections: int) -> str:
+        name = f"totals{level}"
+        self.temporaries.append(Temporary(name, sections * self.size,
+                                          what=f"{sections} section totals"))
+        return name
+
+    def one_section(self, n: int) -> None:
+        self.section_launch(f"scan_sections_{self.spec.mode}", 1,
+                            (BufferArg("input"), BufferArg("output"), NULL, n),
+                            n * self.size, n * self.size, 0,
+                            f"one section: the whole {self.spec.mode} scan in one launch")
+
+    def hierarchical(self, n: int) -> None:
+        self.scan_level("input", "output", n, self.spec.mode, 0)
+
+    def scan_level(self, src: str, dst: str, count: int, mode: str, level: int) -> None:
+        """Scan sections, scan their totals (recursively, exclusive, in place), add back."""
+        section, size = self.spec.section_size, self.size
         sections = _ceil_div(count, section)
         kernel = f"scan_sections_{mode}"
         if sections == 1:
-            launches.append(Launch(
-                kernel, 1, spec.block_size, spec.shared_bytes,
-                (BufferArg(src), BufferArg(dst), NULL, count),
-                count * size, count * size, level,
-                f"one section: {mode} scan of {count} elements"))
+            self.section_launch(kernel, 1, (BufferArg(src), BufferArg(dst), NULL, count),
+                                count * size, count * size, level,
+                                f"one section: {mode} scan of {count} elements")
             return
-        totals = f"totals{level}"
-        temporaries.append(Temporary(totals, sections))
-        launches.append(Launch(
-            kernel, sections, spec.block_size, spec.shared_bytes,
-            (BufferArg(src), BufferArg(dst), BufferArg(totals), count),
-            count * size, (count + sections) * size, level,
-            f"{mode} scan of {sections} sections, totals to {totals}"))
+        totals = self.totals(level, sections)
+        self.section_launch(kernel, sections,
+                            (BufferArg(src), BufferArg(dst), BufferArg(totals), count),
+                            count * size, (count + sections) * size, level,
+                            f"{mode} scan of {sections} sections, totals to {totals}")
         # The totals are scanned exclusively in place: entry s becomes "everything before s".
-        scan_level(totals, totals, sections, "exclusive", level + 1)
+        self.scan_level(totals, totals, sections, "exclusive", level + 1)
         rest = count - section
-        launches.append(Launch(
-            "add_prefixes", sections - 1, add_block_size(spec), 0,
+        self.launches.append(Launch(
+            "add_prefixes", sections - 1, add_block_size(self.spec), 0,
             (BufferArg(dst), BufferArg(totals), count),
             (rest + sections - 1) * size, rest * size, level,
             f"combine sections 1..{sections - 1} with the scanned {totals}"))
 
-    if n > 0:
-        scan_level("input", "output", n, spec.mode, 0)
-    return Plan(spec, n, tuple(launches), tuple(temporaries))
+    def reduce_then_scan(self, n: int) -> None:
+        """Reduce each section, scan the totals, scan each section seeded with its prefix."""
+        size = self.size
+        sections = _ceil_div(n, self.spec.section_size)
+        totals = self.totals(0, sections)
+        self.section_launch("reduce_sections", sections,
+                            (BufferArg("input"), BufferArg(totals), n),
+                            n * size, sections * size, 0,
+                            f"reduce {sections} sections to {totals}")
+        self.scan_level(totals, totals, sections, "exclusive", 1)
+        self.section_launch(f"scan_sections_seeded_{self.spec.mode}", sections,
+                            (BufferArg("input"), BufferArg("output"), BufferArg(totals), n),
+                            (n + sections) * size, n * size, 0,
+                            f"{self.spec.mode} scan of each section seeded with its prefix")
+
+    def single_pass(self, n: int, strategy: str, how: str) -> None:
+        size = self.size
+        tiles = _ceil_div(n, self.spec.section_size)
+        if self.spec.etype.itemsize <= 4:
+            status_values = NULL
+            self.temporaries.append(Temporary(
+                "status", 8 * tiles, persistent=True,
+                what=f"{tiles} packed 64-bit words: epoch, flag and value"))
+            status_bytes = 8 * tiles
+        else:
+            status_values = BufferArg("status_values")
+            self.temporaries.append(Temporary("status", 4 * tiles, persistent=True,
+                                              what=f"{tiles} epoch-tagged flags"))
+            self.temporaries.append(Temporary(
+                "status_values", 2 * tiles * size, persistent=True,
+                what=f"aggregate and inclusive prefix of {tiles} tiles"))
+            status_bytes = 4 * tiles + 2 * tiles * size
+        self.temporaries.append(Temporary("ticket", 8, persistent=True,
+                                          what="atomic tile counter"))
+        self.section_launch(
+            f"scan_tiles_{self.spec.mode}", tiles,
+            (BufferArg("input"), BufferArg("output"), BufferArg("status"), status_values,
+             BufferArg("ticket"), RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
+            n * size, n * size + status_bytes, 0,
+            f"{strategy}: {tiles} tiles in one pass, {how}")
+
+    def chained(self, n: int) -> None:
+        self.single_pass(n, "chained", "each waits for its predecessor's inclusive prefix")
+
+    def decoupled_lookback(self, n: int) -> None:
+        self.single_pass(n, "decoupled look-back",
+                         "each looks back over up to 32 predecessors' status at a time")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jinja2
 
+from . import tuning
 from .spec import ScanSpec
 
 _HERE = Path(__file__).resolve().parent
@@ -55,13 +56,40 @@ def add_block_size(spec: ScanSpec) -> int:
     return min(ADD_BLOCK_SIZE, spec.section_size)
 
 
+SINGLE_PASS_STRATEGIES = ("auto", "chained", "decoupled_lookback")
+
+
+def tiles_strategy(spec: ScanSpec) -> str | None:
+    """The single-pass strategy the module's tile kernel implements, if it has one."""
+    if spec.strategy not in SINGLE_PASS_STRATEGIES:
+        return None
+    return "chained" if spec.strategy == "chained" else "decoupled_lookback"
+
+
 def section_modes(spec: ScanSpec) -> tuple[str, ...]:
-    """Section kernels the module needs: the user's mode, and exclusive for scanning totals."""
-    return (spec.mode,) if spec.mode == "exclusive" else ("inclusive", "exclusive")
+    """Block scans the module needs: the user's mode, and exclusive for scanning totals."""
+    if tiles_strategy(spec) or spec.mode == "exclusive":
+        return (spec.mode,)
+    return ("inclusive", "exclusive")
 
 
 def kernel_names(spec: ScanSpec) -> tuple[str, ...]:
-    return tuple(f"scan_sections_{m}" for m in section_modes(spec)) + ("add_prefixes",)
+    """Every kernel of the module, in the order the source defines them.
+
+    scan_sections_<mode> is in every module: it is the one-block path for any n that fits
+    one section, whatever the strategy.
+    """
+    sections = tuple(f"scan_sections_{m}" for m in section_modes(spec))
+    if tiles_strategy(spec):
+        return sections + (f"scan_tiles_{spec.mode}",)
+    if spec.strategy == "reduce_then_scan":
+        return sections + ("add_prefixes", "reduce_sections", f"scan_sections_seeded_{spec.mode}")
+    return sections + ("add_prefixes",)
+
+
+def packed_status(spec: ScanSpec) -> bool:
+    """Values of 32 bits or less share one 64-bit status word with their flag."""
+    return spec.etype.itemsize <= 4
 
 
 def template_context(spec: ScanSpec) -> dict:
@@ -78,7 +106,14 @@ def template_context(spec: ScanSpec) -> dict:
         section_size=spec.section_size,
         block_size=spec.block_size,
         items_per_thread=spec.items_per_thread,
+        pad_every=spec.pad_every,
+        strategy=spec.strategy,
+        strategy_of_tiles=tiles_strategy(spec),
+        packed_status=packed_status(spec),
+        backoff_min_ns=tuning.BACKOFF_MIN_NS,
+        backoff_max_ns=tuning.BACKOFF_MAX_NS,
         section_modes=section_modes(spec),
+        kernel_names=kernel_names(spec),
         add_block_size=add_block_size(spec),
     )
 

@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from .compile import GPUUnavailableError, ScanCompileError, compile_spec, require_pycuda
-from .plan import BufferArg, Plan, make_plan
+from .plan import BufferArg, Plan, RuntimeArg, make_plan
 from .render import render
 from .spec import make_spec
 
@@ -30,24 +30,27 @@ class Scan:
         "inclusive" (y[i] = x0 op ... op xi) or "exclusive" (y[i] = identity op x0 op ... op x(i-1)).
     algorithm:
         How one block scans its section: naive, kogge_stone, kogge_stone_double_buffered,
-        brent_kung, coarsened or warp_shuffle.
+        brent_kung, coarsened or warp_shuffle (the default, the fast one).
     section_size:
-        Elements per block, a power of two.
+        Elements per block, a power of two. Default: tuned per element size for
+        warp_shuffle (scangen.tuning), 1024 for the other algorithms.
     items_per_thread:
-        Coarsening factor of the ``coarsened`` algorithm (others fix their own).
+        Coarsening factor of ``coarsened`` and ``warp_shuffle`` (the others fix their own).
     strategy:
-        How sections are stitched together over the whole array ("hierarchical").
+        How sections are stitched together over the whole array: "hierarchical",
+        "reduce_then_scan", "chained", "decoupled_lookback", or "auto" (the default: one
+        launch when n fits a section, decoupled look-back otherwise).
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
     """
 
-    def __init__(self, dtype, operator="add", *, mode="inclusive", algorithm="warp_shuffle",
-                 section_size=1024, items_per_thread=None, strategy="hierarchical"):
+    def __init__(self, dtype, operator="add", *, mode="inclusive", algorithm=None,
+                 section_size=None, items_per_thread=None, strategy="auto"):
         self.spec = make_spec(dtype, operator, mode=mode, algorithm=algorithm,
                               section_size=section_size, items_per_thread=items_per_thread,
                               strategy=strategy)
-        self._temporaries = {}  # stream handle -> device allocation for the plan's temporaries
+        self._scratch = {}  # stream handle -> _StreamScratch
 
     def __repr__(self):
         s = self.spec
@@ -78,10 +81,14 @@ class Scan:
             return out
         plan = self.plan(n)
         kernels = compile_spec(self.spec).functions
-        buffers = {"input": x.ptr, "output": out.ptr}
-        buffers.update(self._bind_temporaries(plan, stream))
+        key = 0 if stream is None else stream.handle
+        scratch = self._scratch.get(key)
+        if scratch is None:
+            scratch = self._scratch[key] = _StreamScratch(self.spec.etype.itemsize)
+        bindings = {"input": x.ptr, "output": out.ptr}
+        bindings.update(scratch.bind(plan, stream))
         for launch in plan.launches:
-            args = [_bind(arg, buffers) for arg in launch.args]
+            args = [_bind(arg, bindings) for arg in launch.args]
             kernels[launch.kernel].prepared_async_call(
                 (launch.grid, 1, 1), (launch.block, 1, 1), stream, *args)
         return out
@@ -114,34 +121,92 @@ class Scan:
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")
         return gpuarray
 
-    def _bind_temporaries(self, plan: Plan, stream) -> dict:
-        """Addresses of the plan's temporaries, in one allocation per stream.
-
-        Calls on one stream run in order, so they can share scratch; calls on different
-        streams may run at once, so each stream gets its own.
-        """
-        if not plan.temporaries:
-            return {}
-        offsets, total = {}, 0
-        for temp in plan.temporaries:
-            offsets[temp.name] = total
-            total += -(-temp.elements * self.spec.etype.itemsize // _TEMP_ALIGNMENT) \
-                * _TEMP_ALIGNMENT
-        key = 0 if stream is None else stream.handle
-        allocation = self._temporaries.get(key)
-        if allocation is None or allocation[1] < total:
-            driver = require_pycuda()
-            allocation = (driver.mem_alloc(total), total)
-            self._temporaries[key] = allocation
-        base = int(allocation[0])
-        return {name: base + offset for name, offset in offsets.items()}
 
 
-def _bind(arg, buffers):
+class _StreamScratch:
+    """Device scratch of one Scan for calls on one stream.
+
+    Calls on one stream run in order, so they can share scratch; calls on different streams
+    may run at once, so each stream gets its own. Two parts:
+
+    * per-call temporaries (section totals), overwritten by every call;
+    * single-pass state kept between calls: a ticket counter and the tile status array.
+      The status is tagged with a per-call epoch, so it needs no reset between calls; the
+      ticket keeps counting, and each call is told where its tickets start.
+    """
+
+    #: Epochs use 30 bits of the status word; on wrap-around the status is cleared once.
+    EPOCH_LIMIT = 1 << 30
+
+    def __init__(self, itemsize: int):
+        self.itemsize = itemsize
+        self.word_bytes = 8 if itemsize <= 4 else 4  # packed word, or a flag beside values
+        self.temporaries = None  # (allocation, nbytes)
+        self.state = None  # (allocation, tile capacity)
+        self.epoch = 0
+        self.ticket_base = 0
+
+    def bind(self, plan: Plan, stream) -> dict:
+        bindings = {}
+        per_call = [t for t in plan.temporaries if not t.persistent]
+        if per_call:
+            offsets, total = {}, 0
+            for temp in per_call:
+                offsets[temp.name] = total
+                total += _aligned(temp.nbytes)
+            if self.temporaries is None or self.temporaries[1] < total:
+                self.temporaries = (require_pycuda().mem_alloc(total), total)
+            base = int(self.temporaries[0])
+            bindings.update({name: base + offset for name, offset in offsets.items()})
+        tiles = sum(launch.grid for launch in plan.launches if launch.kernel.startswith("scan_tiles"))
+        if tiles:
+            bindings.update(self._bind_state(tiles, stream))
+        return bindings
+
+    def _bind_state(self, tiles: int, stream) -> dict:
+        driver = require_pycuda()
+        # Layout fixed by the capacity, not by n, so every call finds the ticket and each
+        # tile's status where earlier calls left them.
+        if self.state is None or self.state[1] < tiles:
+            capacity = max(tiles, 2 * self.state[1] if self.state else 0)
+            nbytes = self._state_bytes(capacity)
+            allocation = driver.mem_alloc(nbytes)
+            driver.memset_d8(allocation, 0, nbytes)
+            self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
+        allocation, capacity = self.state
+        self.epoch += 1
+        if self.epoch == self.EPOCH_LIMIT:
+            driver.memset_d8_async(int(allocation) + _TEMP_ALIGNMENT, 0,
+                                   self._state_bytes(capacity) - _TEMP_ALIGNMENT, stream)
+            self.epoch = 1
+        base = int(allocation)
+        bindings = {
+            "ticket": base,
+            "status": base + _TEMP_ALIGNMENT,
+            "status_values": base + _TEMP_ALIGNMENT + _aligned(capacity * self.word_bytes),
+            "ticket_base": self.ticket_base,
+            "epoch": self.epoch,
+        }
+        self.ticket_base += tiles
+        return bindings
+
+    def _state_bytes(self, capacity: int) -> int:
+        values = 0 if self.itemsize <= 4 else 2 * capacity * self.itemsize
+        return _TEMP_ALIGNMENT + _aligned(capacity * self.word_bytes) + values
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _TEMP_ALIGNMENT) * _TEMP_ALIGNMENT
+
+
+def _bind(arg, bindings):
     if isinstance(arg, BufferArg):
-        return buffers[arg.name]
+        return bindings[arg.name]
     if arg is None:
         return np.uintp(0)
+    if isinstance(arg, RuntimeArg):
+        value = bindings[arg.name]
+        return np.uint64(value) if arg.name == "ticket_base" else np.uint32(value)
     return np.int64(arg)
 
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import tuning
 from .ops import Operator, resolve_operator
 from .types import ElementType
 
 MODES = ("inclusive", "exclusive")
-STRATEGIES = ("hierarchical",)
+#: How sections are stitched into a whole-array scan. "auto" resolves per n in the planner.
+STRATEGIES = ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
 
 MAX_BLOCK_THREADS = 1024
 #: Static shared memory per block without an opt-in attribute.
@@ -28,6 +30,9 @@ class Algorithm:
     #: Items per thread when the user names none; None: fixed by the algorithm.
     default_items_per_thread: int
     coarsening_is_parameter: bool = False
+    #: Each thread reads a run of consecutive elements from shared memory; the section is
+    #: stored with one padding slot per 128 bytes so those runs do not hit one bank.
+    padded: bool = False
     #: Extra shared memory beyond the section itself, in elements, as f(section, block).
     scratch_elements: callable = field(default=lambda section, block: 0)
 
@@ -47,10 +52,12 @@ ALGORITHMS: dict[str, Algorithm] = {
                   2),
         Algorithm("coarsened",
                   "three phases: sequential per-thread scan, block scan of thread totals, add-back",
-                  4, coarsening_is_parameter=True,
+                  4, coarsening_is_parameter=True, padded=True,
                   scratch_elements=lambda section, block: 2 * block),
-        Algorithm("warp_shuffle", "warp scans with __shfl_up_sync, then a scan of warp totals", 1,
-                  scratch_elements=lambda section, block: WARP_SIZE),
+        Algorithm("warp_shuffle",
+                  "per-thread runs in registers, warp scans with __shfl_up_sync, a scan of "
+                  "warp totals: the fast path", 1, coarsening_is_parameter=True, padded=True,
+                  scratch_elements=lambda section, block: WARP_SIZE + 1),
     )
 }
 
@@ -76,21 +83,45 @@ class ScanSpec:
         return ALGORITHMS[self.algorithm].block_size(self.section_size, self.items_per_thread)
 
     @property
+    def pad_every(self) -> int:
+        """Elements between padding slots of the section in shared memory (0: no padding)."""
+        return 128 // self.etype.itemsize if ALGORITHMS[self.algorithm].padded else 0
+
+    @property
+    def section_slots(self) -> int:
+        """Shared-memory slots the section occupies, padding included."""
+        pad = self.section_size // self.pad_every if self.pad_every else 0
+        return self.section_size + pad
+
+    @property
     def shared_bytes(self) -> int:
         """Static shared memory of the section kernel."""
         scratch = ALGORITHMS[self.algorithm].scratch_elements(self.section_size, self.block_size)
-        return (self.section_size + scratch) * self.etype.itemsize
+        return (self.section_slots + scratch) * self.etype.itemsize
 
     @property
     def identity_literal(self) -> str:
         return self.operator.identity_literal(self.etype)
 
 
-def make_spec(dtype, operator="add", *, mode="inclusive", algorithm="kogge_stone",
-              section_size=1024, items_per_thread=None, strategy="hierarchical") -> ScanSpec:
-    """Validate user choices and freeze them into a ScanSpec."""
+def make_spec(dtype, operator="add", *, mode="inclusive", algorithm=None, section_size=None,
+              items_per_thread=None, strategy="auto") -> ScanSpec:
+    """Validate user choices and freeze them into a ScanSpec.
+
+    Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
+    section size and items per thread tuned for the element size; other algorithms a
+    1024-element section; strategy "auto".
+    """
     op = resolve_operator(operator)
     etype = op.check_dtype(dtype)
+    if algorithm is None:
+        algorithm = tuning.DEFAULT_ALGORITHM
+    if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
+        fast = tuning.FAST_PATH[etype.itemsize]
+        section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
+            fast.items_per_thread
+    if section_size is None:
+        section_size = tuning.DEFAULT_SECTION_SIZE
 
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")

@@ -1,5 +1,6 @@
-"""Differential GPU tests: every algorithm x mode x built-in operator x dtype, against a CPU
-reference that applies the operator in order (scangen.reference_scan).
+"""Differential GPU tests: every algorithm x mode x built-in operator x dtype (hierarchical
+strategy), against a CPU reference that applies the operator in order
+(scangen.reference_scan). Single-pass strategies: test_strategies.py.
 
 Skips visibly without PyCUDA or a device; SCANGEN_REQUIRE_GPU=1 turns skips into failures.
 """
@@ -109,10 +110,11 @@ def _compile_in_parallel():
         scan_compile.current_context()
     except Exception:
         return  # the gpu fixture reports the skip (or the failure) per test
-    specs = [make_spec(d, _operator(o), mode=m, algorithm=a, section_size=MATRIX_SECTION)
+    specs = [make_spec(d, _operator(o), mode=m, algorithm=a, section_size=MATRIX_SECTION,
+                       strategy="hierarchical")
              for a, m, d, o in MATRIX]
     specs += [make_spec(d, _operator(o), mode=m, algorithm=a, section_size=s,
-                        items_per_thread=i)
+                        items_per_thread=i, strategy="hierarchical")
               for (a, s, i), m, (d, o) in itertools.product(SECTION_CASES, MODES, SECTION_TYPES)]
     scan_compile.precompile(specs, workers=16)
 
@@ -120,7 +122,8 @@ def _compile_in_parallel():
 @pytest.mark.parametrize("algorithm,mode,dtype,op_name", MATRIX)
 def test_matrix(gpu, rng, algorithm, mode, dtype, op_name):
     op = _operator(op_name)
-    scan = scangen.Scan(dtype, op, mode=mode, algorithm=algorithm, section_size=MATRIX_SECTION)
+    scan = scangen.Scan(dtype, op, mode=mode, algorithm=algorithm, section_size=MATRIX_SECTION,
+                        strategy="hierarchical")
     for n in boundary_sizes(MATRIX_SECTION, rng):
         x = random_input(rng, dtype, op_name, n)
         out = poisoned(gpu, rng, n, dtype)
@@ -136,7 +139,7 @@ def test_section_sizes(gpu, rng, algorithm, section, items, mode, dtype, op_name
     """Large and tiny sections, in place, across every boundary of that section."""
     op = _operator(op_name)
     scan = scangen.Scan(dtype, op, mode=mode, algorithm=algorithm, section_size=section,
-                        items_per_thread=items)
+                        items_per_thread=items, strategy="hierarchical")
     sizes = {0, 1, section - 1, section, section + 1, section * section - 1,
              section * section + 1, 3 * section * section + 7}
     for n in sorted(s for s in sizes if 0 <= s <= 1 << 22):
@@ -212,7 +215,8 @@ def test_call_time_validation(gpu):
 
 
 def test_more_than_2_to_the_31_bytes(gpu):
-    """64-bit indexing: one-byte elements past 2^31, checked in full (tail included)."""
+    """64-bit indexing: one-byte elements past 2^31, checked in full (tail included), for
+    the hierarchical plan and the default single-pass one."""
     import pycuda.driver as driver
 
     n = (1 << 31) + 4099
@@ -220,10 +224,12 @@ def test_more_than_2_to_the_31_bytes(gpu):
         pytest.fail("not enough free device memory for the 2^31-element test")
     rng = np.random.default_rng(31)
     x = np.frombuffer(rng.bytes(n), dtype=np.uint8)
-    scan = scangen.Scan(np.uint8, "add", algorithm="warp_shuffle")
-    x_gpu = gpu.to_gpu(x)
-    scan(x_gpu, out=x_gpu)
-    got = x_gpu.get()
     want = np.add.accumulate(x, dtype=np.uint8)
-    np.testing.assert_array_equal(got[-(1 << 20):], want[-(1 << 20):])
-    np.testing.assert_array_equal(got, want)
+    for strategy in ("hierarchical", "auto"):
+        scan = scangen.Scan(np.uint8, "add", strategy=strategy)
+        x_gpu = gpu.to_gpu(x)
+        scan(x_gpu, out=x_gpu)
+        got = x_gpu.get()
+        del x_gpu
+        np.testing.assert_array_equal(got[-(1 << 20):], want[-(1 << 20):], err_msg=strategy)
+        np.testing.assert_array_equal(got, want, err_msg=strategy)

@@ -1,0 +1,284 @@
+"""``python -m scangen bench``: scangen's strategies and algorithms next to their peers.
+
+Every contender is timed the same way: CUDA events on the default stream around a batch of
+back-to-back calls with preallocated outputs (so host-side launch cost counts, as it does
+for a user), after a warm-up, median over several trials, on random non-zero input.
+Throughput counts the 2n elements a scan must move (read once, write once); the
+device-to-device copy of the same bytes is the roof.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .ops import LAST_NONZERO, resolve_operator
+from .spec import ALGORITHMS, STRATEGIES
+
+DEFAULT_SIZES = [1 << k for k in range(10, 29, 2)]
+
+
+@dataclass
+class Result:
+    contender: str
+    dtype: str
+    op: str
+    n: int
+    seconds: float
+    gbps: float
+    checked: bool
+
+
+def parse_size(text: str) -> int:
+    """Accept 1048576, 2^20 or 2**20."""
+    text = text.replace("**", "^")
+    if "^" in text:
+        base, exponent = text.split("^")
+        return int(base) ** int(exponent)
+    return int(text)
+
+
+def _operator(name: str):
+    return LAST_NONZERO if name == "last_nonzero" else resolve_operator(name)
+
+
+def _random_input(rng, dtype, n):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return rng.uniform(0.5, 1.5, n).astype(dtype)
+    return rng.integers(1, 100, n).astype(dtype)
+
+
+class Timer:
+    """Events on the legacy default stream, where torch, cupy and pycuda all launch."""
+
+    def __init__(self, driver, trials: int, warmup: int):
+        self.driver, self.trials, self.warmup = driver, trials, warmup
+
+    def seconds_per_call(self, call, n_bytes: int) -> float:
+        for _ in range(self.warmup):
+            call()
+        self.driver.Context.synchronize()
+        # Batches long enough to dwarf event resolution, short enough for big n.
+        batch = max(1, min(200, int(2e8 // max(n_bytes, 1))))
+        start, stop = self.driver.Event(), self.driver.Event()
+        times = []
+        for _ in range(self.trials):
+            start.record()
+            for _ in range(batch):
+                call()
+            stop.record()
+            stop.synchronize()
+            times.append(stop.time_since(start) / 1e3 / batch)
+        return statistics.median(times)
+
+
+def contenders(args, dtype, op_name, gpuarray, driver):
+    """(name, make(x_gpu, y_gpu, x_host) -> call, checker or None) for each contender."""
+    from . import Scan
+
+    op = _operator(op_name)
+    out = []
+
+    def copy(x, y, _):
+        nbytes = x.nbytes
+        return lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, nbytes)
+    out.append(("copy", copy, None))
+
+    def scangen_contender(**kwargs):
+        scan = Scan(dtype, op, **kwargs)
+
+        def make(x, y, _):
+            return lambda: scan(x, out=y)
+        return make
+
+    for strategy in args.strategies:
+        out.append((f"scangen/{strategy}", scangen_contender(strategy=strategy), op))
+    for algorithm in args.algorithms:
+        out.append((f"scangen/hierarchical/{algorithm}",
+                    scangen_contender(strategy="hierarchical", algorithm=algorithm), op))
+
+    if op_name == "add" and not args.no_peers:
+        try:
+            import torch
+
+            def torch_cumsum(x, y, host):
+                tx = torch.from_numpy(host).cuda()
+                ty = torch.empty_like(tx)
+                return lambda: torch.cumsum(tx, 0, out=ty)
+            out.append(("torch.cumsum", torch_cumsum, None))
+        except ImportError:
+            pass
+        try:
+            import cupy
+
+            def cupy_cumsum(x, y, host):
+                cx = cupy.asarray(host)
+                cy = cupy.empty_like(cx)
+                return lambda: cupy.cumsum(cx, out=cy)
+            out.append(("cupy.cumsum", cupy_cumsum, None))
+        except ImportError:
+            pass
+        try:
+            from pycuda.scan import InclusiveScanKernel
+
+            kernel = InclusiveScanKernel(np.dtype(dtype), "a+b")
+
+            def pycuda_scan(x, y, _):
+                return lambda: kernel(x, y)
+            out.append(("pycuda.InclusiveScanKernel", pycuda_scan, None))
+        except ImportError:
+            pass
+    return out
+
+
+def run(args) -> list[Result]:
+    from .compile import current_context, require_pycuda
+
+    driver = require_pycuda()
+    current_context()
+    from pycuda import gpuarray
+
+    rng = np.random.default_rng(2026)
+    timer = Timer(driver, args.trials, args.warmup)
+    results = []
+    for dtype in args.dtypes:
+        for op_name in args.ops:
+            entries = contenders(args, dtype, op_name, gpuarray, driver)
+            for n in args.sizes:
+                host = _random_input(rng, dtype, n)
+                x = gpuarray.to_gpu(host)
+                y = gpuarray.empty_like(x)
+                n_bytes = 2 * x.nbytes
+                for name, make, check_op in entries:
+                    _progress(f"{dtype} {op_name} n={n:>11,} {name} ...")
+                    try:
+                        call = make(x, y, host)
+                        seconds = timer.seconds_per_call(call, n_bytes)
+                    except Exception as err:  # a peer missing a feature: report, go on
+                        _progress(f"  {name} failed: {err}\n")
+                        continue
+                    checked = False
+                    if check_op is not None and n <= args.check_limit:
+                        from .reference import reference_scan
+
+                        want = reference_scan(host, check_op, "inclusive")
+                        got = y.get()
+                        if np.dtype(dtype).kind == "f":
+                            np.testing.assert_allclose(got, want, rtol=1e-3)
+                        else:
+                            np.testing.assert_array_equal(got, want)
+                        checked = True
+                    results.append(Result(name, str(dtype), op_name, n, seconds,
+                                          n_bytes / seconds / 1e9, checked))
+                del x, y
+    _progress("done.\n")
+    return results
+
+
+def _progress(text: str) -> None:
+    sys.stderr.write("\r" + text.ljust(78)[:78] if not text.endswith("\n") else "\r" + text)
+    sys.stderr.flush()
+
+
+def table(results: list[Result]) -> str:
+    """One block per (dtype, op, n): time, GB/s, % of copy, ratio to each peer."""
+    lines = []
+    groups = {}
+    for r in results:
+        groups.setdefault((r.dtype, r.op, r.n), []).append(r)
+    peers = ("torch.cumsum", "cupy.cumsum", "pycuda.InclusiveScanKernel")
+    header = (f"{'contender':34} {'time us':>10} {'GB/s':>8} {'% copy':>7} "
+              + " ".join(f"{'x ' + p.split('.')[0]:>8}" for p in peers))
+    for (dtype, op, n), group in groups.items():
+        by_name = {r.contender: r for r in group}
+        copy = by_name.get("copy")
+        lines.append(f"\n{dtype} {op} n={n} (2^{n.bit_length() - 1})" if n & (n - 1) == 0
+                     else f"\n{dtype} {op} n={n}")
+        lines.append(header)
+        for r in group:
+            pct = f"{100 * copy.seconds / r.seconds:6.1f}%" if copy else "      -"
+            ratios = []
+            for p in peers:
+                peer = by_name.get(p)
+                ratios.append(f"{peer.seconds / r.seconds:8.2f}" if peer else f"{'-':>8}")
+            lines.append(f"{r.contender:34} {r.seconds * 1e6:10.1f} {r.gbps:8.1f} {pct:>7} "
+                         + " ".join(ratios))
+    lines.append("\n'x peer' = peer time / this time (above 1: faster than the peer).")
+    return "\n".join(lines)
+
+
+def plot(results: list[Result], path: str, title: str) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    combos = sorted({(r.dtype, r.op) for r in results})
+    fig, axes = plt.subplots(1, len(combos), figsize=(7 * len(combos), 5), squeeze=False)
+    for ax, (dtype, op) in zip(axes[0], combos):
+        names = list(dict.fromkeys(r.contender for r in results if (r.dtype, r.op) == (dtype, op)))
+        for name in names:
+            rs = [r for r in results if (r.dtype, r.op, r.contender) == (dtype, op, name)]
+            style = "k--" if name == "copy" else ("-o" if name.startswith("scangen") else "-s")
+            ax.plot([r.n for r in rs], [r.gbps for r in rs], style, label=name, markersize=3)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("n (elements)")
+        ax.set_ylabel("GB/s (read + write)")
+        ax.set_title(f"{dtype} {op}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", nargs="+", type=parse_size, default=DEFAULT_SIZES,
+                        help="element counts, e.g. 1048576 or 2^20 (default 2^10 .. 2^28)")
+    parser.add_argument("--dtypes", nargs="+", default=["float32"],
+                        help="element types (default float32)")
+    parser.add_argument("--ops", nargs="+", default=["add"],
+                        help="operators: built-in names or last_nonzero (default add; peers "
+                             "are timed for add only)")
+    parser.add_argument("--strategies", nargs="+", default=[s for s in STRATEGIES if s != "auto"],
+                        choices=STRATEGIES, help="scangen strategies (default algorithm each)")
+    parser.add_argument("--algorithms", nargs="*", default=[], choices=list(ALGORITHMS),
+                        help="also time the hierarchical strategy with these block algorithms")
+    parser.add_argument("--no-peers", action="store_true",
+                        help="skip torch, cupy and pycuda even if installed")
+    parser.add_argument("--trials", type=int, default=7, help="timed trials (median is kept)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    parser.add_argument("--check-limit", type=int, default=1 << 22,
+                        help="check scangen's output against the reference up to this n")
+    parser.add_argument("--json", default="bench.json", help="where to write all results")
+    parser.add_argument("--plot", default="bench.png",
+                        help="PNG of GB/s against n (needs matplotlib)")
+
+
+def main(args) -> int:
+    started = time.time()
+    results = run(args)
+    from .compile import current_context
+
+    device = current_context().get_device().name()
+    title = f"scangen bench on {device}, {time.strftime('%Y-%m-%d')}"
+    print(title)
+    print(table(results))
+    with open(args.json, "w") as f:
+        json.dump({"device": device, "date": time.strftime("%Y-%m-%d"),
+                   "method": __doc__.strip(), "results": [asdict(r) for r in results]},
+                  f, indent=1)
+    print(f"\nwrote {args.json}", end="")
+    if args.plot and plot(results, args.plot, title):
+        print(f" and {args.plot}", end="")
+    print(f" in {time.time() - started:.0f} s")
+    return 0

@@ -1,0 +1,132 @@
+"""Whole-array strategies on the GPU: hierarchical, reduce_then_scan, chained,
+decoupled_lookback and auto, with every block algorithm, against the in-order reference.
+
+Also: sizes far beyond what the GPU holds resident, tiny sections that force long
+look-back chains, many calls in a row (status reuse, epoch wrap-around), two streams at once.
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+import scangen
+from scangen import compile as scan_compile
+from scangen.ops import BUILTIN_OPERATORS, LAST_NONZERO
+from scangen.spec import ALGORITHMS, MODES, STRATEGIES, make_spec
+from scangen.types import ELEMENT_TYPES
+
+from .test_scan import assert_scan_equal, expected, poisoned, random_input
+
+SECTION = 128
+TYPES = [("int32", "add"), ("float64", "last_nonzero"), ("uint8", "max"),
+         ("int16", "last_nonzero"), ("float32", "add")]
+STRATEGY_MATRIX = list(itertools.product(STRATEGIES, ALGORITHMS, MODES, TYPES))
+#: The default configuration (warp_shuffle, tuned section, auto) for every dtype x operator.
+DEFAULT_MATRIX = [
+    (mode, t.dtype.name, name)
+    for mode, t, name in itertools.product(MODES, ELEMENT_TYPES.values(),
+                                           list(BUILTIN_OPERATORS) + ["last_nonzero"])
+    if not (name.startswith("bit_") and t.is_float)
+]
+
+
+def _operator(name):
+    return LAST_NONZERO if name == "last_nonzero" else BUILTIN_OPERATORS[name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_in_parallel():
+    try:
+        scan_compile.current_context()
+    except Exception:
+        return  # the gpu fixture reports the skip (or the failure) per test
+    specs = [make_spec(d, _operator(o), mode=m, algorithm=a, strategy=s, section_size=SECTION)
+             for s, a, m, (d, o) in STRATEGY_MATRIX]
+    specs += [make_spec(d, _operator(o), mode=m) for m, d, o in DEFAULT_MATRIX]
+    scan_compile.precompile(specs, workers=16)
+
+
+def check(gpu, rng, scan, n, op_name, in_place=False):
+    dtype = scan.dtype
+    x = random_input(rng, dtype, op_name, n)
+    x_gpu = gpu.to_gpu(x)
+    if in_place:
+        out = scan(x_gpu, out=x_gpu)
+    else:
+        out = poisoned(gpu, rng, n, dtype)
+        scan(x_gpu, out=out)
+    assert_scan_equal(out.get(), expected(x, _operator(op_name), scan.spec.mode), dtype, n)
+
+
+@pytest.mark.parametrize("strategy,algorithm,mode,types", STRATEGY_MATRIX)
+def test_strategy_matrix(gpu, rng, strategy, algorithm, mode, types):
+    dtype, op_name = types
+    scan = scangen.Scan(dtype, _operator(op_name), mode=mode, algorithm=algorithm,
+                        strategy=strategy, section_size=SECTION)
+    for n in sorted({0, 1, SECTION - 1, SECTION, SECTION + 1, 2 * SECTION - 1, 2 * SECTION + 1,
+                     33 * SECTION - 1, 33 * SECTION + 1, SECTION ** 2 + 1,
+                     int(rng.integers(1, 40 * SECTION))}):
+        check(gpu, rng, scan, n, op_name, in_place=n % 2 == 1)
+
+
+@pytest.mark.parametrize("mode,dtype,op_name", DEFAULT_MATRIX)
+def test_default_configuration(gpu, rng, mode, dtype, op_name):
+    scan = scangen.Scan(dtype, _operator(op_name), mode=mode)
+    section = scan.spec.section_size
+    for n in (1, section - 1, section, section + 1, 5 * section + 3, 1_000_003):
+        check(gpu, rng, scan, n, op_name)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype,op_name", [("float32", "add"), ("int64", "last_nonzero")])
+def test_far_beyond_resident(gpu, rng, strategy, dtype, op_name):
+    """2^26 + 3 elements: many more tiles than the GPU runs at once."""
+    scan = scangen.Scan(dtype, _operator(op_name), strategy=strategy)
+    check(gpu, rng, scan, (1 << 26) + 3, op_name)
+
+
+@pytest.mark.parametrize("strategy", ["chained", "decoupled_lookback"])
+@pytest.mark.parametrize("algorithm,section,items", [("warp_shuffle", 32, 1),
+                                                     ("coarsened", 4, 4),
+                                                     ("kogge_stone", 64, None)])
+def test_long_lookback_chains(gpu, rng, strategy, algorithm, section, items):
+    """Tiny sections: hundreds of thousands of tiles, look-back windows narrower than a warp."""
+    scan = scangen.Scan(np.int32, LAST_NONZERO, strategy=strategy, algorithm=algorithm,
+                        section_size=section, items_per_thread=items)
+    check(gpu, rng, scan, (1 << 22) + 5, "last_nonzero")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_many_calls_in_a_row(gpu, rng, strategy):
+    """Status and ticket reuse across calls of different sizes, no reset in between."""
+    scan = scangen.Scan(np.float64, LAST_NONZERO, strategy=strategy, mode="exclusive")
+    for n in rng.integers(1, 3_000_000, 40).tolist() + [5_000_000, 17, 4_000_000]:
+        check(gpu, rng, scan, int(n), "last_nonzero")
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_epoch_wrap_around(gpu, rng, dtype):
+    """The 30-bit epoch wraps: the status is cleared and results stay right."""
+    scan = scangen.Scan(dtype, LAST_NONZERO, strategy="decoupled_lookback")
+    check(gpu, rng, scan, 1_000_000, "last_nonzero")
+    scratch = scan._scratch[0]
+    scratch.epoch = scratch.EPOCH_LIMIT - 3
+    for _ in range(6):
+        check(gpu, rng, scan, 1_000_000, "last_nonzero")
+    assert 1 <= scratch.epoch < 10
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_two_streams_at_once(gpu, rng, strategy):
+    """Two calls of one Scan in flight on two streams must not share status or scratch."""
+    import pycuda.driver as driver
+
+    scan = scangen.Scan(np.int32, LAST_NONZERO, strategy=strategy, section_size=256,
+                        algorithm="warp_shuffle")
+    inputs = [random_input(rng, np.int32, "last_nonzero", 4_000_001 + k) for k in range(2)]
+    streams = [driver.Stream() for _ in inputs]
+    for _ in range(3):
+        outs = [scan(gpu.to_gpu(x), stream=s) for x, s in zip(inputs, streams)]
+        for x, out, s in zip(inputs, outs, streams):
+            s.synchronize()
+            np.testing.assert_array_equal(out.get(), scangen.reference_scan(x, LAST_NONZERO))
