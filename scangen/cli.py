@@ -68,7 +68,7 @@ def _default(name: str) -> str:
 
 
 def parse_identity(text: str):
-    """An identity from the command line: an int (also 0x..), a float, inf, -inf, lowest, highest."""
+    """An identity as typed: an int (0x.. too), a float, inf, -inf, lowest or highest."""
     word = text.strip().lower()
     if word in ("lowest", "highest"):
         return getattr(ElementType, word)  # resolved per dtype by Operator
