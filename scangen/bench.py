@@ -99,6 +99,11 @@ def contenders(args, dtype, op_name, gpuarray, driver):
 
     for strategy in args.strategies:
         out.append((f"scangen/{strategy}", scangen_contender(strategy=strategy), op))
+    for config in args.tiles:
+        threads, items = (int(v) for v in config.lower().split("x"))
+        out.append((f"scangen/decoupled_lookback/{threads}x{items}",
+                    scangen_contender(strategy="decoupled_lookback", algorithm="warp_shuffle",
+                                      section_size=threads * items, items_per_thread=items), op))
     for algorithm in args.algorithms:
         out.append((f"scangen/hierarchical/{algorithm}",
                     scangen_contender(strategy="hierarchical", algorithm=algorithm), op))
@@ -253,6 +258,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=STRATEGIES, help="scangen strategies (default algorithm each)")
     parser.add_argument("--algorithms", nargs="*", default=[], choices=list(ALGORITHMS),
                         help="also time the hierarchical strategy with these block algorithms")
+    parser.add_argument("--tiles", nargs="*", default=[], metavar="THREADSxITEMS",
+                        help="also time decoupled look-back with these warp_shuffle tiles, "
+                             "e.g. 256x16 128x32 (for tuning)")
     parser.add_argument("--no-peers", action="store_true",
                         help="skip torch, cupy and pycuda even if installed")
     parser.add_argument("--trials", type=int, default=7, help="timed trials (median is kept)")

@@ -38,20 +38,29 @@ def require_pycuda():
     return driver
 
 
+_driver = None
+
+
 def current_context():
-    """The current CUDA context, creating one on device 0 (pycuda.autoinit) if there is none."""
-    driver = require_pycuda()
-    try:
-        driver.init()
-        context = driver.Context.get_current()
-        if context is None:
+    """The current CUDA context, retaining device 0's primary context if there is none."""
+    global _driver
+    if _driver is None:
+        driver = require_pycuda()
+        try:
+            driver.init()
+        except driver.Error as err:
+            raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
+        _driver = driver
+    context = _driver.Context.get_current()
+    if context is None:
+        try:
             # The device's primary context: the one torch and cupy use, so arrays and
             # events can be shared with them.
-            context = driver.Device(0).retain_primary_context()
+            context = _driver.Device(0).retain_primary_context()
             context.push()
-            atexit.register(_pop_context, context)
-    except driver.Error as err:
-        raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
+        except _driver.Error as err:
+            raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
+        atexit.register(_pop_context, context)
     return context
 
 

@@ -5,12 +5,16 @@ import functools
 
 import numpy as np
 
-from .compile import GPUUnavailableError, ScanCompileError, compile_spec, require_pycuda
+from .compile import (GPUUnavailableError, ScanCompileError, compile_spec, current_context,
+                      require_pycuda)
 from .plan import BufferArg, Plan, RuntimeArg, make_plan
 from .render import render
 from .spec import make_spec
 
 __all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
+
+#: Bound launchers kept per Scan (one per distinct n, stream and context).
+_MAX_LAUNCHERS = 256
 
 #: Temporaries start on this byte boundary inside their shared allocation.
 _TEMP_ALIGNMENT = 256
@@ -50,7 +54,8 @@ class Scan:
         self.spec = make_spec(dtype, operator, mode=mode, algorithm=algorithm,
                               section_size=section_size, items_per_thread=items_per_thread,
                               strategy=strategy)
-        self._scratch = {}  # stream handle -> _StreamScratch
+        self._scratch = {}  # (stream handle, context handle) -> _StreamScratch
+        self._launchers = {}  # (n, stream handle, context handle) -> _Launcher
 
     def __repr__(self):
         s = self.spec
@@ -79,24 +84,25 @@ class Scan:
             out = gpuarray.empty(n, self.dtype)
         if n == 0:
             return out
-        plan = self.plan(n)
-        kernels = compile_spec(self.spec).functions
-        key = 0 if stream is None else stream.handle
-        scratch = self._scratch.get(key)
-        if scratch is None:
-            scratch = self._scratch[key] = _StreamScratch(self.spec.etype.itemsize)
-        bindings = {"input": x.ptr, "output": out.ptr}
-        bindings.update(scratch.bind(plan, stream))
-        for launch in plan.launches:
-            args = [_bind(arg, bindings) for arg in launch.args]
-            kernels[launch.kernel].prepared_async_call(
-                (launch.grid, 1, 1), (launch.block, 1, 1), stream, *args)
+        stream_key = 0 if stream is None else stream.handle
+        context = current_context()
+        key = (n, stream_key, context.handle)
+        launcher = self._launchers.get(key)
+        if launcher is None or launcher.stale():
+            scratch = self._scratch.get((stream_key, context.handle))
+            if scratch is None:
+                scratch = _StreamScratch(self.spec.etype.itemsize)
+                self._scratch[(stream_key, context.handle)] = scratch
+            launcher = _Launcher(self.plan(n), compile_spec(self.spec).functions, scratch,
+                                 stream)
+            if len(self._launchers) >= _MAX_LAUNCHERS:
+                self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
+            self._launchers[key] = launcher
+        launcher(x.ptr, out.ptr, stream)
         return out
 
     def _check_arrays(self, x, out):
-        require_pycuda()
-        from pycuda import gpuarray
-
+        gpuarray = _gpuarray()
         for name, array in (("x", x), ("out", out)):
             if array is None:
                 continue
@@ -109,10 +115,10 @@ class Scan:
                 raise TypeError(f"{name} has dtype {array.dtype}, but this scan was built for "
                                 f"{self.dtype}: build Scan({array.dtype.name!r}, ...) or convert "
                                 f"with .astype()")
-            if array.ndim != 1:
+            if len(array.shape) != 1:
                 raise ValueError(f"{name} must be 1-D, got shape {array.shape} "
                                  "(flatten it with .ravel() if that is what you mean)")
-            if not array.flags.forc:
+            if array.strides[0] != array.dtype.itemsize and array.shape[0] > 1:
                 raise ValueError(f"{name} must be contiguous (a strided view is not)")
         if out is not None and out is not x:
             if out.shape != x.shape:
@@ -121,6 +127,54 @@ class Scan:
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")
         return gpuarray
 
+
+_gpuarray_module = None
+
+
+def _gpuarray():
+    """pycuda.gpuarray, imported once (per-call imports cost microseconds on small scans)."""
+    global _gpuarray_module
+    if _gpuarray_module is None:
+        require_pycuda()
+        from pycuda import gpuarray
+
+        _gpuarray_module = gpuarray
+    return _gpuarray_module
+
+
+class _Launcher:
+    """A plan bound to one context's kernels and one stream's scratch: per call, only the
+    input and output addresses (and the single-pass ticket base and epoch) change."""
+
+    def __init__(self, plan: Plan, kernels: dict, scratch: "_StreamScratch", stream):
+        self.scratch = scratch
+        self.generation = scratch.generation
+        bindings = scratch.bind(plan)
+        self.tiles = sum(launch.grid for launch in plan.launches
+                         if launch.kernel.startswith("scan_tiles"))
+        self.steps = []
+        for launch in plan.launches:
+            args = [_bind(arg, bindings) for arg in launch.args]
+            slots = {arg.name: i for i, arg in enumerate(launch.args)
+                     if isinstance(arg, (BufferArg, RuntimeArg))
+                     and arg.name in ("input", "output", "ticket_base", "epoch")}
+            self.steps.append((kernels[launch.kernel].prepared_async_call,
+                               (launch.grid, 1, 1), (launch.block, 1, 1), args, slots))
+
+    def stale(self) -> bool:
+        """True once the scratch was reallocated (a larger call on the same stream)."""
+        return self.generation != self.scratch.generation
+
+    def __call__(self, input_ptr: int, output_ptr: int, stream) -> None:
+        per_call = {"input": input_ptr, "output": output_ptr}
+        if self.tiles:
+            ticket_base, epoch = self.scratch.next_single_pass_call(self.tiles, stream)
+            per_call["ticket_base"] = np.uint64(ticket_base)
+            per_call["epoch"] = np.uint32(epoch)
+        for launch, grid, block, args, slots in self.steps:
+            for name, index in slots.items():
+                args[index] = per_call[name]
+            launch(grid, block, stream, *args)
 
 
 class _StreamScratch:
@@ -145,8 +199,12 @@ class _StreamScratch:
         self.state = None  # (allocation, tile capacity)
         self.epoch = 0
         self.ticket_base = 0
+        #: Bumped whenever an allocation is replaced, so launchers bound to it rebind.
+        self.generation = 0
 
-    def bind(self, plan: Plan, stream) -> dict:
+    def bind(self, plan: Plan) -> dict:
+        """Addresses of the plan's temporaries, growing the allocations if needed."""
+        driver = require_pycuda()
         bindings = {}
         per_call = [t for t in plan.temporaries if not t.persistent]
         if per_call:
@@ -155,40 +213,42 @@ class _StreamScratch:
                 offsets[temp.name] = total
                 total += _aligned(temp.nbytes)
             if self.temporaries is None or self.temporaries[1] < total:
-                self.temporaries = (require_pycuda().mem_alloc(total), total)
+                self.temporaries = (driver.mem_alloc(total), total)
+                self.generation += 1
             base = int(self.temporaries[0])
             bindings.update({name: base + offset for name, offset in offsets.items()})
         tiles = sum(launch.grid for launch in plan.launches if launch.kernel.startswith("scan_tiles"))
         if tiles:
-            bindings.update(self._bind_state(tiles, stream))
+            # Layout fixed by the capacity, not by n, so every call finds the ticket and
+            # each tile's status where earlier calls left them.
+            if self.state is None or self.state[1] < tiles:
+                capacity = max(tiles, 2 * self.state[1] if self.state else 0)
+                nbytes = self._state_bytes(capacity)
+                allocation = driver.mem_alloc(nbytes)
+                driver.memset_d8(allocation, 0, nbytes)
+                self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
+                self.generation += 1
+            allocation, capacity = self.state
+            base = int(allocation)
+            bindings.update({
+                "ticket": base,
+                "status": base + _TEMP_ALIGNMENT,
+                "status_values": base + _TEMP_ALIGNMENT + _aligned(capacity * self.word_bytes),
+            })
         return bindings
 
-    def _bind_state(self, tiles: int, stream) -> dict:
-        driver = require_pycuda()
-        # Layout fixed by the capacity, not by n, so every call finds the ticket and each
-        # tile's status where earlier calls left them.
-        if self.state is None or self.state[1] < tiles:
-            capacity = max(tiles, 2 * self.state[1] if self.state else 0)
-            nbytes = self._state_bytes(capacity)
-            allocation = driver.mem_alloc(nbytes)
-            driver.memset_d8(allocation, 0, nbytes)
-            self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
-        allocation, capacity = self.state
+    def next_single_pass_call(self, tiles: int, stream) -> tuple[int, int]:
+        """(ticket base, epoch) for the next single-pass call of ``tiles`` tiles."""
         self.epoch += 1
         if self.epoch == self.EPOCH_LIMIT:
-            driver.memset_d8_async(int(allocation) + _TEMP_ALIGNMENT, 0,
-                                   self._state_bytes(capacity) - _TEMP_ALIGNMENT, stream)
+            allocation, capacity = self.state
+            require_pycuda().memset_d8_async(int(allocation) + _TEMP_ALIGNMENT, 0,
+                                             self._state_bytes(capacity) - _TEMP_ALIGNMENT,
+                                             stream)
             self.epoch = 1
-        base = int(allocation)
-        bindings = {
-            "ticket": base,
-            "status": base + _TEMP_ALIGNMENT,
-            "status_values": base + _TEMP_ALIGNMENT + _aligned(capacity * self.word_bytes),
-            "ticket_base": self.ticket_base,
-            "epoch": self.epoch,
-        }
+        ticket_base = self.ticket_base
         self.ticket_base += tiles
-        return bindings
+        return ticket_base, self.epoch
 
     def _state_bytes(self, capacity: int) -> int:
         values = 0 if self.itemsize <= 4 else 2 * capacity * self.itemsize
@@ -201,12 +261,11 @@ def _aligned(nbytes: int) -> int:
 
 def _bind(arg, bindings):
     if isinstance(arg, BufferArg):
-        return bindings[arg.name]
+        return bindings.get(arg.name)  # input and output are filled in per call
     if arg is None:
         return np.uintp(0)
     if isinstance(arg, RuntimeArg):
-        value = bindings[arg.name]
-        return np.uint64(value) if arg.name == "ticket_base" else np.uint32(value)
+        return None  # filled in per call by _Launcher
     return np.int64(arg)
 
 

@@ -109,7 +109,7 @@ def test_epoch_wrap_around(gpu, rng, dtype):
     """The 30-bit epoch wraps: the status is cleared and results stay right."""
     scan = scangen.Scan(dtype, LAST_NONZERO, strategy="decoupled_lookback")
     check(gpu, rng, scan, 1_000_000, "last_nonzero")
-    scratch = scan._scratch[0]
+    (scratch,) = scan._scratch.values()
     scratch.epoch = scratch.EPOCH_LIMIT - 3
     for _ in range(6):
         check(gpu, rng, scan, 1_000_000, "last_nonzero")
