@@ -18,6 +18,9 @@ class BufferArg:
     name: str
 
 
+#: CUDA's limit on gridDim.x.
+MAX_GRID = 2**31 - 1
+
 #: A null pointer argument (no section totals to write).
 NULL = None
 
@@ -135,6 +138,12 @@ def make_plan(spec: ScanSpec, n: int) -> Plan:
     """The launches that scan n elements with spec's strategy."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"n must be a non-negative int, not {n!r}")
+    sections = _ceil_div(n, spec.section_size)
+    if sections > MAX_GRID:
+        raise ValueError(
+            f"n={n} makes {sections} sections of {spec.section_size}, more blocks than one "
+            f"launch can have ({MAX_GRID}): use section_size >= "
+            f"{1 << (_ceil_div(n, MAX_GRID) - 1).bit_length()}")
     builder = _PlanBuilder(spec)
     strategy = resolve_strategy(spec, n)
     if n > 0:

@@ -13,6 +13,8 @@ from .types import element_type
 def sequential_scan(x, op, mode="inclusive"):
     """The definition, one element at a time: y[i] = y[i-1] op x[i]. Slow; for small n."""
     op = resolve_operator(op)
+    if mode not in ("inclusive", "exclusive"):
+        raise ValueError(f"unknown mode {mode!r}")
     x = np.asarray(x)
     etype = element_type(x.dtype)
     out = np.empty_like(x)
@@ -47,7 +49,8 @@ def reference_scan(x, op, mode="inclusive"):
     x = np.asarray(x)
     etype = element_type(x.dtype)
     if isinstance(op.reference, np.ufunc):
-        inclusive = op.reference.accumulate(x, dtype=x.dtype) if x.size else x.copy()
+        with np.errstate(over="ignore"):
+            inclusive = op.reference.accumulate(x, dtype=x.dtype) if x.size else x.copy()
     else:
         inclusive = x.copy()
         width = 1

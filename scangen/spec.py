@@ -5,7 +5,10 @@ says what to change, never later inside the compiler or the GPU.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from . import tuning
 from .ops import Operator, resolve_operator
@@ -62,6 +65,16 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 
 
+def _as_int(name: str, value) -> int:
+    """Accept Python and numpy integers (not bools, not floats)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, not {value!r}") from None
+
+
 def _is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
@@ -95,9 +108,12 @@ class ScanSpec:
 
     @property
     def shared_bytes(self) -> int:
-        """Static shared memory of the section kernel."""
+        """Static shared memory of the hungriest kernel: the section, the algorithm's
+        scratch, and the kernels' own bookkeeping (the tile number and prefix of the
+        single-pass kernel, or the warp partials and total of the reduction)."""
         scratch = ALGORITHMS[self.algorithm].scratch_elements(self.section_size, self.block_size)
-        return (self.section_slots + scratch) * self.etype.itemsize
+        bookkeeping = max(8 + self.etype.itemsize, (WARP_SIZE + 1) * self.etype.itemsize)
+        return (self.section_slots + scratch) * self.etype.itemsize + 8 + bookkeeping
 
     @property
     def identity_literal(self) -> str:
@@ -133,20 +149,21 @@ def make_spec(dtype, operator="add", *, mode="inclusive", algorithm=None, sectio
 
     if items_per_thread is None:
         items_per_thread = algo.default_items_per_thread
-    elif not isinstance(items_per_thread, int) or isinstance(items_per_thread, bool):
-        raise TypeError(f"items_per_thread must be an int, not {items_per_thread!r}")
-    elif items_per_thread != algo.default_items_per_thread and not algo.coarsening_is_parameter:
+    else:
+        items_per_thread = _as_int("items_per_thread", items_per_thread)
+    if items_per_thread != algo.default_items_per_thread and not algo.coarsening_is_parameter:
+        takers = " and ".join(repr(a.name) for a in ALGORITHMS.values()
+                              if a.coarsening_is_parameter)
         raise ValueError(
             f"{algorithm} scans {algo.default_items_per_thread} item(s) per thread; "
-            "items_per_thread is a parameter of the 'coarsened' algorithm only"
+            f"items_per_thread is a parameter of {takers} only"
         )
     if not _is_power_of_two(items_per_thread):
         raise ValueError(f"items_per_thread must be a power of two, not {items_per_thread}")
 
-    if not isinstance(section_size, int) or isinstance(section_size, bool):
-        raise TypeError(f"section_size must be an int, not {section_size!r}")
-    if not _is_power_of_two(section_size):
-        raise ValueError(f"section_size must be a power of two, not {section_size}")
+    section_size = _as_int("section_size", section_size)
+    if not _is_power_of_two(section_size) or section_size < 2:
+        raise ValueError(f"section_size must be a power of two of at least 2, not {section_size}")
     if section_size < items_per_thread:
         raise ValueError(
             f"section_size {section_size} is smaller than items_per_thread {items_per_thread}"

@@ -38,6 +38,8 @@ class ElementType:
 
     def literal(self, value) -> str:
         """A C literal of this type holding ``value`` exactly (inf included for floats)."""
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+            raise TypeError(f"{value!r} is not a number")
         if self.is_float:
             value = float(value)
             if np.isnan(value):
@@ -50,11 +52,14 @@ class ElementType:
                 bits = 0xFFF0000000000000 if value < 0 else 0x7FF0000000000000
                 return f"__longlong_as_double(0x{bits:016X}LL)"
             if self.itemsize == 4:
-                narrowed = float(np.float32(value))
+                with np.errstate(over="ignore"):
+                    narrowed = float(np.float32(value))
                 if np.isinf(narrowed) or narrowed != value:
                     raise ValueError(f"{value!r} is not exactly representable as float32")
                 return f"{narrowed!r}f"
             return repr(value)
+        if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+            raise ValueError(f"{value!r} is not an integer")
         value = int(value)
         info = np.iinfo(self.dtype)
         if not info.min <= value <= info.max:
@@ -100,10 +105,15 @@ ELEMENT_TYPES: dict[np.dtype, ElementType] = {
 
 def element_type(dtype) -> ElementType:
     """Look ``dtype`` up in the table, with an error that lists what is supported."""
+    if dtype is None:  # np.dtype(None) would quietly mean float64
+        raise TypeError("a dtype is required, e.g. np.float32")
     try:
         key = np.dtype(dtype)
     except TypeError as err:
         raise TypeError(f"not a numpy dtype: {dtype!r}") from err
+    if not key.isnative:
+        raise TypeError(f"dtype {key.str} is not in the machine's byte order; use "
+                        f"{key.newbyteorder('=').name}")
     try:
         return ELEMENT_TYPES[key]
     except KeyError:

@@ -377,11 +377,6 @@ def test_static_shared_memory_fits(compiled, name):
                 f"[{module.label}] {kernel} uses {used} B, spec says {module.spec.shared_bytes}"
 
 
-@pytest.mark.xfail(strict=True, reason="ScanSpec.shared_bytes (what make_spec checks against "
-                                       "48 KiB and what the plan reports) leaves out the extra "
-                                       "static shared memory of scan_tiles_* (shared_tile, "
-                                       "shared_prefix) and reduce_sections (warp_partials, "
-                                       "total)")
 def test_spec_shared_bytes_bounds_every_kernel(compiled):
     over = []
     for name in BATCHES:

@@ -569,10 +569,6 @@ def test_scan_plan_is_make_plan():
             check_plan(scan.plan(n))
 
 
-@pytest.mark.xfail(strict=True, reason="make_plan recurses forever when section_size is 1 "
-                                       "(make_spec accepts it for kogge_stone, naive, ...): "
-                                       "n >= 2 elements make n sections, whose totals are n "
-                                       "elements again -> RecursionError")
 def test_section_of_one_is_refused_or_planned(rng):
     try:
         spec = make_spec("int32", "add", algorithm="kogge_stone", section_size=1,
@@ -586,9 +582,6 @@ def test_section_of_one_is_refused_or_planned(rng):
         np.testing.assert_array_equal(run_plan(plan, x, rng), reference_scan(x, "add"))
 
 
-@pytest.mark.xfail(strict=True, reason="make_plan emits grid 2^31+2 (> CUDA's 2^31-1 limit of "
-                                       "gridDim.x) for n = 2^32+3 with section_size 2, instead of "
-                                       "refusing n or splitting the launch")
 def test_grid_never_exceeds_the_cuda_limit():
     n = 2**32 + 3
     for strategy in STRATEGIES:
