@@ -31,7 +31,7 @@ class CLIError(Exception):
 
 # --------------------------------------------------------------------------- registry
 
-#: name -> (function, help, description, arguments, takes_spec_options)
+#: name -> (function, help, description, arguments, takes_spec_options, configure)
 COMMANDS: dict = {}
 
 
@@ -40,11 +40,15 @@ def arg(*flags, **kwargs):
     return flags, kwargs
 
 
-def subcommand(name, help, *arguments, spec_options=False, description=None):
-    """Register ``func(args) -> int`` as ``python -m scangen NAME``."""
+def subcommand(name, help, *arguments, spec_options=False, description=None, configure=None):
+    """Register ``func(args) -> int`` as ``python -m scangen NAME``.
+
+    ``arguments`` are :func:`arg` tuples; ``configure(parser)``, if given, adds more (for a
+    module that owns its options, like scangen.bench).
+    """
 
     def register(func):
-        COMMANDS[name] = (func, help, description or help, arguments, spec_options)
+        COMMANDS[name] = (func, help, description or help, arguments, spec_options, configure)
         return func
 
     return register
@@ -249,6 +253,23 @@ def cmd_demo(args) -> int:
     return 1 if failed else 0
 
 
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from . import bench
+
+    bench.add_arguments(parser)
+
+
+@subcommand("bench", "time scangen's strategies and algorithms against peers (needs PyCUDA)",
+            configure=_bench_arguments,
+            description="Time scangen's strategies and block algorithms, and the peers that "
+            "are installed (torch, cupy, pycuda), over a range of sizes; print a table and "
+            "write JSON and a plot. See scangen/bench.py for how it measures.")
+def cmd_bench(args) -> int:
+    from . import bench
+
+    return bench.main(args)
+
+
 # ----------------------------------------------------------------- entry point
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,18 +283,21 @@ def build_parser() -> argparse.ArgumentParser:
               {PROG} source --dtype float64 --expr 'b != 0 ? b : a' --identity 0 --name last_nonzero
               {PROG} plan --n 1000000 --algorithm coarsened --items-per-thread 8
               {PROG} demo
+              {PROG} bench --sizes 2^20 2^24 --no-peers
 
             Run '{PROG} COMMAND --help' for a command's options.
             """),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (func, help, description, arguments, spec_options) in COMMANDS.items():
+    for name, (func, help, description, arguments, spec_options, configure) in COMMANDS.items():
         sub = subparsers.add_parser(
             name, help=help, description=description,
             epilog=algorithm_table() if spec_options or name == "demo" else None,
             formatter_class=argparse.RawDescriptionHelpFormatter)
         for flags, kwargs in arguments:
             sub.add_argument(*flags, **kwargs)
+        if configure is not None:
+            configure(sub)
         if spec_options:
             add_spec_options(sub)
         sub.set_defaults(func=func)

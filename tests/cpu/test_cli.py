@@ -113,6 +113,7 @@ def test_plan_of_zero_elements(capsys):
     (["source", "--op", "add", "--expr", "a + b", "--identity", "0"], "not both"),
     (["source", "--expr", " ", "--identity", "0"], "expression is empty"),
     (["source", "--expr", "a + b", "--identity", "0", "--name", "my op"], "C identifier"),
+    (["source", "--dtype", "int32", "--expr", "a + b", "--identity", "1.5"], "not an integer"),
     (["plan", "--n", "-5"], "non-negative"),
 ])
 def test_validation_errors_exit_2_with_the_library_message(capsys, argv, message):
@@ -141,8 +142,14 @@ def test_usage_errors_exit_2(capsys, argv, message):
 def test_help_lists_commands(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0
-    for command in ("source", "plan", "demo"):
+    for command in ("source", "plan", "demo", "bench"):
         assert command in out
+
+
+def test_bench_help(capsys):
+    code, out, _ = run(capsys, "bench", "--help")
+    assert code == 0
+    assert "--sizes" in out and "--strategies" in out
 
 
 @pytest.mark.parametrize("command", ["source", "plan", "demo"])
@@ -173,6 +180,18 @@ def test_demo_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
     assert code == 2
     assert err == "error: running a scan needs PyCUDA (simulated: no GPU)\n"
     assert "Traceback" not in err
+
+
+def test_bench_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
+    import scangen.compile
+
+    def no_pycuda():
+        raise scangen.GPUUnavailableError("running a scan needs PyCUDA (simulated)")
+
+    monkeypatch.setattr(scangen.compile, "require_pycuda", no_pycuda)
+    code, out, err = run(capsys, "bench", "--sizes", "1024", "--no-peers")
+    assert code == 2
+    assert err == "error: running a scan needs PyCUDA (simulated)\n"
 
 
 def test_python_dash_m_scangen():
