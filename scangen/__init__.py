@@ -7,10 +7,11 @@ from .reference import reference_scan
 from .spec import ALGORITHMS, MODES, STRATEGIES, ScanSpec, make_spec
 from .types import ELEMENT_TYPES
 from .render import RenderError
+from .compile import current_context
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 
 __all__ = [
-    "ALGORITHMS", "BUILTIN_OPERATORS", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
+    "ALGORITHMS", "BUILTIN_OPERATORS", "current_context", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
     "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanSpec",
     "make_spec", "reference_scan",
 ]

@@ -112,6 +112,7 @@ def template_context(spec: ScanSpec) -> dict:
         packed_status=packed_status(spec),
         backoff_min_ns=tuning.BACKOFF_MIN_NS,
         backoff_max_ns=tuning.BACKOFF_MAX_NS,
+        tile_min_blocks=tuning.tile_min_blocks(spec.block_size),
         section_modes=section_modes(spec),
         kernel_names=kernel_names(spec),
         add_block_size=add_block_size(spec),

@@ -35,3 +35,15 @@ DEFAULT_SECTION_SIZE = 1024
 #: unsuccessful poll up to the maximum.
 BACKOFF_MIN_NS = 8
 BACKOFF_MAX_NS = 256
+
+#: The single-pass kernel asks the compiler (second __launch_bounds__ argument) to leave
+#: registers for this many threads per multiprocessor. Measured on an H200, decoupled
+#: look-back, 256 threads x 16 float32 (benchmarks/tune_single_pass.py): unconstrained
+#: (56 registers, 1024 threads/SM) 47% of copy at 2^28, 1536 threads 50%, 2048 threads
+#: 41% (spills); float64: 42%, 48%, 38%. The back-off made no measurable difference.
+TILE_MIN_THREADS_PER_SM = 1536
+
+
+def tile_min_blocks(block_size: int) -> int:
+    """Blocks per multiprocessor for TILE_MIN_THREADS_PER_SM (CUDA allows 1 to 32)."""
+    return min(32, max(1, TILE_MIN_THREADS_PER_SM // block_size))

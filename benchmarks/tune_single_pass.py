@@ -1,0 +1,50 @@
+"""Tuning sweep for the single-pass kernel (run on the GPU host; results go to stdout).
+
+Varies the register bound (blocks per SM) and the polling back-off of scangen.tuning, which
+are rendered into the kernel, and times decoupled look-back against a device-to-device copy
+of the same bytes in the same run. Used to choose the values in scangen/tuning.py.
+"""
+import itertools
+import sys
+
+import numpy as np
+
+import scangen
+from scangen import bench, compile as scan_compile, render, tuning
+
+
+def main(sizes=(1 << 24, 1 << 28)):
+    driver = scan_compile.require_pycuda()
+    scan_compile.current_context()
+    from pycuda import gpuarray
+
+    timer = bench.Timer(driver, trials=5, warmup=2)
+    rng = np.random.default_rng(1)
+    for dtype in ("float32", "float64"):
+        arrays = {n: gpuarray.to_gpu(rng.uniform(0.5, 1.5, n).astype(dtype)) for n in sizes}
+        outs = {n: gpuarray.empty_like(a) for n, a in arrays.items()}
+        for n in sizes:
+            x, y = arrays[n], outs[n]
+            copy = timer.seconds_per_call(
+                lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, x.nbytes), 2 * x.nbytes)
+            print(f"{dtype} n=2^{n.bit_length() - 1} copy {copy * 1e6:.1f} us", flush=True)
+        for threads, (lo, hi) in itertools.product((256, 1536, 2048), ((8, 256), (32, 1024))):
+            tuning.TILE_MIN_THREADS_PER_SM, tuning.BACKOFF_MIN_NS, tuning.BACKOFF_MAX_NS = \
+                threads, lo, hi
+            render.render.cache_clear()
+            scan_compile._cache.clear()
+            scan = scangen.Scan(dtype, "add", strategy="decoupled_lookback")
+            line = []
+            for n in sizes:
+                x, y = arrays[n], outs[n]
+                t = timer.seconds_per_call(lambda: scan(x, out=y), 2 * x.nbytes)
+                copy = timer.seconds_per_call(
+                    lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, x.nbytes),
+                    2 * x.nbytes)
+                line.append(f"2^{n.bit_length() - 1}: {t * 1e6:8.1f} us {100 * copy / t:5.1f}% of copy")
+            print(f"{dtype} threads/SM={threads} backoff={lo}..{hi}  " + "  ".join(line),
+                  flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
