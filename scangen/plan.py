@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import tuning
 from .render import add_block_size
 from .spec import ScanSpec
 
@@ -127,11 +128,17 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def resolve_strategy(spec: ScanSpec, n: int) -> str:
-    """The strategy used for n elements: "auto" means decoupled look-back (one pass, ~2n
-    traffic); any n that fits one section takes a single launch, whatever the strategy."""
+    """The strategy used for n elements. Any n that fits one section takes a single launch,
+    whatever the strategy; above that "auto" means decoupled look-back (one launch, ~2n
+    traffic) for small inputs and reduce_then_scan (three launches, ~3n traffic, but faster
+    on large inputs as measured: see scangen.tuning) from AUTO_REDUCE_THEN_SCAN_MIN_BYTES."""
     if n <= spec.section_size:
         return "one_section"
-    return "decoupled_lookback" if spec.strategy == "auto" else spec.strategy
+    if spec.strategy != "auto":
+        return spec.strategy
+    if n * spec.etype.itemsize >= tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES:
+        return "reduce_then_scan"
+    return "decoupled_lookback"
 
 
 def make_plan(spec: ScanSpec, n: int) -> Plan:

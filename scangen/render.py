@@ -66,9 +66,14 @@ def tiles_strategy(spec: ScanSpec) -> str | None:
     return "chained" if spec.strategy == "chained" else "decoupled_lookback"
 
 
+def _scans_totals(spec: ScanSpec) -> bool:
+    """Whether the module scans section totals (hierarchical, reduce_then_scan, auto)."""
+    return spec.strategy in ("hierarchical", "reduce_then_scan", "auto")
+
+
 def section_modes(spec: ScanSpec) -> tuple[str, ...]:
     """Block scans the module needs: the user's mode, and exclusive for scanning totals."""
-    if tiles_strategy(spec) or spec.mode == "exclusive":
+    if not _scans_totals(spec) or spec.mode == "exclusive":
         return (spec.mode,)
     return ("inclusive", "exclusive")
 
@@ -79,12 +84,14 @@ def kernel_names(spec: ScanSpec) -> tuple[str, ...]:
     scan_sections_<mode> is in every module: it is the one-block path for any n that fits
     one section, whatever the strategy.
     """
-    sections = tuple(f"scan_sections_{m}" for m in section_modes(spec))
+    names = tuple(f"scan_sections_{m}" for m in section_modes(spec))
+    if _scans_totals(spec):
+        names += ("add_prefixes",)
+    if spec.strategy in ("reduce_then_scan", "auto"):
+        names += ("reduce_sections", f"scan_sections_seeded_{spec.mode}")
     if tiles_strategy(spec):
-        return sections + (f"scan_tiles_{spec.mode}",)
-    if spec.strategy == "reduce_then_scan":
-        return sections + ("add_prefixes", "reduce_sections", f"scan_sections_seeded_{spec.mode}")
-    return sections + ("add_prefixes",)
+        names += (f"scan_tiles_{spec.mode}",)
+    return names
 
 
 def packed_status(spec: ScanSpec) -> bool:

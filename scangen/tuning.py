@@ -28,6 +28,12 @@ FAST_PATH = {
 #: The algorithm used when the user names none.
 DEFAULT_ALGORITHM = "warp_shuffle"
 
+#: ``strategy="auto"`` above one section: decoupled look-back (one launch) below this many
+#: input bytes, reduce_then_scan (three passes, but each at higher bandwidth) from here on.
+#: H200, 2026-11-21, float32/int32 add: look-back wins at 2^20 (7.7 vs 14.4 us), loses at
+#: 2^22 (22.7 vs 18.0 us) and 2^28 (50% vs 61% of copy); float64 likewise between 2^20 and 2^24.
+AUTO_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
+
 #: Section size for algorithms other than the fast path when the user names none.
 DEFAULT_SECTION_SIZE = 1024
 

@@ -18,6 +18,7 @@ import re
 import numpy as np
 import pytest
 
+from scangen import tuning
 from scangen import (LAST_NONZERO, MODES, STRATEGIES, Operator, Scan, make_spec,
                      reference_scan)
 from scangen.plan import NULL, BufferArg, RuntimeArg, make_plan
@@ -54,10 +55,14 @@ def hierarchy_levels(count, section):
 
 
 def effective_strategy(spec, n):
-    """What the docs promise: one launch when n fits a section; "auto" is decoupled look-back."""
+    """What the docs promise: one launch when n fits a section; "auto" is decoupled look-back
+    below AUTO_REDUCE_THEN_SCAN_MIN_BYTES of input and reduce_then_scan from there on."""
     if n <= spec.section_size:
         return None
-    return "decoupled_lookback" if spec.strategy == "auto" else spec.strategy
+    if spec.strategy != "auto":
+        return spec.strategy
+    big = n * spec.etype.itemsize >= tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES
+    return "reduce_then_scan" if big else "decoupled_lookback"
 
 
 # --- the interpreter ------------------------------------------------------------------------
