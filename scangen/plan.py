@@ -79,6 +79,13 @@ class Plan:
         return sum(launch.bytes_written for launch in self.launches)
 
     @property
+    def single_pass_tiles(self) -> int:
+        """Tiles of the single-pass kernel (0 when the plan has none): how many tickets a
+        call takes and how much tile status it needs."""
+        return sum(launch.grid for launch in self.launches
+                   if launch.kernel.startswith("scan_tiles"))
+
+    @property
     def levels(self) -> int:
         return 1 + max((launch.level for launch in self.launches), default=-1)
 

@@ -43,7 +43,8 @@ class Scan:
     strategy:
         How sections are stitched together over the whole array: "hierarchical",
         "reduce_then_scan", "chained", "decoupled_lookback", or "auto" (the default: one
-        launch when n fits a section, decoupled look-back otherwise).
+        launch when n fits a section, then decoupled look-back, and reduce_then_scan from
+        scangen.tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES of input on).
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
@@ -93,8 +94,7 @@ class Scan:
             if scratch is None:
                 scratch = _StreamScratch(self.spec.etype.itemsize)
                 self._scratch[(stream_key, context.handle)] = scratch
-            launcher = _Launcher(self.plan(n), compile_spec(self.spec).functions, scratch,
-                                 stream)
+            launcher = _Launcher(self.plan(n), compile_spec(self.spec).functions, scratch)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
             self._launchers[key] = launcher
@@ -146,12 +146,11 @@ class _Launcher:
     """A plan bound to one context's kernels and one stream's scratch: per call, only the
     input and output addresses (and the single-pass ticket base and epoch) change."""
 
-    def __init__(self, plan: Plan, kernels: dict, scratch: "_StreamScratch", stream):
+    def __init__(self, plan: Plan, kernels: dict, scratch: "_StreamScratch"):
         self.scratch = scratch
         self.generation = scratch.generation
         bindings = scratch.bind(plan)
-        self.tiles = sum(launch.grid for launch in plan.launches
-                         if launch.kernel.startswith("scan_tiles"))
+        self.tiles = plan.single_pass_tiles
         self.steps = []
         for launch in plan.launches:
             args = [_bind(arg, bindings) for arg in launch.args]
@@ -217,7 +216,7 @@ class _StreamScratch:
                 self.generation += 1
             base = int(self.temporaries[0])
             bindings.update({name: base + offset for name, offset in offsets.items()})
-        tiles = sum(launch.grid for launch in plan.launches if launch.kernel.startswith("scan_tiles"))
+        tiles = plan.single_pass_tiles
         if tiles:
             # Layout fixed by the capacity, not by n, so every call finds the ticket and
             # each tile's status where earlier calls left them.
