@@ -1,7 +1,7 @@
 """Tuning sweep for the single-pass kernel (run on the GPU host; results go to stdout).
 
-Varies the register bound (blocks per SM) and the polling back-off of scangen.tuning, which
-are rendered into the kernel, and times decoupled look-back against a device-to-device copy
+Varies the register bound (blocks per SM) and the polling back-off, which are rendered into
+the kernel, by building specs with a scangen.Tuning of other values, and times decoupled look-back against a device-to-device copy
 of the same bytes in the same run. Used to choose the values in scangen/tuning.py.
 """
 import itertools
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 import scangen
-from scangen import bench, compile as scan_compile, render, tuning
+from scangen import bench, compile as scan_compile
 
 
 def main(sizes=(1 << 24, 1 << 28)):
@@ -29,11 +29,9 @@ def main(sizes=(1 << 24, 1 << 28)):
                 lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, x.nbytes), 2 * x.nbytes)
             print(f"{dtype} n=2^{n.bit_length() - 1} copy {copy * 1e6:.1f} us", flush=True)
         for threads, (lo, hi) in itertools.product((256, 1536, 2048), ((8, 256), (32, 1024))):
-            tuning.TILE_MIN_THREADS_PER_SM, tuning.BACKOFF_MIN_NS, tuning.BACKOFF_MAX_NS = \
-                threads, lo, hi
-            render.render.cache_clear()
-            scan_compile._cache.clear()
-            scan = scangen.Scan(dtype, "add", strategy="decoupled_lookback")
+            tuning = scangen.Tuning(tile_min_threads_per_sm=threads, backoff_min_ns=lo,
+                                    backoff_max_ns=hi)
+            scan = scangen.Scan(dtype, "add", strategy="decoupled_lookback", tuning=tuning)
             line = []
             for n in sizes:
                 x, y = arrays[n], outs[n]

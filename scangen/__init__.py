@@ -8,11 +8,13 @@ from .spec import ALGORITHMS, MODES, STRATEGIES, ScanSpec, make_spec
 from .types import ELEMENT_TYPES
 from .render import RenderError
 from .compile import current_context
+from .kernel import ScanKernel
 from .scan import Scan, ScanCompileError, GPUUnavailableError
+from .tuning import Tuning
 
 __all__ = [
     "ALGORITHMS", "BUILTIN_OPERATORS", "current_context", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
-    "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanSpec",
-    "make_spec", "reference_scan",
+    "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanKernel", "ScanSpec",
+    "Tuning", "make_spec", "reference_scan",
 ]
 __version__ = "0.1.0"

@@ -1,19 +1,22 @@
 """Compile rendered modules with PyCUDA, lazily imported, and cache them per CUDA context.
 
-Nothing outside this module imports pycuda, so spec, plan, render and the CLI work on any
-machine; the first step that needs a GPU raises GPUUnavailableError saying what is missing.
+Nothing outside this module and scangen.runtime imports pycuda, so spec, plan, render and
+the CLI work on any machine; the first step that needs a GPU raises GPUUnavailableError
+saying what is missing. The text compiled is exactly the rendered text (C++, with
+``extern "C"`` entry points), the same that ``check_with_nvcc`` and the CPU tests compile.
 """
 from __future__ import annotations
 
 import atexit
+import re
+import shutil
+import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
+from .args import launch_format
 from .render import ModuleSource, render
-from .spec import ScanSpec
-
-#: Prepared-call argument formats of each kernel family (P pointer, q long long).
-KERNEL_SIGNATURES = {"scan_sections": "PPPq", "add_prefixes": "PPq", "reduce_sections": "PPq",
-                     "scan_tiles": "PPPPPQIq"}
 
 
 class GPUUnavailableError(RuntimeError):
@@ -21,7 +24,9 @@ class GPUUnavailableError(RuntimeError):
 
 
 class ScanCompileError(RuntimeError):
-    """nvcc rejected the emitted source; the message holds nvcc's output and the numbered source."""
+    """nvcc rejected the emitted source. The message names the user code the first error is
+    in (input_expr, output_statement, operator, preamble) and shows the numbered source
+    around it."""
 
 
 def require_pycuda():
@@ -33,7 +38,7 @@ def require_pycuda():
         raise GPUUnavailableError(
             f"running a scan needs PyCUDA, which failed to import ({err}). Install it on a "
             "machine with an NVIDIA GPU and the CUDA toolkit: pip install 'scangen[cuda]'. "
-            "Rendering (Scan.source, python -m scangen source/plan) works without it."
+            "Rendering (.source, .plan(), python -m scangen source/plan) works without it."
         ) from err
     return driver
 
@@ -71,17 +76,58 @@ def _pop_context(context) -> None:
         pass
 
 
-class CompiledScan:
-    """The prepared kernels of one module, in one context."""
+# ------------------------------------------------------------------ compile errors
 
-    def __init__(self, module, source: ModuleSource):
+_ERROR_LINE = re.compile(r"\((\d+)\): (?:error|catastrophic error)")
+
+
+def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
+    """nvcc's log, the user code the first error is in, and the numbered source around it."""
+    match = _ERROR_LINE.search(log)
+    if match is None:
+        return f"nvcc could not compile {what}:\n{log.strip()}\n--- emitted source ---\n" \
+               f"{source.numbered()}"
+    line = int(match.group(1))
+    piece = source.user_piece_at(line)
+    where = f"in your {piece}" if piece else "in scangen's generated code (please report it)"
+    return (f"nvcc could not compile {what}: the first error is {where}, line {line}:\n"
+            f"{log.strip()}\n--- emitted source around line {line} ---\n"
+            f"{source.numbered(around=line)}")
+
+
+def _what(kernel_spec) -> str:
+    spec = kernel_spec.scan
+    return f"{kernel_spec.hooks.title} ({spec.operator.name!r} on {spec.etype.name})"
+
+
+def check_with_nvcc(kernel_spec, arch: str = "sm_90") -> None:
+    """Compile the module with the nvcc on PATH, without a GPU or PyCUDA."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise GPUUnavailableError("check_compile needs nvcc (the CUDA toolkit) on PATH")
+    source = render(kernel_spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "module.cu"
+        path.write_text(source.text)
+        result = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-o", str(path.with_suffix(
+            ".cubin")), str(path)], capture_output=True, text=True)
+    if result.returncode != 0:
+        log = (result.stderr + result.stdout).replace(str(path), "module.cu")
+        raise ScanCompileError(describe_compile_error(source, log, _what(kernel_spec)))
+
+
+# ------------------------------------------------------------------ compile and load
+
+class CompiledModule:
+    """The prepared kernels of one module, in one context, by kernel name."""
+
+    def __init__(self, module, kernel_spec):
         self.module = module
         self.functions = {}
-        for name in source.kernel_names:
-            family = next(f for f in KERNEL_SIGNATURES if name.startswith(f))
-            function = module.get_function(name)
-            function.prepare(KERNEL_SIGNATURES[family])
-            self.functions[name] = function
+        for kernel in kernel_spec.kernels:
+            function = module.get_function(kernel.name)
+            function.prepare(launch_format(kernel.parameters(kernel_spec.hooks.arguments)))
+            self.functions[kernel.name] = function
 
 
 _cache: dict = {}
@@ -95,42 +141,40 @@ def _arch(context) -> str:
     return f"sm_{major}{minor}"
 
 
-def _cubin(source: ModuleSource, spec: ScanSpec, arch: str) -> bytes:
+def _cubin(kernel_spec, arch: str) -> bytes:
     """nvcc through PyCUDA, whose on-disk cache is keyed by source, options, arch and nvcc."""
     from pycuda.compiler import compile as nvcc_compile
     from pycuda.driver import CompileError
 
+    source = render(kernel_spec)
     try:
-        return nvcc_compile(source.text, arch=arch)
+        return nvcc_compile(source.text, arch=arch, no_extern_c=True)
     except CompileError as err:
-        raise ScanCompileError(
-            f"nvcc could not compile the scan for {spec.operator.name!r} on "
-            f"{spec.etype.name}:\n{err.stderr or err}\n--- emitted source ---\n"
-            f"{source.numbered()}"
-        ) from None
+        raise ScanCompileError(describe_compile_error(
+            source, str(err.stderr or err), _what(kernel_spec))) from None
 
 
-def compile_spec(spec: ScanSpec) -> CompiledScan:
-    """Compile (or fetch from the in-memory cache) the module for ``spec`` in this context."""
+def compile_kernel(kernel_spec) -> CompiledModule:
+    """Compile (or fetch from the in-memory cache) the module of ``kernel_spec`` in the
+    current context."""
     global compile_count
     context = current_context()
-    key = (spec, context.handle)
+    key = (kernel_spec, context.handle)
     with _lock:
         compiled = _cache.get(key)
         if compiled is not None:
             return compiled
-        source = render(spec)
-        cubin = _cubin(source, spec, _arch(context))
+        cubin = _cubin(kernel_spec, _arch(context))
         compile_count += 1
         from pycuda.driver import module_from_buffer
 
-        compiled = CompiledScan(module_from_buffer(cubin), source)
+        compiled = CompiledModule(module_from_buffer(cubin), kernel_spec)
         _cache[key] = compiled
         return compiled
 
 
-def precompile(specs, workers: int | None = None) -> None:
-    """Run nvcc for many specs in parallel threads, filling PyCUDA's disk cache.
+def precompile(kernel_specs, workers: int | None = None) -> None:
+    """Run nvcc for many kernel specs in parallel threads, filling PyCUDA's disk cache.
 
     Loading still happens lazily (and cheaply) on first use in each context; this only
     takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.
@@ -138,7 +182,7 @@ def precompile(specs, workers: int | None = None) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     arch = _arch(current_context())
-    unique = list(dict.fromkeys(specs))
+    unique = list(dict.fromkeys(kernel_specs))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        for _ in pool.map(lambda s: _cubin(render(s), s, arch), unique):
+        for _ in pool.map(lambda s: _cubin(s, arch), unique):
             pass

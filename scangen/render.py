@@ -1,14 +1,15 @@
-"""Spec -> CUDA text. One Jinja2 Environment, StrictUndefined; no CUDA import here."""
+"""Kernel spec -> CUDA text. One Jinja2 Environment, StrictUndefined; no CUDA import here."""
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from . import tuning
-from .spec import ScanSpec
+from .args import c_parameters
+from .strategies.tile_state import TileState
 
 _HERE = Path(__file__).resolve().parent
 #: Installed wheels carry the templates inside the package; a source checkout (or an
@@ -34,105 +35,104 @@ def environment() -> jinja2.Environment:
     )
 
 
+_USER_BEGIN = re.compile(r"^// user (.+) \{$")
+_USER_END = re.compile(r"^// \} user (.+)$")
+
+
 @dataclass(frozen=True)
 class ModuleSource:
-    """The CUDA text of one module and the kernels it defines."""
+    """The CUDA text of one module, its kernels, and where the user's code sits in it."""
 
     text: str
     kernel_names: tuple[str, ...]
 
-    def numbered(self) -> str:
-        """The text with line numbers, as shown next to compiler errors."""
+    def numbered(self, around: int | None = None, context: int = 6) -> str:
+        """The text with line numbers (all of it, or ``context`` lines either side of
+        line ``around``), as shown next to compiler errors."""
         lines = self.text.splitlines()
         width = len(str(len(lines)))
-        return "\n".join(f"{i:>{width}} | {line}" for i, line in enumerate(lines, 1))
+        first, last = 1, len(lines)
+        if around is not None:
+            first, last = max(1, around - context), min(len(lines), around + context)
+        return "\n".join(f"{'>' if i == around else ' '}{i:>{width}} | {lines[i - 1]}"
+                         for i in range(first, last + 1))
 
+    @functools.cached_property
+    def user_spans(self) -> dict:
+        """{piece of user code: (first line, last line)}, 1-based, from the markers the
+        templates put around it."""
+        spans, open_at = {}, {}
+        for number, line in enumerate(self.text.splitlines(), 1):
+            begin, end = _USER_BEGIN.match(line), _USER_END.match(line)
+            if begin:
+                open_at[begin.group(1)] = number + 1
+            elif end and end.group(1) in open_at:
+                spans[end.group(1)] = (open_at.pop(end.group(1)), number - 1)
+        return spans
 
-#: Threads per block of the add_prefixes kernel (a plain elementwise pass).
-ADD_BLOCK_SIZE = 256
-
-
-def add_block_size(spec: ScanSpec) -> int:
-    return min(ADD_BLOCK_SIZE, spec.section_size)
-
-
-SINGLE_PASS_STRATEGIES = ("auto", "chained", "decoupled_lookback")
-
-
-def tiles_strategy(spec: ScanSpec) -> str | None:
-    """The single-pass strategy the module's tile kernel implements, if it has one."""
-    if spec.strategy not in SINGLE_PASS_STRATEGIES:
+    def user_piece_at(self, line: int) -> str | None:
+        """The user code (input_expr, output_statement, operator, ...) that line is in."""
+        for piece, (first, last) in self.user_spans.items():
+            if first <= line <= last:
+                return piece
         return None
-    return "chained" if spec.strategy == "chained" else "decoupled_lookback"
 
 
-def _scans_totals(spec: ScanSpec) -> bool:
-    """Whether the module scans section totals (hierarchical, reduce_then_scan, auto)."""
-    return spec.strategy in ("hierarchical", "reduce_then_scan", "auto")
+def _kernel_context(kernel, hooks, spec) -> dict:
+    parameters = kernel.parameters(hooks.arguments)
+    io_names = ", ".join(a.name for a in kernel.io_parameters(hooks.arguments))
+    io_struct = "UserIO" if kernel.io == "user" else "TotalsIO"
+    bounds = "BLOCK_SIZE"
+    if kernel.family.single_pass:
+        bounds += f", {spec.tuning.tile_min_blocks(spec.block_size)}"
+    return dict(name=kernel.name, family=kernel.family.name, bounds=bounds,
+                parameters=c_parameters(parameters), io=f"{io_struct}{{{io_names}}}",
+                family_arguments=[a.name for a in kernel.family.parameters])
 
 
-def section_modes(spec: ScanSpec) -> tuple[str, ...]:
-    """Block scans the module needs: the user's mode, and exclusive for scanning totals."""
-    if not _scans_totals(spec) or spec.mode == "exclusive":
-        return (spec.mode,)
-    return ("inclusive", "exclusive")
-
-
-def kernel_names(spec: ScanSpec) -> tuple[str, ...]:
-    """Every kernel of the module, in the order the source defines them.
-
-    scan_sections_<mode> is in every module: it is the one-block path for any n that fits
-    one section, whatever the strategy.
-    """
-    names = tuple(f"scan_sections_{m}" for m in section_modes(spec))
-    if _scans_totals(spec):
-        names += ("add_prefixes",)
-    if spec.strategy in ("reduce_then_scan", "auto"):
-        names += ("reduce_sections", f"scan_sections_seeded_{spec.mode}")
-    if tiles_strategy(spec):
-        names += (f"scan_tiles_{spec.mode}",)
-    return names
-
-
-def packed_status(spec: ScanSpec) -> bool:
-    """Values of 32 bits or less share one 64-bit status word with their flag."""
-    return spec.etype.itemsize <= 4
-
-
-def template_context(spec: ScanSpec) -> dict:
+def template_context(kernel_spec) -> dict:
+    spec, hooks = kernel_spec.scan, kernel_spec.hooks
     etype = spec.etype
+    kernels = kernel_spec.kernels
+    strategy = kernel_spec.strategy
+    state = TileState(etype.itemsize)
     return dict(
+        title=hooks.title,
         dtype=etype.name,
         c_type=etype.c_name,
         operator_name=spec.operator.name,
         combine_expression=spec.operator.c_expression(etype),
         identity=spec.identity_literal,
-        preamble=spec.operator.preamble.strip(),
-        mode=spec.mode,
+        operator_preamble=spec.operator.preamble.strip(),
+        preamble=hooks.preamble,
+        arguments=[a.declaration for a in hooks.arguments],
+        input_expr=hooks.input_expr,
+        output_statement=hooks.output_statement,
         algorithm=spec.algorithm,
         section_size=spec.section_size,
         block_size=spec.block_size,
         items_per_thread=spec.items_per_thread,
         pad_every=spec.pad_every,
         strategy=spec.strategy,
-        strategy_of_tiles=tiles_strategy(spec),
-        packed_status=packed_status(spec),
-        backoff_min_ns=tuning.BACKOFF_MIN_NS,
-        backoff_max_ns=tuning.BACKOFF_MAX_NS,
-        tile_min_blocks=tuning.tile_min_blocks(spec.block_size),
-        section_modes=section_modes(spec),
-        kernel_names=kernel_names(spec),
-        add_block_size=add_block_size(spec),
+        protocol=getattr(strategy, "protocol", None),
+        packed_status=state.packed,
+        status_word_bits=state.slot_word_bits,
+        status_slot_words=state.slot_words,
+        backoff_min_ns=spec.tuning.backoff_min_ns,
+        backoff_max_ns=spec.tuning.backoff_max_ns,
+        ios=sorted({k.io for k in kernels}),
+        families=list(dict.fromkeys(k.family.name for k in kernels)),
+        kernels=[_kernel_context(k, hooks, spec) for k in kernels],
     )
 
 
 @functools.lru_cache(maxsize=256)
-def render(spec: ScanSpec) -> ModuleSource:
-    """Render the module for ``spec``. Pure text; works with no GPU and no pycuda."""
-    context = template_context(spec)
+def render(kernel_spec) -> ModuleSource:
+    """Render the module for ``kernel_spec``. Pure text; works with no GPU and no pycuda."""
+    context = template_context(kernel_spec)
     try:
-        text = environment().get_template("scan.cu.j2").render(**context)
+        text = environment().get_template("module.cu.j2").render(**context)
     except jinja2.TemplateError as err:
-        raise RenderError(f"rendering scan.cu.j2 for {spec} failed: {err}\ncontext: {context}") \
-            from err
-    return ModuleSource(text, kernel_names(spec))
+        raise RenderError(f"rendering module.cu.j2 for {kernel_spec} failed: {err}\n"
+                          f"context: {context}") from err
+    return ModuleSource(text, tuple(k["name"] for k in context["kernels"]))

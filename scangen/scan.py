@@ -1,23 +1,17 @@
-"""The Scan object: validate and render once, compile once per context, launch many times."""
+"""Scan: the plain scan ``out[i] = x0 op ... op xi``, a thin client of ScanKernel."""
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 
-from .compile import (GPUUnavailableError, ScanCompileError, compile_spec, current_context,
-                      require_pycuda)
-from .plan import BufferArg, Plan, RuntimeArg, make_plan
-from .render import render
-from .spec import make_spec
+from .compile import GPUUnavailableError, ScanCompileError
+from .kernel import ScanKernel
+from .runtime.launcher import _gpuarray
+from .spec import MODES
 
 __all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
 
-#: Bound launchers kept per Scan (one per distinct n, stream and context).
-_MAX_LAUNCHERS = 256
-
-#: Temporaries start on this byte boundary inside their shared allocation.
-_TEMP_ALIGNMENT = 256
+#: What Scan's output statement writes, per mode.
+_OUTPUT = {"inclusive": "out[i] = item;", "exclusive": "out[i] = prev_item;"}
 
 
 class Scan:
@@ -44,23 +38,33 @@ class Scan:
         How sections are stitched together over the whole array: "hierarchical",
         "reduce_then_scan", "chained", "decoupled_lookback", or "auto" (the default: one
         launch when n fits a section, then decoupled look-back, and reduce_then_scan from
-        scangen.tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES of input on).
+        ``tuning.auto_reduce_then_scan_min_bytes`` of input on).
+    tuning:
+        A scangen.tuning.Tuning (default: the measured scangen.tuning.DEFAULT_TUNING); part
+        of the compile cache key.
+
+    Scan is ScanKernel with input ``x[i]`` and output ``out[i] = item`` (inclusive) or
+    ``out[i] = prev_item`` (exclusive); ``scan.kernel`` is that ScanKernel.
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
     """
 
     def __init__(self, dtype, operator="add", *, mode="inclusive", algorithm=None,
-                 section_size=None, items_per_thread=None, strategy="auto"):
-        self.spec = make_spec(dtype, operator, mode=mode, algorithm=algorithm,
-                              section_size=section_size, items_per_thread=items_per_thread,
-                              strategy=strategy)
-        self._scratch = {}  # (stream handle, context handle) -> _StreamScratch
-        self._launchers = {}  # (n, stream handle, context handle) -> _Launcher
+                 section_size=None, items_per_thread=None, strategy="auto", tuning=None):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
+        self.mode = mode
+        self.kernel = ScanKernel(dtype, operator, arguments="const scan_t *x, scan_t *out",
+                                 input_expr="x[i]", output_statement=_OUTPUT[mode],
+                                 algorithm=algorithm, section_size=section_size,
+                                 items_per_thread=items_per_thread, strategy=strategy,
+                                 tuning=tuning, title=f"{mode} scan")
+        self.spec = self.kernel.spec
 
     def __repr__(self):
         s = self.spec
-        return (f"Scan({s.etype.name}, {s.operator.name!r}, mode={s.mode!r}, "
+        return (f"Scan({s.etype.name}, {s.operator.name!r}, mode={self.mode!r}, "
                 f"algorithm={s.algorithm!r}, section_size={s.section_size}, "
                 f"items_per_thread={s.items_per_thread}, strategy={s.strategy!r})")
 
@@ -70,12 +74,12 @@ class Scan:
 
     @property
     def source(self) -> str:
-        """The CUDA source of every kernel this scan launches."""
-        return render(self.spec).text
+        """The CUDA source of every kernel this scan may launch (no GPU needed)."""
+        return self.kernel.source
 
-    def plan(self, n: int) -> Plan:
+    def plan(self, n):
         """The launches that scan ``n`` elements (no GPU needed)."""
-        return _cached_plan(self.spec, n)
+        return self.kernel.plan(n)
 
     def __call__(self, x, out=None, *, stream=None):
         """Scan ``x`` (a 1-D contiguous GPUArray) into ``out`` (new if None; may be ``x``)."""
@@ -85,20 +89,7 @@ class Scan:
             out = gpuarray.empty(n, self.dtype)
         if n == 0:
             return out
-        stream_key = 0 if stream is None else stream.handle
-        context = current_context()
-        key = (n, stream_key, context.handle)
-        launcher = self._launchers.get(key)
-        if launcher is None or launcher.stale():
-            scratch = self._scratch.get((stream_key, context.handle))
-            if scratch is None:
-                scratch = _StreamScratch(self.spec.etype.itemsize)
-                self._scratch[(stream_key, context.handle)] = scratch
-            launcher = _Launcher(self.plan(n), compile_spec(self.spec).functions, scratch)
-            if len(self._launchers) >= _MAX_LAUNCHERS:
-                self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
-            self._launchers[key] = launcher
-        launcher(x.ptr, out.ptr, stream)
+        self.kernel._runtime.launch((np.uintp(x.ptr), np.uintp(out.ptr)), n, stream)
         return out
 
     def _check_arrays(self, x, out):
@@ -128,151 +119,6 @@ class Scan:
         return gpuarray
 
 
-_gpuarray_module = None
-
-
-def _gpuarray():
-    """pycuda.gpuarray, imported once (per-call imports cost microseconds on small scans)."""
-    global _gpuarray_module
-    if _gpuarray_module is None:
-        require_pycuda()
-        from pycuda import gpuarray
-
-        _gpuarray_module = gpuarray
-    return _gpuarray_module
-
-
-class _Launcher:
-    """A plan bound to one context's kernels and one stream's scratch: per call, only the
-    input and output addresses (and the single-pass ticket base and epoch) change."""
-
-    def __init__(self, plan: Plan, kernels: dict, scratch: "_StreamScratch"):
-        self.scratch = scratch
-        self.generation = scratch.generation
-        bindings = scratch.bind(plan)
-        self.tiles = plan.single_pass_tiles
-        self.steps = []
-        for launch in plan.launches:
-            args = [_bind(arg, bindings) for arg in launch.args]
-            slots = {arg.name: i for i, arg in enumerate(launch.args)
-                     if isinstance(arg, (BufferArg, RuntimeArg))
-                     and arg.name in ("input", "output", "ticket_base", "epoch")}
-            self.steps.append((kernels[launch.kernel].prepared_async_call,
-                               (launch.grid, 1, 1), (launch.block, 1, 1), args, slots))
-
-    def stale(self) -> bool:
-        """True once the scratch was reallocated (a larger call on the same stream)."""
-        return self.generation != self.scratch.generation
-
-    def __call__(self, input_ptr: int, output_ptr: int, stream) -> None:
-        per_call = {"input": input_ptr, "output": output_ptr}
-        if self.tiles:
-            ticket_base, epoch = self.scratch.next_single_pass_call(self.tiles, stream)
-            per_call["ticket_base"] = np.uint64(ticket_base)
-            per_call["epoch"] = np.uint32(epoch)
-        for launch, grid, block, args, slots in self.steps:
-            for name, index in slots.items():
-                args[index] = per_call[name]
-            launch(grid, block, stream, *args)
-
-
-class _StreamScratch:
-    """Device scratch of one Scan for calls on one stream.
-
-    Calls on one stream run in order, so they can share scratch; calls on different streams
-    may run at once, so each stream gets its own. Two parts:
-
-    * per-call temporaries (section totals), overwritten by every call;
-    * single-pass state kept between calls: a ticket counter and the tile status array.
-      The status is tagged with a per-call epoch, so it needs no reset between calls; the
-      ticket keeps counting, and each call is told where its tickets start.
-    """
-
-    #: Epochs use 30 bits of the status word; on wrap-around the status is cleared once.
-    EPOCH_LIMIT = 1 << 30
-
-    def __init__(self, itemsize: int):
-        self.itemsize = itemsize
-        self.word_bytes = 8 if itemsize <= 4 else 4  # packed word, or a flag beside values
-        self.temporaries = None  # (allocation, nbytes)
-        self.state = None  # (allocation, tile capacity)
-        self.epoch = 0
-        self.ticket_base = 0
-        #: Bumped whenever an allocation is replaced, so launchers bound to it rebind.
-        self.generation = 0
-
-    def bind(self, plan: Plan) -> dict:
-        """Addresses of the plan's temporaries, growing the allocations if needed."""
-        driver = require_pycuda()
-        bindings = {}
-        per_call = [t for t in plan.temporaries if not t.persistent]
-        if per_call:
-            offsets, total = {}, 0
-            for temp in per_call:
-                offsets[temp.name] = total
-                total += _aligned(temp.nbytes)
-            if self.temporaries is None or self.temporaries[1] < total:
-                self.temporaries = (driver.mem_alloc(total), total)
-                self.generation += 1
-            base = int(self.temporaries[0])
-            bindings.update({name: base + offset for name, offset in offsets.items()})
-        tiles = plan.single_pass_tiles
-        if tiles:
-            # Layout fixed by the capacity, not by n, so every call finds the ticket and
-            # each tile's status where earlier calls left them.
-            if self.state is None or self.state[1] < tiles:
-                capacity = max(tiles, 2 * self.state[1] if self.state else 0)
-                nbytes = self._state_bytes(capacity)
-                allocation = driver.mem_alloc(nbytes)
-                driver.memset_d8(allocation, 0, nbytes)
-                self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
-                self.generation += 1
-            allocation, capacity = self.state
-            base = int(allocation)
-            bindings.update({
-                "ticket": base,
-                "status": base + _TEMP_ALIGNMENT,
-                "status_values": base + _TEMP_ALIGNMENT + _aligned(capacity * self.word_bytes),
-            })
-        return bindings
-
-    def next_single_pass_call(self, tiles: int, stream) -> tuple[int, int]:
-        """(ticket base, epoch) for the next single-pass call of ``tiles`` tiles."""
-        self.epoch += 1
-        if self.epoch == self.EPOCH_LIMIT:
-            allocation, capacity = self.state
-            require_pycuda().memset_d8_async(int(allocation) + _TEMP_ALIGNMENT, 0,
-                                             self._state_bytes(capacity) - _TEMP_ALIGNMENT,
-                                             stream)
-            self.epoch = 1
-        ticket_base = self.ticket_base
-        self.ticket_base += tiles
-        return ticket_base, self.epoch
-
-    def _state_bytes(self, capacity: int) -> int:
-        values = 0 if self.itemsize <= 4 else 2 * capacity * self.itemsize
-        return _TEMP_ALIGNMENT + _aligned(capacity * self.word_bytes) + values
-
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // _TEMP_ALIGNMENT) * _TEMP_ALIGNMENT
-
-
-def _bind(arg, bindings):
-    if isinstance(arg, BufferArg):
-        return bindings.get(arg.name)  # input and output are filled in per call
-    if arg is None:
-        return np.uintp(0)
-    if isinstance(arg, RuntimeArg):
-        return None  # filled in per call by _Launcher
-    return np.int64(arg)
-
-
 def _overlaps(a, b) -> bool:
     a_start, b_start = a.ptr, b.ptr
     return a_start < b_start + b.nbytes and b_start < a_start + a.nbytes
-
-
-@functools.lru_cache(maxsize=1024)
-def _cached_plan(spec, n):
-    return make_plan(spec, n)

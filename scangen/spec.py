@@ -1,4 +1,7 @@
-"""A frozen, validated description of one scan: everything that changes the emitted CUDA.
+"""A frozen, validated description of how to scan: the value type, the operator, how a block
+scans its section (algorithm, section, items per thread), how sections are stitched
+together (strategy) and the tuning. What is scanned and where results go (the hooks) live
+in scangen.kernel; the two together are everything that changes the emitted CUDA.
 
 Validation happens here, at construction, so that a bad request fails with a message that
 says what to change, never later inside the compiler or the GPU.
@@ -15,7 +18,8 @@ from .ops import Operator, resolve_operator
 from .types import ElementType
 
 MODES = ("inclusive", "exclusive")
-#: How sections are stitched into a whole-array scan. "auto" resolves per n in the planner.
+#: How sections are stitched into a whole-array scan (scangen.strategies). "auto" resolves
+#: per n in scangen.strategies.auto.
 STRATEGIES = ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
 
 MAX_BLOCK_THREADS = 1024
@@ -85,11 +89,11 @@ class ScanSpec:
 
     etype: ElementType
     operator: Operator
-    mode: str
     algorithm: str
     section_size: int
     items_per_thread: int
     strategy: str
+    tuning: tuning.Tuning = tuning.DEFAULT_TUNING
 
     @property
     def block_size(self) -> int:
@@ -120,27 +124,26 @@ class ScanSpec:
         return self.operator.identity_literal(self.etype)
 
 
-def make_spec(dtype, operator="add", *, mode="inclusive", algorithm=None, section_size=None,
-              items_per_thread=None, strategy="auto") -> ScanSpec:
+def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
+              items_per_thread=None, strategy="auto", tuning_=None) -> ScanSpec:
     """Validate user choices and freeze them into a ScanSpec.
 
     Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
     section size and items per thread tuned for the element size; other algorithms a
-    1024-element section; strategy "auto".
+    1024-element section; strategy "auto"; ``tuning_`` (a scangen.tuning.Tuning) the
+    measured defaults.
     """
     op = resolve_operator(operator)
     etype = op.check_dtype(dtype)
     if algorithm is None:
         algorithm = tuning.DEFAULT_ALGORITHM
     if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
-        fast = tuning.FAST_PATH[etype.itemsize]
+        fast = tuning.fast_path(etype.itemsize)
         section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
             fast.items_per_thread
     if section_size is None:
         section_size = tuning.DEFAULT_SECTION_SIZE
 
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
     if strategy not in STRATEGIES:
@@ -178,7 +181,11 @@ def make_spec(dtype, operator="add", *, mode="inclusive", algorithm=None, sectio
             + (" or more items_per_thread" if algo.coarsening_is_parameter else "")
         )
 
-    spec = ScanSpec(etype, op, mode, algorithm, section_size, items_per_thread, strategy)
+    if tuning_ is None:
+        tuning_ = tuning.DEFAULT_TUNING
+    if not isinstance(tuning_, tuning.Tuning):
+        raise TypeError(f"tuning must be a scangen.tuning.Tuning, not {type(tuning_).__name__}")
+    spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning_)
     if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ValueError(
             f"section_size {section_size} of {etype.name} with {algorithm} needs "

@@ -10,28 +10,20 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen import compile as scan_compile
-from scangen.ops import BUILTIN_OPERATORS, LAST_NONZERO
-from scangen.spec import ALGORITHMS, MODES, STRATEGIES, make_spec
-from scangen.types import ELEMENT_TYPES
+from scangen import LAST_NONZERO, compile as scan_compile
+from scangen.spec import ALGORITHMS, MODES, STRATEGIES
+from scangen.strategies.tile_state import EPOCH_LIMIT
 
-from .test_scan import assert_scan_equal, expected, poisoned, random_input
+from tests.support import (assert_scan_equal, expected, operator, poisoned, random_input,
+                           type_operator_pairs)
 
 SECTION = 128
 TYPES = [("int32", "add"), ("float64", "last_nonzero"), ("uint8", "max"),
          ("int16", "last_nonzero"), ("float32", "add")]
 STRATEGY_MATRIX = list(itertools.product(STRATEGIES, ALGORITHMS, MODES, TYPES))
 #: The default configuration (warp_shuffle, tuned section, auto) for every dtype x operator.
-DEFAULT_MATRIX = [
-    (mode, t.dtype.name, name)
-    for mode, t, name in itertools.product(MODES, ELEMENT_TYPES.values(),
-                                           list(BUILTIN_OPERATORS) + ["last_nonzero"])
-    if not (name.startswith("bit_") and t.is_float)
-]
-
-
-def _operator(name):
-    return LAST_NONZERO if name == "last_nonzero" else BUILTIN_OPERATORS[name]
+DEFAULT_MATRIX = [(mode, dtype, op_name)
+                  for mode, (dtype, op_name) in itertools.product(MODES, type_operator_pairs())]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,10 +32,11 @@ def _compile_in_parallel():
         scan_compile.current_context()
     except Exception:
         return  # the gpu fixture reports the skip (or the failure) per test
-    specs = [make_spec(d, _operator(o), mode=m, algorithm=a, strategy=s, section_size=SECTION)
+    scans = [scangen.Scan(d, operator(o), mode=m, algorithm=a, strategy=s,
+                          section_size=SECTION)
              for s, a, m, (d, o) in STRATEGY_MATRIX]
-    specs += [make_spec(d, _operator(o), mode=m) for m, d, o in DEFAULT_MATRIX]
-    scan_compile.precompile(specs, workers=16)
+    scans += [scangen.Scan(d, operator(o), mode=m) for m, d, o in DEFAULT_MATRIX]
+    scan_compile.precompile([s.kernel.kernel_spec for s in scans], workers=16)
 
 
 def check(gpu, rng, scan, n, op_name, in_place=False):
@@ -55,13 +48,13 @@ def check(gpu, rng, scan, n, op_name, in_place=False):
     else:
         out = poisoned(gpu, rng, n, dtype)
         scan(x_gpu, out=out)
-    assert_scan_equal(out.get(), expected(x, _operator(op_name), scan.spec.mode), dtype, n)
+    assert_scan_equal(out.get(), expected(x, operator(op_name), scan.mode), dtype, n)
 
 
 @pytest.mark.parametrize("strategy,algorithm,mode,types", STRATEGY_MATRIX)
 def test_strategy_matrix(gpu, rng, strategy, algorithm, mode, types):
     dtype, op_name = types
-    scan = scangen.Scan(dtype, _operator(op_name), mode=mode, algorithm=algorithm,
+    scan = scangen.Scan(dtype, operator(op_name), mode=mode, algorithm=algorithm,
                         strategy=strategy, section_size=SECTION)
     for n in sorted({0, 1, SECTION - 1, SECTION, SECTION + 1, 2 * SECTION - 1, 2 * SECTION + 1,
                      33 * SECTION - 1, 33 * SECTION + 1, SECTION ** 2 + 1,
@@ -71,7 +64,7 @@ def test_strategy_matrix(gpu, rng, strategy, algorithm, mode, types):
 
 @pytest.mark.parametrize("mode,dtype,op_name", DEFAULT_MATRIX)
 def test_default_configuration(gpu, rng, mode, dtype, op_name):
-    scan = scangen.Scan(dtype, _operator(op_name), mode=mode)
+    scan = scangen.Scan(dtype, operator(op_name), mode=mode)
     section = scan.spec.section_size
     for n in (1, section - 1, section, section + 1, 5 * section + 3, 1_000_003):
         check(gpu, rng, scan, n, op_name)
@@ -81,7 +74,7 @@ def test_default_configuration(gpu, rng, mode, dtype, op_name):
 @pytest.mark.parametrize("dtype,op_name", [("float32", "add"), ("int64", "last_nonzero")])
 def test_far_beyond_resident(gpu, rng, strategy, dtype, op_name):
     """2^26 + 3 elements: many more tiles than the GPU runs at once."""
-    scan = scangen.Scan(dtype, _operator(op_name), strategy=strategy)
+    scan = scangen.Scan(dtype, operator(op_name), strategy=strategy)
     check(gpu, rng, scan, (1 << 26) + 3, op_name)
 
 
@@ -109,8 +102,8 @@ def test_epoch_wrap_around(gpu, rng, dtype):
     """The 30-bit epoch wraps: the status is cleared and results stay right."""
     scan = scangen.Scan(dtype, LAST_NONZERO, strategy="decoupled_lookback")
     check(gpu, rng, scan, 1_000_000, "last_nonzero")
-    (scratch,) = scan._scratch.values()
-    scratch.epoch = scratch.EPOCH_LIMIT - 3
+    (scratch,) = scan.kernel._runtime._scratch.values()
+    scratch.epoch = EPOCH_LIMIT - 3
     for _ in range(6):
         check(gpu, rng, scan, 1_000_000, "last_nonzero")
     assert 1 <= scratch.epoch < 10

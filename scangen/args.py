@@ -1,0 +1,136 @@
+"""Kernel arguments: one description yields the C parameter list, the launch format and the
+conversion of each Python value, so the three can never disagree.
+
+A ScanKernel's ``arguments`` string ("const float *x, float *out, long long *count") is
+parsed here into :class:`Argument` objects; scangen's own kernel parameters (totals, tile
+status, n) are the same objects, written in Python.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+#: C scalar types a kernel argument may have, and the numpy dtype a value is converted to.
+#: Pointers may point to any type (a scalar, scan_t, or a type the preamble declares).
+C_SCALARS: dict[str, np.dtype] = {
+    name: np.dtype(dtype) for name, dtype in (
+        ("char", "int8"), ("signed char", "int8"), ("unsigned char", "uint8"),
+        ("short", "int16"), ("unsigned short", "uint16"),
+        ("int", "int32"), ("unsigned", "uint32"), ("unsigned int", "uint32"),
+        ("long long", "int64"), ("long long int", "int64"),
+        ("unsigned long long", "uint64"), ("unsigned long long int", "uint64"),
+        ("size_t", "uint64"), ("ptrdiff_t", "int64"),
+        ("int8_t", "int8"), ("uint8_t", "uint8"), ("int16_t", "int16"), ("uint16_t", "uint16"),
+        ("int32_t", "int32"), ("uint32_t", "uint32"), ("int64_t", "int64"),
+        ("uint64_t", "uint64"),
+        ("float", "float32"), ("double", "float64"), ("bool", "bool"),
+    )
+}
+
+#: Names the generated code gives a meaning of its own inside user expressions.
+RESERVED_NAMES = frozenset({
+    "i", "n", "item", "prev_item", "last_item", "scan_t", "combine", "scan_identity", "a",
+    "b", "io", "data", "prefix", "start", "tile",
+})
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+_QUALIFIERS = ("const", "volatile", "__restrict__", "restrict")
+
+
+class ArgumentError(ValueError):
+    """An ``arguments`` string that does not parse, with the piece that does not."""
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One kernel parameter.
+
+    ``c_type`` is the type without qualifiers and without the ``*``; ``pointer`` says
+    whether the parameter is a pointer to it.
+    """
+
+    name: str
+    c_type: str
+    pointer: bool = False
+    const: bool = False
+
+    @property
+    def declaration(self) -> str:
+        """The C declaration, e.g. ``const float *x``."""
+        const = "const " if self.const else ""
+        return f"{const}{self.c_type} *{self.name}" if self.pointer else \
+            f"{const}{self.c_type} {self.name}"
+
+    @property
+    def launch_format(self) -> str:
+        """PyCUDA's prepared-call format character (struct module codes)."""
+        if self.pointer:
+            return "P"
+        return C_SCALARS[self.c_type].char
+
+    @property
+    def scalar_dtype(self) -> np.dtype | None:
+        """The numpy dtype of a scalar argument, or of what a pointer points to, if known."""
+        return C_SCALARS.get(self.c_type)
+
+
+def parse_arguments(text: str) -> tuple[Argument, ...]:
+    """Parse a C parameter list such as ``"const float *x, float *out, int k"``.
+
+    Accepts pointers to any type and scalars of the types in C_SCALARS; rejects anything
+    else with an ArgumentError naming the piece.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"arguments must be a string of C parameters, not {type(text).__name__}")
+    arguments = []
+    seen = set()
+    pieces = [p.strip() for p in text.split(",")] if text.strip() else []
+    for piece in pieces:
+        argument = _parse_one(piece)
+        if argument.name in seen:
+            raise ArgumentError(f"argument {argument.name!r} is declared twice in {text!r}")
+        seen.add(argument.name)
+        arguments.append(argument)
+    return tuple(arguments)
+
+
+def _parse_one(piece: str) -> Argument:
+    if not piece:
+        raise ArgumentError("an empty argument (two commas in a row, or a trailing comma)")
+    if any(ch in piece for ch in "[]()=;{}"):
+        raise ArgumentError(f"cannot parse argument {piece!r}: write 'type name' or "
+                            "'type *name' (arrays are passed as pointers)")
+    stars = piece.count("*")
+    if stars > 1:
+        raise ArgumentError(f"argument {piece!r}: pointers to pointers are not supported")
+    words = piece.replace("*", " * ").split()
+    if len(words) < 2 or not _IDENTIFIER.match(words[-1]):
+        raise ArgumentError(f"cannot parse argument {piece!r}: it needs a type and a name")
+    name = words[-1]
+    if name in RESERVED_NAMES or name.startswith("scangen_"):
+        raise ArgumentError(f"argument name {name!r} is reserved (scangen uses it inside the "
+                            f"kernel); reserved: {', '.join(sorted(RESERVED_NAMES))}")
+    type_words = [w for w in words[:-1] if w != "*"]
+    const = "const" in type_words
+    if stars and words[-2] != "*":
+        raise ArgumentError(f"cannot parse argument {piece!r}")
+    c_type = " ".join(w for w in type_words if w not in _QUALIFIERS)
+    if not c_type or not all(_IDENTIFIER.match(w) for w in c_type.split()):
+        raise ArgumentError(f"cannot parse argument {piece!r}: no type before {name!r}")
+    if not stars and c_type not in C_SCALARS:
+        raise ArgumentError(
+            f"argument {piece!r}: scalar arguments must have one of the types "
+            f"{', '.join(C_SCALARS)}; pass other data through a pointer")
+    return Argument(name, c_type, pointer=bool(stars), const=const)
+
+
+def c_parameters(arguments) -> str:
+    """The C parameter list of ``arguments``."""
+    return ", ".join(a.declaration for a in arguments)
+
+
+def launch_format(arguments) -> str:
+    """PyCUDA's prepared-call format string of ``arguments``."""
+    return "".join(a.launch_format for a in arguments)

@@ -1,0 +1,187 @@
+"""ScanKernel: the one generic scan every other piece is built from.
+
+A ScanKernel scans values computed by ``input_expr`` at each index ``i`` with an associative
+operator, and runs ``output_statement`` for each ``i`` with the inclusive prefix ``item``,
+the exclusive prefix ``prev_item`` and the total ``last_item``. ``Scan`` is one client
+(``out[i] = item``); a compaction is another (``if (item != prev_item) out[prev_item] = x[i];``).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from .args import Argument, parse_arguments
+from .spec import ScanSpec, make_spec
+from .strategies import Strategy, strategy_for
+
+_LAST_ITEM = re.compile(r"\blast_item\b")
+
+
+class HookError(ValueError):
+    """User code (input_expr, output_statement, preamble) that cannot be what it claims."""
+
+
+def _strip_literals_and_comments(code: str) -> str:
+    """The code with string/char literals and comments blanked, for bracket counting."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", code, flags=re.S)
+    return re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', "0", code)
+
+
+def check_code(code: str, what: str, *, expression: bool) -> str:
+    """Reject user code that would escape its place in the template: unbalanced brackets,
+    and, for an expression, a ';' (it must be one expression, not statements)."""
+    if not isinstance(code, str):
+        raise TypeError(f"{what} must be a string of C code, not {type(code).__name__}")
+    bare = _strip_literals_and_comments(code)
+    if expression and not bare.strip():
+        raise HookError(f"{what} is empty; write a C expression")
+    if expression and ";" in bare:
+        raise HookError(f"{what} must be a single C expression (no ';'): {code!r}")
+    depth = []
+    pairs = {")": "(", "]": "[", "}": "{"}
+    for ch in bare:
+        if ch in "([{":
+            depth.append(ch)
+        elif ch in pairs:
+            if not depth or depth.pop() != pairs[ch]:
+                raise HookError(f"{what} has an unmatched {ch!r}: {code!r}")
+    if depth:
+        raise HookError(f"{what} has an unclosed {depth[-1]!r}: {code!r}")
+    return code
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What is scanned and what becomes of the results."""
+
+    arguments: tuple[Argument, ...]
+    input_expr: str
+    output_statement: str
+    preamble: str = ""
+    #: Shown in the module header and in plans.
+    title: str = "ScanKernel"
+
+    @property
+    def uses_last_item(self) -> bool:
+        return bool(_LAST_ITEM.search(_strip_literals_and_comments(self.output_statement)))
+
+
+def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel"):
+    parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
+    check_code(input_expr, "input_expr", expression=True)
+    check_code(output_statement, "output_statement", expression=False)
+    check_code(preamble, "preamble", expression=False)
+    return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Everything that changes the binary: the scan (type, operator, algorithm, section,
+    strategy, tuning) and the hooks. Hashable: it keys the compile and plan caches."""
+
+    scan: ScanSpec
+    hooks: Hooks
+
+    def __post_init__(self):
+        self.strategy  # raises if the strategy cannot serve the hooks (last_item)
+
+    @property
+    def strategy(self) -> Strategy:
+        return strategy_for(self.scan.strategy, self.hooks.uses_last_item)
+
+    @property
+    def kernels(self):
+        """Every kernel of the module, in the order the source defines them."""
+        return self.strategy.kernels()
+
+
+class ScanKernel:
+    """A generic scan with input and output hooks (PyOpenCL's GenericScanKernel, for CUDA).
+
+    Parameters
+    ----------
+    dtype:
+        The scan (accumulator) type: int8 .. uint64, float32, float64.
+    operator:
+        A built-in name (add, mul, min, max, bit_and, bit_or, bit_xor) or a scangen.Operator;
+        associative, not necessarily commutative (operand order is kept).
+    arguments:
+        The kernel's C parameters, e.g. ``"const float *x, float *out, long long *count"``.
+        Pointers to any type, scalars of the C types in scangen.args.C_SCALARS.
+    input_expr:
+        A C expression: the value scanned at index ``i``. It sees the arguments, ``i``
+        (long long) and ``n``. It may be evaluated more than once per index and must have no
+        side effects.
+    output_statement:
+        C statements run once for each index ``i`` in ``[0, n)``. They see the arguments,
+        ``i``, ``n``, ``item`` (the inclusive prefix through ``i``), ``prev_item`` (the
+        exclusive prefix: the identity at ``i == 0``) and ``last_item`` (the total over all
+        ``n``). Using ``last_item`` needs a strategy that knows the total before its output
+        pass: ``auto`` then always takes ``reduce_then_scan``; ``chained`` and
+        ``decoupled_lookback`` are refused. The statement for ``i`` runs after
+        ``input_expr`` was evaluated for every index of ``i``'s section, so writing at
+        ``i`` into an array ``input_expr`` reads at ``i`` only is safe (a scan in place).
+    preamble:
+        C text emitted before the kernels: device helper functions, types.
+    algorithm, section_size, items_per_thread, strategy, tuning:
+        As for scangen.Scan.
+
+    Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
+    ``arguments`` (pycuda GPUArrays or integer device addresses for pointers, numbers for
+    scalars); ``n`` defaults to the length of the first array argument.
+    """
+
+    def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
+                 preamble="", algorithm=None, section_size=None, items_per_thread=None,
+                 strategy="auto", tuning=None, title="ScanKernel"):
+        scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
+                         items_per_thread=items_per_thread, strategy=strategy, tuning_=tuning)
+        hooks = make_hooks(arguments, input_expr, output_statement, preamble, title)
+        self.kernel_spec = KernelSpec(scan, hooks)
+        from .runtime.launcher import Runtime
+
+        self._runtime = Runtime(self.kernel_spec)
+
+    @property
+    def spec(self) -> ScanSpec:
+        return self.kernel_spec.scan
+
+    @property
+    def arguments(self) -> tuple[Argument, ...]:
+        return self.kernel_spec.hooks.arguments
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.spec.etype.dtype
+
+    def __repr__(self):
+        s, h = self.spec, self.kernel_spec.hooks
+        return (f"ScanKernel({s.etype.name}, {s.operator.name!r}, "
+                f"arguments={', '.join(a.declaration for a in h.arguments)!r}, "
+                f"input_expr={h.input_expr!r}, output_statement={h.output_statement!r}, "
+                f"algorithm={s.algorithm!r}, section_size={s.section_size}, "
+                f"strategy={s.strategy!r})")
+
+    @property
+    def source(self) -> str:
+        """The CUDA source of every kernel this scan may launch (no GPU needed)."""
+        from .render import render
+
+        return render(self.kernel_spec).text
+
+    def plan(self, n):
+        """The launches that scan ``n`` elements (no GPU needed)."""
+        return self._runtime.plan(n)
+
+    def check_compile(self) -> None:
+        """Compile the module with nvcc from PATH (no GPU needed); raise ScanCompileError
+        naming the user code an error is in, with the numbered source around it."""
+        from .compile import check_with_nvcc
+
+        check_with_nvcc(self.kernel_spec)
+
+    def __call__(self, *args, n=None, stream=None):
+        """Run the scan over ``n`` indices (default: the first array argument's length)."""
+        self._runtime(args, n=n, stream=stream)

@@ -1,0 +1,84 @@
+"""The kernels a module can hold: one table, read by the strategies (which launch them), the
+renderer (which emits their entry points) and the compiler (which prepares their calls).
+
+Each kernel is a *family* (what it does: scan one section, reduce sections, ...) applied to
+an *io* (where its values come from and where results go):
+
+* ``user``: the ScanKernel's hooks: its arguments, ``input_expr`` and ``output_statement``;
+* ``totals``: scangen's own section totals, scanned exclusively in place (the inner levels
+  of hierarchical and reduce_then_scan).
+
+The entry point ``<family>_<io>`` takes the io's parameters, then the family's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .args import Argument
+
+N = Argument("n", "long long")
+
+IOS = ("user", "totals")
+#: The totals io: one array of scan_t, read at i and overwritten with the exclusive prefix.
+TOTALS_PARAMETERS = (Argument("values", "scan_t", pointer=True),)
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """What a kernel does; its template macro in templates/kernels/ has the same name."""
+
+    name: str
+    parameters: tuple[Argument, ...]
+    summary: str
+    #: The single-pass kernel is launched with a register bound and reads tile status.
+    single_pass: bool = False
+
+
+ONE_SECTION = KernelFamily(
+    "scan_one_section", (N,), "the whole scan in one block (n fits one section)")
+SCAN_SECTIONS = KernelFamily(
+    "scan_sections",
+    (Argument("partial", "scan_t", pointer=True), Argument("totals", "scan_t", pointer=True), N),
+    "hierarchical pass 1: scan each section into partial, its total into totals")
+ADD_PREFIXES = KernelFamily(
+    "add_prefixes",
+    (Argument("partial", "scan_t", pointer=True, const=True),
+     Argument("prefixes", "scan_t", pointer=True, const=True), N),
+    "hierarchical pass 2: combine each section with its prefix and emit the results")
+REDUCE_SECTIONS = KernelFamily(
+    "reduce_sections", (Argument("totals", "scan_t", pointer=True), N),
+    "reduce_then_scan pass 1: each section's total into totals")
+SCAN_SEEDED = KernelFamily(
+    "scan_seeded", (Argument("prefixes", "scan_t", pointer=True, const=True), N),
+    "reduce_then_scan pass 2: scan each section seeded with its prefix and emit the results")
+SCAN_TILES = KernelFamily(
+    "scan_tiles",
+    (Argument("status", "void", pointer=True), Argument("status_values", "void", pointer=True),
+     Argument("ticket", "unsigned long long", pointer=True),
+     Argument("ticket_base", "unsigned long long"), Argument("epoch", "unsigned int"), N),
+    "single pass: tiles in ticket order, each prefix from the tile status", single_pass=True)
+
+FAMILIES = (ONE_SECTION, SCAN_SECTIONS, ADD_PREFIXES, REDUCE_SECTIONS, SCAN_SEEDED, SCAN_TILES)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One ``__global__`` entry point of a module."""
+
+    family: KernelFamily
+    io: str
+
+    def __post_init__(self):
+        if self.io not in IOS:
+            raise ValueError(f"unknown io {self.io!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.family.name}_{self.io}"
+
+    def io_parameters(self, user_arguments: tuple[Argument, ...]) -> tuple[Argument, ...]:
+        return tuple(user_arguments) if self.io == "user" else TOTALS_PARAMETERS
+
+    def parameters(self, user_arguments: tuple[Argument, ...]) -> tuple[Argument, ...]:
+        """Every parameter of the entry point, in order."""
+        return self.io_parameters(user_arguments) + self.family.parameters

@@ -1,0 +1,204 @@
+"""Calling a kernel spec: convert the user's arguments, bind a plan to one context's kernels
+and one stream's scratch, launch. Per call, only the user's arguments (and the single-pass
+ticket base and epoch) change."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..compile import compile_kernel, current_context, require_pycuda
+from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
+from .scratch import StreamScratch
+
+#: Bound launchers kept per kernel spec (one per distinct n, stream and context).
+_MAX_LAUNCHERS = 256
+
+
+@functools.lru_cache(maxsize=1024)
+def cached_plan(kernel_spec, n):
+    return make_plan(kernel_spec, n)
+
+
+class Launcher:
+    """A plan bound to one context's kernels and one stream's scratch."""
+
+    def __init__(self, plan, functions: dict, scratch: StreamScratch):
+        self.scratch = scratch
+        self.generation = scratch.generation
+        bindings = scratch.bind(plan)
+        self.tiles = plan.single_pass_tiles
+        self.steps = []
+        for launch in plan.launches:
+            takes_user_args = launch.args[0] is USER_ARGS
+            args = [_bind(arg, bindings) for arg in launch.args[1 if takes_user_args else 0:]]
+            runtime_slots = [(i, arg.name) for i, arg in enumerate(
+                launch.args[1 if takes_user_args else 0:]) if isinstance(arg, RuntimeArg)]
+            self.steps.append((functions[launch.kernel.name].prepared_async_call,
+                               (launch.grid, 1, 1), (launch.block, 1, 1), takes_user_args,
+                               args, runtime_slots))
+
+    def stale(self) -> bool:
+        """True once the scratch was reallocated (a larger call on the same stream)."""
+        return self.generation != self.scratch.generation
+
+    def __call__(self, user_values: tuple, stream) -> None:
+        runtime = {}
+        if self.tiles:
+            ticket_base, epoch = self.scratch.next_single_pass_call(self.tiles, stream)
+            runtime = {"ticket_base": np.uint64(ticket_base), "epoch": np.uint32(epoch)}
+        for launch, grid, block, takes_user_args, args, runtime_slots in self.steps:
+            for index, name in runtime_slots:
+                args[index] = runtime[name]
+            if takes_user_args:
+                launch(grid, block, stream, *user_values, *args)
+            else:
+                launch(grid, block, stream, *args)
+
+
+def _bind(arg, bindings):
+    if isinstance(arg, BufferArg):
+        return bindings[arg.name]
+    if arg is NULL:
+        return np.uintp(0)
+    if isinstance(arg, RuntimeArg):
+        return None  # filled in per call
+    return np.int64(arg)
+
+
+class Runtime:
+    """Everything a kernel spec needs to run: plans, per-stream scratch, bound launchers."""
+
+    def __init__(self, kernel_spec):
+        self.kernel_spec = kernel_spec
+        self._scratch = {}  # (stream handle, context handle) -> StreamScratch
+        self._launchers = {}  # (n, stream handle, context handle) -> Launcher
+
+    def plan(self, n):
+        return cached_plan(self.kernel_spec, n)
+
+    def __call__(self, args, *, n=None, stream=None) -> None:
+        values, n = convert_arguments(self.kernel_spec.hooks.arguments,
+                                      self.kernel_spec.scan.etype.dtype, args, n)
+        self.launch(values, n, stream)
+
+    def launch(self, user_values: tuple, n: int, stream) -> None:
+        """Launch over n indices with already converted argument values."""
+        if n == 0:
+            return
+        stream_key = 0 if stream is None else stream.handle
+        context = current_context()
+        key = (n, stream_key, context.handle)
+        launcher = self._launchers.get(key)
+        if launcher is None or launcher.stale():
+            scratch = self._scratch.get((stream_key, context.handle))
+            if scratch is None:
+                scratch = StreamScratch(self.kernel_spec.scan.etype.itemsize)
+                self._scratch[(stream_key, context.handle)] = scratch
+            launcher = Launcher(self.plan(n), compile_kernel(self.kernel_spec).functions,
+                                scratch)
+            if len(self._launchers) >= _MAX_LAUNCHERS:
+                self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
+            self._launchers[key] = launcher
+        launcher(user_values, stream)
+
+
+# ------------------------------------------------------------------ argument conversion
+
+def _device_array(value):
+    """(address, length, dtype) of a device array, or None if value is not one."""
+    gpuarray = _gpuarray()
+    if isinstance(value, gpuarray.GPUArray):
+        return int(value.gpudata) if value.size else 0, value.size, value.dtype
+    interface = getattr(value, "__cuda_array_interface__", None)
+    if interface is not None:
+        shape = interface["shape"]
+        size = int(np.prod(shape)) if shape else 1
+        return int(interface["data"][0]), size, np.dtype(interface["typestr"])
+    return None
+
+
+def convert_arguments(arguments, scan_dtype, args, n):
+    """The values to launch with, and n. Raises TypeError naming a wrong argument."""
+    if len(args) != len(arguments):
+        names = ", ".join(a.name for a in arguments) or "none"
+        raise TypeError(f"this kernel takes {len(arguments)} argument(s) ({names}) before n= "
+                        f"and stream=, got {len(args)}")
+    values = []
+    first_length = None
+    for argument, value in zip(arguments, args):
+        if argument.pointer:
+            address, length = _pointer(argument, value, scan_dtype)
+            if first_length is None and length is not None:
+                first_length = length
+            values.append(np.uintp(address))
+        else:
+            values.append(_scalar(argument, value))
+    if n is None:
+        if first_length is None:
+            raise TypeError("n= is required: no argument is an array whose length could be "
+                            "the number of elements")
+        n = first_length
+    else:
+        from ..plan import as_count
+
+        n = as_count(n)
+        if first_length is not None and n > first_length:
+            first = next(a for a, v in zip(arguments, args)
+                         if a.pointer and _device_array(v) is not None)
+            raise ValueError(f"n={n} is larger than the first array argument "
+                             f"{first.name!r} ({first_length} elements)")
+    return tuple(values), n
+
+
+def _pointer(argument, value, scan_dtype):
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"argument {argument.name!r} is a pointer; got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return int(value), None  # a raw device address
+    array = _device_array(value)
+    if array is None:
+        hint = " (copy it to the GPU first, e.g. pycuda.gpuarray.to_gpu)" \
+            if isinstance(value, np.ndarray) else ""
+        raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a device "
+                        f"array or address, not {type(value).__name__}{hint}")
+    address, length, dtype = array
+    expected = scan_dtype if argument.c_type == "scan_t" else argument.scalar_dtype
+    if expected is not None and dtype != expected:
+        raise TypeError(f"argument {argument.name!r} is declared {argument.declaration} "
+                        f"({expected}) but the array has dtype {dtype}")
+    return address, length
+
+
+def _scalar(argument, value):
+    dtype = argument.scalar_dtype
+    if dtype.kind in "iu":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs an "
+                            f"int, not {value!r}")
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise ValueError(f"argument {argument.name!r} = {value} does not fit "
+                             f"{argument.c_type}")
+        return dtype.type(value)
+    if dtype.kind == "b":
+        return np.uint8(bool(value))
+    if not isinstance(value, (int, float, np.integer, np.floating)) or \
+            isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a "
+                        f"number, not {value!r}")
+    return dtype.type(value)
+
+
+_gpuarray_module = None
+
+
+def _gpuarray():
+    """pycuda.gpuarray, imported once (per-call imports cost microseconds on small scans)."""
+    global _gpuarray_module
+    if _gpuarray_module is None:
+        require_pycuda()
+        from pycuda import gpuarray
+
+        _gpuarray_module = gpuarray
+    return _gpuarray_module

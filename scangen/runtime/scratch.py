@@ -1,0 +1,72 @@
+"""Device scratch of one kernel spec for calls on one stream.
+
+Calls on one stream run in order, so they can share scratch; calls on different streams
+may run at once, so each stream gets its own. Two parts:
+
+* per-call temporaries (partial scans, section totals), overwritten by every call;
+* single-pass state kept between calls: a ticket counter and the tile status, laid out by
+  scangen.strategies.tile_state. The status is tagged with a per-call epoch, so it needs no
+  reset between calls; the ticket keeps counting, and each call is told where its tickets
+  start.
+"""
+from __future__ import annotations
+
+from ..compile import require_pycuda
+from ..strategies.tile_state import EPOCH_LIMIT, TileState, aligned
+
+
+class StreamScratch:
+    def __init__(self, itemsize: int):
+        self.tile_state = TileState(itemsize)
+        self.temporaries = None  # (allocation, nbytes)
+        self.state = None  # (allocation, tile capacity)
+        self.epoch = 0
+        self.ticket_base = 0
+        #: Bumped whenever an allocation is replaced, so launchers bound to it rebind.
+        self.generation = 0
+
+    def bind(self, plan) -> dict:
+        """Addresses of the plan's temporaries, growing the allocations if needed."""
+        driver = require_pycuda()
+        bindings = {}
+        per_call = [t for t in plan.temporaries if not t.persistent]
+        if per_call:
+            offsets, total = {}, 0
+            for temp in per_call:
+                offsets[temp.name] = total
+                total += aligned(temp.nbytes)
+            if self.temporaries is None or self.temporaries[1] < total:
+                self.temporaries = (driver.mem_alloc(total), total)
+                self.generation += 1
+            base = int(self.temporaries[0])
+            bindings.update({name: base + offset for name, offset in offsets.items()})
+        tiles = plan.single_pass_tiles
+        if tiles:
+            # Layout fixed by the capacity, not by n, so every call finds the ticket and
+            # each tile's status where earlier calls left them.
+            if self.state is None or self.state[1] < tiles:
+                capacity = max(tiles, 2 * self.state[1] if self.state else 0)
+                nbytes = self.tile_state.allocation_bytes(capacity)
+                allocation = driver.mem_alloc(nbytes)
+                driver.memset_d8(allocation, 0, nbytes)
+                self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
+                self.generation += 1
+            allocation, capacity = self.state
+            base = int(allocation)
+            bindings.update({name: base + offset
+                             for name, offset in self.tile_state.offsets(capacity).items()})
+        return bindings
+
+    def next_single_pass_call(self, tiles: int, stream) -> tuple[int, int]:
+        """(ticket base, epoch) for the next single-pass call of ``tiles`` tiles."""
+        self.epoch += 1
+        if self.epoch == EPOCH_LIMIT:
+            allocation, capacity = self.state
+            status = self.tile_state.offsets(capacity)["status"]
+            require_pycuda().memset_d8_async(
+                int(allocation) + status, 0,
+                self.tile_state.allocation_bytes(capacity) - status, stream)
+            self.epoch = 1
+        ticket_base = self.ticket_base
+        self.ticket_base += tiles
+        return ticket_base, self.epoch

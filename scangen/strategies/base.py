@@ -1,0 +1,119 @@
+"""What a plan is made of, and the Strategy interface. Pure Python: no CUDA import.
+
+A plan is data: the runtime walks its launches in order, binding buffer names to device
+memory. ``python -m scangen plan`` prints the same object, so what you read is what runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..kernels import Kernel
+
+#: CUDA's limit on gridDim.x.
+MAX_GRID = 2**31 - 1
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class BufferArg:
+    """A kernel argument that is device memory: a temporary's name."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class RuntimeArg:
+    """A scalar the runtime supplies per call: "ticket_base" or "epoch" (single pass)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class UserArgs:
+    """Where the ScanKernel's own arguments go (all of them, in their order)."""
+
+
+USER_ARGS = UserArgs()
+#: A null pointer argument.
+NULL = None
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: Kernel
+    grid: int
+    block: int
+    shared_bytes: int
+    #: One entry per parameter of the family, after the io's: USER_ARGS (user io) or the
+    #: totals buffer (totals io) first.
+    args: tuple
+    bytes_read: int
+    bytes_written: int
+    level: int
+    why: str
+
+
+@dataclass(frozen=True)
+class Temporary:
+    """Device scratch. Persistent temporaries (single-pass status, ticket) keep their
+    contents from call to call on a stream and start zeroed; the others are free each call."""
+
+    name: str
+    nbytes: int
+    persistent: bool = False
+    what: str = ""
+
+
+class PlanBuilder:
+    """Collects launches and temporaries while a strategy plans."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.itemsize = spec.etype.itemsize
+        self.launches: list[Launch] = []
+        self.temporaries: list[Temporary] = []
+        #: Tiles of the single-pass launch (0: none); how many tickets a call takes.
+        self.single_pass_tiles = 0
+
+    def temporary(self, name: str, elements: int, what: str) -> BufferArg:
+        self.temporaries.append(Temporary(name, elements * self.itemsize, what=what))
+        return BufferArg(name)
+
+    def launch(self, kernel: Kernel, grid: int, io_arg, args: tuple, *, reads: int,
+               writes: int, level: int, why: str) -> None:
+        """Append a launch of ``kernel`` with the spec's block size; reads and writes count
+        elements of the scan type (extra bytes, such as tile status, go through extra)."""
+        if grid > MAX_GRID:
+            raise ValueError(f"{kernel.name} needs {grid} blocks, more than one launch can "
+                             f"have ({MAX_GRID})")
+        self.launches.append(Launch(kernel, grid, self.spec.block_size, self.spec.shared_bytes,
+                                    (io_arg,) + tuple(args), reads * self.itemsize,
+                                    writes * self.itemsize, level, why))
+
+
+class Strategy:
+    """How sections are stitched into a whole-array scan.
+
+    A strategy owns its kernels (what the module must define for it) and its plan (the
+    launches and temporaries for n elements). ``io_arg`` is USER_ARGS at the top level and
+    the totals buffer one level down.
+    """
+
+    name: str = ""
+    summary: str = ""
+    #: Whether the plan knows the total before the output pass (output may use last_item).
+    provides_last_item: bool = True
+
+    def kernels(self) -> tuple[Kernel, ...]:
+        raise NotImplementedError
+
+    def build(self, builder: PlanBuilder, n: int, io_arg, level: int) -> None:
+        raise NotImplementedError
+
+
+def io_of(io_arg) -> str:
+    """The io of a level: the user's hooks at the top, a totals buffer below."""
+    return "user" if io_arg is USER_ARGS else "totals"

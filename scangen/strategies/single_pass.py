@@ -1,0 +1,61 @@
+"""Single-pass strategies: one launch, blocks take tiles in ticket order and obtain their
+prefix from earlier tiles' published status (about 2n of traffic).
+
+* chained: the seeds' stream scan; each tile waits for its predecessor's inclusive prefix.
+* decoupled_lookback (Merrill & Garland 2016): each tile publishes its aggregate at once and
+  looks back over up to 32 predecessors at a time.
+
+The total is known only when the last tile finishes, so an output statement that uses
+last_item cannot run on these strategies.
+"""
+from __future__ import annotations
+
+from ..kernels import ONE_SECTION, SCAN_TILES, Kernel
+from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary, ceil_div
+from .one_section import ONE_SECTION_STRATEGY
+from .tile_state import TICKET_BYTES, TileState
+
+
+class SinglePass(Strategy):
+    provides_last_item = False
+
+    def __init__(self, name: str, summary: str, how: str):
+        self.name, self.summary, self.how = name, summary, how
+
+    @property
+    def protocol(self) -> str:
+        """How the tile kernel obtains its prefix (the template's switch)."""
+        return self.name
+
+    def kernels(self):
+        return (Kernel(ONE_SECTION, "user"), Kernel(SCAN_TILES, "user"))
+
+    def build(self, builder: PlanBuilder, n: int, io_arg, level: int) -> None:
+        spec = builder.spec
+        if n <= spec.section_size:
+            return ONE_SECTION_STRATEGY.build(builder, n, io_arg, level)
+        tiles = ceil_div(n, spec.section_size)
+        state = TileState(spec.etype.itemsize)
+        builder.temporaries.append(Temporary("ticket", TICKET_BYTES, persistent=True,
+                                             what="atomic tile counter"))
+        builder.temporaries.append(Temporary("status", tiles * state.word_bytes,
+                                             persistent=True, what=state.describe(tiles)))
+        values = NULL
+        if not state.packed:
+            values = BufferArg("status_values")
+            builder.temporaries.append(Temporary("status_values", state.value_bytes(tiles),
+                                                 persistent=True, what="tile value slots"))
+        builder.single_pass_tiles = tiles
+        builder.launch(Kernel(SCAN_TILES, "user"), tiles, io_arg,
+                       (BufferArg("status"), values, BufferArg("ticket"),
+                        RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
+                       reads=n, writes=n, level=level,
+                       why=f"{self.name}: {tiles} tiles in one pass, {self.how}; status "
+                           f"{state.status_bytes(tiles)} B")
+
+
+CHAINED = SinglePass("chained", "the seeds' stream scan: each tile waits for its predecessor",
+                     "each waits for its predecessor's inclusive prefix")
+DECOUPLED_LOOKBACK = SinglePass(
+    "decoupled_lookback", "decoupled look-back: one pass, ~2n traffic",
+    "each looks back over up to 32 predecessors' status at a time")

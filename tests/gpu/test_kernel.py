@@ -1,0 +1,163 @@
+"""ScanKernel on the GPU: input and output hooks on every strategy and block algorithm,
+sizes around every boundary, a non-commutative operator, last_item, and call validation.
+References are computed on the CPU with the operator itself."""
+import itertools
+
+import numpy as np
+import pytest
+
+import scangen
+from scangen import compile as scan_compile
+from scangen.spec import ALGORITHMS, STRATEGIES
+
+from tests.support import AFFINE, boundary_sizes, poison_values
+
+SECTION = 64
+ALL_STRATEGIES = [s for s in STRATEGIES]
+#: Strategies that know the total before their output pass.
+TOTAL_STRATEGIES = ["auto", "hierarchical", "reduce_then_scan"]
+
+
+def compaction(strategy, algorithm=None, section_size=SECTION):
+    return scangen.ScanKernel(
+        np.int64, "add", arguments="const float *x, float *out, long long *count",
+        input_expr="x[i] > 0.5f ? 1 : 0",
+        output_statement="if (prev_item != item) out[prev_item] = x[i];"
+                         " if (i == n - 1) *count = item;",
+        strategy=strategy, algorithm=algorithm, section_size=section_size)
+
+
+def affine_pairs(strategy, algorithm=None, section_size=SECTION):
+    """Composes maps x -> m[i] x + c[i] (non-commutative), writes both prefixes."""
+    return scangen.ScanKernel(
+        np.uint64, AFFINE,
+        arguments="const unsigned *m, const unsigned *c, unsigned long long *inclusive, "
+                  "unsigned long long *exclusive, int stride",
+        input_expr="((unsigned long long)m[i] << 32) | c[i]",
+        output_statement="inclusive[i * stride] = item; exclusive[i] = prev_item;",
+        strategy=strategy, algorithm=algorithm, section_size=section_size)
+
+
+def partition(strategy, algorithm=None, section_size=SECTION):
+    """A stable partition: uses last_item (the number of trues) to place the falses."""
+    return scangen.ScanKernel(
+        np.int32, "add", arguments="const int *x, int *out",
+        input_expr="(x[i] & 1) ? 1 : 0",
+        output_statement="if (item != prev_item) out[prev_item] = x[i];"
+                         " else out[last_item + (i - prev_item)] = x[i];",
+        strategy=strategy, algorithm=algorithm, section_size=section_size)
+
+
+CASES = list(itertools.product(ALL_STRATEGIES, ALGORITHMS))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_in_parallel():
+    try:
+        scan_compile.current_context()
+    except Exception:
+        return  # the gpu fixture reports the skip (or the failure) per test
+    kernels = [make(s, a) for s, a in CASES for make in (compaction, affine_pairs)]
+    kernels += [partition(s, a) for s, a in itertools.product(TOTAL_STRATEGIES, ALGORITHMS)]
+    scan_compile.precompile([k.kernel_spec for k in kernels], workers=16)
+
+
+@pytest.mark.parametrize("strategy,algorithm", CASES)
+def test_compaction(gpu, rng, strategy, algorithm):
+    kernel = compaction(strategy, algorithm)
+    for n in boundary_sizes(SECTION, rng):
+        x = rng.random(n).astype(np.float32)
+        out = gpu.to_gpu(poison_values(rng, np.float32, n + 1))
+        count = gpu.to_gpu(np.array([-7], np.int64))
+        kernel(gpu.to_gpu(x), out, count)
+        kept = x[x > 0.5]
+        got = out.get()
+        if n:
+            assert count.get()[0] == kept.size, n
+        np.testing.assert_array_equal(got[:kept.size], kept)
+        assert np.isnan(got[kept.size:]).all(), "wrote past the kept elements"
+
+
+@pytest.mark.parametrize("strategy,algorithm", CASES)
+def test_non_commutative_items_and_prev_items(gpu, rng, strategy, algorithm):
+    kernel = affine_pairs(strategy, algorithm)
+    for n in boundary_sizes(SECTION, rng):
+        m = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) | np.uint32(1)
+        c = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        values = (m.astype(np.uint64) << np.uint64(32)) | c.astype(np.uint64)
+        stride = 2
+        inclusive = gpu.to_gpu(poison_values(rng, np.uint64, max(1, stride * n)))
+        exclusive = gpu.to_gpu(poison_values(rng, np.uint64, n))
+        kernel(gpu.to_gpu(m), gpu.to_gpu(c), inclusive, exclusive, stride)
+        want_inclusive = scangen.reference_scan(values, AFFINE, "inclusive")
+        want_exclusive = scangen.reference_scan(values, AFFINE, "exclusive")
+        np.testing.assert_array_equal(inclusive.get()[: stride * n: stride], want_inclusive)
+        np.testing.assert_array_equal(exclusive.get(), want_exclusive)
+
+
+@pytest.mark.parametrize("strategy,algorithm",
+                         list(itertools.product(TOTAL_STRATEGIES, ALGORITHMS)))
+def test_last_item_partition(gpu, rng, strategy, algorithm):
+    kernel = partition(strategy, algorithm)
+    for n in boundary_sizes(SECTION, rng):
+        x = rng.integers(-1000, 1000, n).astype(np.int32)
+        out = gpu.to_gpu(poison_values(rng, np.int32, n))
+        kernel(gpu.to_gpu(x), out)
+        odd = (x & 1).astype(bool)
+        np.testing.assert_array_equal(out.get(), np.concatenate([x[odd], x[~odd]]))
+
+
+@pytest.mark.parametrize("strategy", ALL_STRATEGIES)
+def test_default_tile_large_input(gpu, rng, strategy):
+    """The default (tuned) tile over a size that takes auto's large-input path."""
+    kernel = compaction(strategy, section_size=None)
+    n = (1 << 23) + 5
+    x = rng.random(n).astype(np.float32)
+    out = gpu.empty(n, np.float32)
+    count = gpu.to_gpu(np.array([-7], np.int64))
+    kernel(gpu.to_gpu(x), out, count)
+    kept = x[x > 0.5]
+    assert count.get()[0] == kept.size
+    np.testing.assert_array_equal(out.get()[:kept.size], kept)
+
+
+def test_n_smaller_than_the_arrays_and_raw_addresses(gpu, rng):
+    kernel = compaction("auto")
+    x = rng.random(1000).astype(np.float32)
+    x_gpu = gpu.to_gpu(x)
+    out = gpu.to_gpu(poison_values(rng, np.float32, 1000))
+    count = gpu.to_gpu(np.array([-7], np.int64))
+    kernel(x_gpu, int(out.gpudata), int(count.gpudata), n=300)
+    kept = x[:300][x[:300] > 0.5]
+    assert count.get()[0] == kept.size
+    np.testing.assert_array_equal(out.get()[:kept.size], kept)
+
+
+def test_call_validation(gpu):
+    kernel = compaction("auto")
+    x = gpu.to_gpu(np.ones(10, np.float32))
+    out, count = gpu.empty(10, np.float32), gpu.empty(1, np.int64)
+    with pytest.raises(TypeError, match=r"takes 3 argument\(s\) \(x, out, count\).*got 2"):
+        kernel(x, out)
+    with pytest.raises(ValueError, match="n=11 is larger than the first array argument 'x'"):
+        kernel(x, out, count, n=11)
+    with pytest.raises(TypeError, match="argument 'x' is declared const float \\*x.*float64"):
+        kernel(gpu.to_gpu(np.ones(10, np.float64)), out, count)
+    with pytest.raises(TypeError, match="argument 'out'.*needs a device array.*to_gpu"):
+        kernel(x, np.ones(10, np.float32), count)
+    with pytest.raises(TypeError, match="n= is required"):
+        kernel(int(x.gpudata), out.gpudata.__int__(), int(count.gpudata))
+    scalar = affine_pairs("auto")
+    m = gpu.to_gpu(np.ones(4, np.uint32))
+    with pytest.raises(TypeError, match="argument 'stride'.*needs an int"):
+        scalar(m, m, gpu.empty(4, np.uint64), gpu.empty(4, np.uint64), 1.5)
+    with pytest.raises(ValueError, match="'stride' = 4294967296 does not fit int"):
+        scalar(m, m, gpu.empty(4, np.uint64), gpu.empty(4, np.uint64), 1 << 32)
+
+
+def test_user_code_error_names_the_piece(gpu):
+    kernel = scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out",
+                                input_expr="x[i]", output_statement="out[i] = itme;")
+    with pytest.raises(scangen.ScanCompileError, match="in your output_statement") as info:
+        kernel(gpu.to_gpu(np.ones(4, np.int32)), gpu.empty(4, np.int32))
+    assert "> " in str(info.value) and "out[i] = itme;" in str(info.value)

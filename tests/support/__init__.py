@@ -1,0 +1,155 @@
+"""What the tests share: the operator zoo (non-commutative ones first), dtype lists, input
+generators, poisoned outputs, the reference with its tolerance, boundary sizes.
+
+Import from here instead of copying a helper into a test file.
+"""
+import itertools
+
+import numpy as np
+
+import scangen
+from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
+
+DTYPES = [t.name for t in ELEMENT_TYPES.values()]
+
+# --- operators ---------------------------------------------------------------------------
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def _affine_reference(a, b):
+    a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+    ma, ca, mb, cb = a >> np.uint64(32), a & _MASK32, b >> np.uint64(32), b & _MASK32
+    return (((mb * ma) & _MASK32) << np.uint64(32)) | ((mb * ca + cb) & _MASK32)
+
+
+#: x -> m*x + c (mod 2^32) packed as m << 32 | c; combine(a, b) applies a, then b. Function
+#: composition: a prefix combined on the wrong side gives another answer. uint64 only.
+AFFINE = Operator(
+    "affine_then(a, b)", 1 << 32, name="affine_then", reference=_affine_reference,
+    preamble="""
+static __device__ __forceinline__ unsigned long long affine_then(unsigned long long a,
+                                                                 unsigned long long b)
+{
+    const unsigned long long mask = 0xFFFFFFFFull;
+    const unsigned long long m = ((b >> 32) * (a >> 32)) & mask;
+    const unsigned long long c = ((b >> 32) * (a & mask) + (b & mask)) & mask;
+    return (m << 32) | c;
+}""")
+
+
+def _saturating_reference(a, b):
+    return np.minimum(np.asarray(a, np.uint16) + np.asarray(b, np.uint16), 255).astype(np.uint8)
+
+
+#: A saturating add on uint8 through a device function in the preamble.
+SATURATING_ADD = Operator(
+    "sat_add(a, b)", 0, name="sat_add", reference=_saturating_reference,
+    preamble="""
+// saturating add: associative on non-negative values
+static __device__ __forceinline__ unsigned char sat_add(unsigned char a, unsigned char b)
+{
+    const unsigned int s = (unsigned int)a + (unsigned int)b;
+    return s > 255u ? (unsigned char)255 : (unsigned char)s;
+}""")
+
+#: A preamble with a nested aggregate initializer: "{{" is valid C and must come out verbatim.
+TABLE_LOOKUP = Operator(
+    "pick(a, b)", 0, name="table_pick",
+    preamble="static __device__ const int kTable[2][2] = {{0, 1}, {1, 0}};\n"
+             "static __device__ __forceinline__ int pick(int a, int b) "
+             "{ return b != 0 ? b : a + kTable[0][0]; }")
+
+#: Operators with a numpy twin, by name: the built-ins, then the non-commutative ones.
+OPERATORS = {**BUILTIN_OPERATORS, "last_nonzero": LAST_NONZERO}
+
+
+def operator(name):
+    return AFFINE if name == "affine_then" else OPERATORS[name]
+
+
+def valid(dtype, op):
+    """Whether op takes dtype (bitwise operators need integers)."""
+    return not (op.integer_only and np.dtype(dtype).kind == "f")
+
+
+def type_operator_pairs():
+    """Every (dtype, operator name) the library accepts among OPERATORS."""
+    return [(d, o) for d, o in itertools.product(DTYPES, OPERATORS) if valid(d, OPERATORS[o])]
+
+
+# --- data --------------------------------------------------------------------------------
+
+def boundary_sizes(section, rng, levels=3):
+    """0, 1, both sides of the section and of section^2, past section^3, and a random size."""
+    sizes = {0, 1, 2, section - 1, section, section + 1, section * section - 1,
+             section * section, section * section + 1,
+             int(rng.integers(2, 5 * section * section))}
+    if levels >= 3:
+        sizes.add(section ** 3 + 3)
+    return sorted(s for s in sizes if s >= 0)
+
+
+def random_input(rng, dtype, op_name, n):
+    """Values that exercise the operator without being trivial (never all zeros or ones)."""
+    dtype = np.dtype(dtype)
+    if op_name == "affine_then":
+        m = rng.integers(0, 2**32, n, dtype=np.uint64) | np.uint64(1)
+        c = rng.integers(0, 2**32, n, dtype=np.uint64)
+        return (m << np.uint64(32)) | c
+    if dtype.kind == "f":
+        if op_name == "mul":
+            return rng.uniform(0.999, 1.001, n).astype(dtype)
+        if op_name == "last_nonzero":
+            return np.where(rng.random(n) < 0.7, 0, rng.normal(size=n)).astype(dtype)
+        return rng.uniform(0.0, 1.0, n).astype(dtype)  # positive: add stays well conditioned
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    if op_name == "last_nonzero":
+        values[rng.random(n) < 0.7] = 0
+    if op_name == "bit_and":
+        values |= rng.integers(0, info.max, n, dtype=dtype, endpoint=True)  # keep bits alive
+    return values
+
+
+def poison_values(rng, dtype, n):
+    """Host values a correct kernel would not leave in an output by chance."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.full(n, np.nan, dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+
+def poisoned(gpuarray, rng, n, dtype):
+    """A device array full of poison."""
+    return gpuarray.to_gpu(poison_values(rng, dtype, n))
+
+
+# --- reference ---------------------------------------------------------------------------
+
+def expected(x, op, mode):
+    """Reference scan with the operator itself; float add/mul accumulate in long double to
+    keep the reference's own rounding out of the comparison."""
+    if x.dtype.kind == "f" and op.name in ("add", "mul"):
+        inclusive = op.reference.accumulate(x.astype(np.longdouble))
+        if mode == "inclusive":
+            return inclusive
+        return np.concatenate([[np.longdouble(op.identity)], inclusive[:-1]])[: x.size]
+    return scangen.reference_scan(x, op, mode)
+
+
+def assert_scan_equal(got, want, dtype, n):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        eps = np.finfo(dtype).eps
+        tolerance = eps * 16 * (np.sqrt(n) + 4)  # tree and sequential orders drift apart with n
+        np.testing.assert_allclose(got.astype(np.longdouble), want, rtol=tolerance,
+                                   atol=tolerance)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+__all__ = ["AFFINE", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
+           "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
+           "poisoned", "random_input", "type_operator_pairs", "valid"]
