@@ -137,7 +137,7 @@ class ScanKernel:
                  preamble="", algorithm=None, section_size=None, items_per_thread=None,
                  strategy="auto", tuning=None, title="ScanKernel"):
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
-                         items_per_thread=items_per_thread, strategy=strategy, tuning_=tuning)
+                         items_per_thread=items_per_thread, strategy=strategy, tuning=tuning)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title)
         self.kernel_spec = KernelSpec(scan, hooks)
         from .runtime.launcher import Runtime

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import tuning
+from . import tuning as tuning_table
 from .ops import Operator, resolve_operator
 from .types import ElementType
 
@@ -93,7 +93,7 @@ class ScanSpec:
     section_size: int
     items_per_thread: int
     strategy: str
-    tuning: tuning.Tuning = tuning.DEFAULT_TUNING
+    tuning: tuning_table.Tuning = tuning_table.DEFAULT_TUNING
 
     @property
     def block_size(self) -> int:
@@ -125,24 +125,24 @@ class ScanSpec:
 
 
 def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
-              items_per_thread=None, strategy="auto", tuning_=None) -> ScanSpec:
+              items_per_thread=None, strategy="auto", tuning=None) -> ScanSpec:
     """Validate user choices and freeze them into a ScanSpec.
 
     Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
     section size and items per thread tuned for the element size; other algorithms a
-    1024-element section; strategy "auto"; ``tuning_`` (a scangen.tuning.Tuning) the
+    1024-element section; strategy "auto"; ``tuning`` (a scangen.Tuning) the
     measured defaults.
     """
     op = resolve_operator(operator)
     etype = op.check_dtype(dtype)
     if algorithm is None:
-        algorithm = tuning.DEFAULT_ALGORITHM
+        algorithm = tuning_table.DEFAULT_ALGORITHM
     if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
-        fast = tuning.fast_path(etype.itemsize)
+        fast = tuning_table.fast_path(etype.itemsize)
         section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
             fast.items_per_thread
     if section_size is None:
-        section_size = tuning.DEFAULT_SECTION_SIZE
+        section_size = tuning_table.DEFAULT_SECTION_SIZE
 
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
@@ -181,11 +181,11 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
             + (" or more items_per_thread" if algo.coarsening_is_parameter else "")
         )
 
-    if tuning_ is None:
-        tuning_ = tuning.DEFAULT_TUNING
-    if not isinstance(tuning_, tuning.Tuning):
-        raise TypeError(f"tuning must be a scangen.tuning.Tuning, not {type(tuning_).__name__}")
-    spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning_)
+    if tuning is None:
+        tuning = tuning_table.DEFAULT_TUNING
+    if not isinstance(tuning, tuning_table.Tuning):
+        raise TypeError(f"tuning must be a scangen.Tuning, not {type(tuning).__name__}")
+    spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning)
     if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ValueError(
             f"section_size {section_size} of {etype.name} with {algorithm} needs "

@@ -202,7 +202,7 @@ def test_python_dash_m_scangen():
         [sys.executable, "-m", "scangen", "plan", "--n", "2049", "--section-size", "1024"],
         capture_output=True, text=True, env=env, cwd=ROOT.parent, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "plan: inclusive add scan of n=2049 float32" in result.stdout
+    assert "plan: inclusive scan with add over n=2049 float32" in result.stdout
     bad = subprocess.run([sys.executable, "-m", "scangen", "source", "--op", "nope"],
                          capture_output=True, text=True, env=env, cwd=ROOT.parent, timeout=60)
     assert bad.returncode == 2

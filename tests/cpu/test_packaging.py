@@ -115,4 +115,4 @@ def test_installed_wheel_imports_and_renders_outside_the_tree(wheel, tmp_path):
     module_file, template_dirs = run.stdout.splitlines()[:2]
     assert Path(module_file).resolve().is_relative_to(env_dir.resolve()), module_file
     assert str(ROOT) not in template_dirs, template_dirs
-    assert "plan: inclusive add scan of n=5000" in run.stdout
+    assert "plan: inclusive scan with add over n=5000" in run.stdout

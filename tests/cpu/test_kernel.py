@@ -1,0 +1,187 @@
+"""ScanKernel without a GPU: argument parsing, hook validation, strategy/last_item rules,
+source and plan, and the launch-side argument conversion (with GPU arrays simulated by
+objects exposing __cuda_array_interface__)."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
+from scangen.kernel import HookError
+from scangen.runtime import launcher
+
+COMPACTION = dict(arguments="const float *x, float *out, long long *count",
+                  input_expr="x[i] > 0.5f ? 1 : 0",
+                  output_statement="if (prev_item != item) out[prev_item] = x[i];"
+                                   " if (i == n - 1) *count = item;")
+
+
+def compaction(**kwargs):
+    return scangen.ScanKernel(np.int64, "add", **{**COMPACTION, **kwargs})
+
+
+# --- arguments ---------------------------------------------------------------------------
+
+def test_arguments_round_trip_to_c_and_launch_format():
+    args = parse_arguments("const float *x, float* out, unsigned long long *count, int k, "
+                           "double scale, const my_pair_t *pairs")
+    assert [a.name for a in args] == ["x", "out", "count", "k", "scale", "pairs"]
+    assert c_parameters(args) == ("const float *x, float *out, unsigned long long *count, "
+                                  "int k, double scale, const my_pair_t *pairs")
+    assert launch_format(args) == "PPPidP"
+    assert args[0].scalar_dtype == np.float32 and args[5].scalar_dtype is None
+    assert parse_arguments("") == () and parse_arguments("  ") == ()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("float x[]", "arrays are passed as pointers"),
+    ("float **x", "pointers to pointers"),
+    ("x", "needs a type and a name"),
+    ("float *x,", "empty argument"),
+    ("float *x, int x", "declared twice"),
+    ("my_t value", "scalar arguments must have one of the types"),
+    ("int n", "argument name 'n' is reserved"),
+    ("const int *item", "'item' is reserved"),
+    ("int (*f)(int)", "cannot parse"),
+])
+def test_bad_arguments_name_the_piece(text, message):
+    with pytest.raises(ArgumentError, match=message):
+        parse_arguments(text)
+
+
+def test_arguments_must_be_a_string():
+    with pytest.raises(TypeError, match="arguments must be a string"):
+        scangen.ScanKernel(np.int32, "add", arguments=["int *x"], input_expr="x[i]",
+                           output_statement="")
+
+
+# --- hooks -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field,code,message", [
+    ("input_expr", "", "input_expr is empty"),
+    ("input_expr", "x[i]; out[0] = 1", "single C expression"),
+    ("input_expr", "a); } int y = (1", "single C expression"),
+    ("input_expr", "x[i]) + (1", "unmatched"),
+    ("input_expr", "(x[i]", "unclosed"),
+    ("output_statement", "if (i) { out[i] = item;", "unclosed"),
+    ("output_statement", "out[i] = item; }", "unmatched"),
+])
+def test_hooks_that_escape_their_place_are_refused(field, code, message):
+    with pytest.raises(HookError, match=f"{field}.*{message}|{message}"):
+        compaction(**{field: code})
+
+
+def test_brackets_in_strings_and_comments_do_not_count():
+    kernel = compaction(output_statement='out[i] = x[i]; // ) } ]\n /* ( */ if (0) printf("(");')
+    assert 'printf("(");' in kernel.source
+
+
+def test_last_item_needs_a_strategy_that_knows_the_total():
+    uses_total = dict(output_statement="out[i] = x[i] / (float)last_item;")
+    for strategy in ("chained", "decoupled_lookback"):
+        with pytest.raises(ValueError, match="last_item.*'reduce_then_scan', 'hierarchical'"):
+            compaction(strategy=strategy, **uses_total)
+    kernel = compaction(strategy="auto", **uses_total)
+    assert "scan_tiles_user" not in kernel.source
+    assert kernel.plan(1 << 20).strategy == "reduce_then_scan"
+    assert compaction(strategy="auto").plan(1 << 20).strategy == "decoupled_lookback"
+    # a mention in a comment or a string is not a use
+    assert not compaction(output_statement='out[i] = item; // not last_item').kernel_spec \
+        .hooks.uses_last_item
+
+
+def test_source_holds_the_hooks_and_plan_needs_no_gpu():
+    kernel = compaction(strategy="hierarchical", section_size=256)
+    source = kernel.source
+    for piece in ("const float *x;", "float *out;", "long long *count;",
+                  "x[i] > 0.5f ? 1 : 0", "*count = item;", "typedef long long scan_t;",
+                  'extern "C" __global__'):
+        assert piece in source
+    plan = kernel.plan(np.int64(100_000))
+    names = [launch.kernel.name for launch in plan.launches]
+    assert names[0] == "scan_sections_user" and names[-1] == "add_prefixes_user"
+    assert str(plan) == plan.describe() and "<arguments>" in str(plan)
+
+
+def test_kernel_specs_differ_by_every_hook_and_equal_otherwise():
+    base = compaction().kernel_spec
+    assert compaction().kernel_spec == base and hash(compaction().kernel_spec) == hash(base)
+    for change in (dict(input_expr="x[i] > 0.25f ? 1 : 0"),
+                   dict(output_statement="out[i] = item;"),
+                   dict(preamble="// helpers"),
+                   dict(arguments="const float *x, float *out, long long *total"),
+                   dict(tuning=scangen.Tuning(backoff_min_ns=16))):
+        if "arguments" in change:
+            change["output_statement"] = "if (i == n - 1) *total = item;"
+        assert compaction(**change).kernel_spec != base, change
+
+
+def test_scan_is_a_scan_kernel():
+    for mode, output in (("inclusive", "out[i] = item;"), ("exclusive", "out[i] = prev_item;")):
+        scan = scangen.Scan(np.float32, "add", mode=mode)
+        hooks = scan.kernel.kernel_spec.hooks
+        assert hooks.input_expr == "x[i]" and hooks.output_statement == output
+        assert scan.source == scan.kernel.source
+
+
+# --- call-time argument conversion (no GPU: objects with __cuda_array_interface__) --------
+
+class FakeDeviceArray:
+    def __init__(self, n, dtype, address=0x10000):
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": np.dtype(dtype).str,
+                                         "data": (address, False), "version": 3}
+
+
+@pytest.fixture
+def no_pycuda(monkeypatch):
+    """Convert arguments without importing pycuda: no GPUArray type exists here."""
+    class NoGPUArray:
+        pass
+
+    monkeypatch.setattr(launcher, "_gpuarray", lambda: type("gpuarray", (), {
+        "GPUArray": NoGPUArray}))
+
+
+def convert(kernel, *args, n=None):
+    spec = kernel.kernel_spec
+    return launcher.convert_arguments(spec.hooks.arguments, spec.scan.etype.dtype, args, n)
+
+
+def test_n_defaults_to_the_first_array(no_pycuda):
+    kernel = compaction()
+    values, n = convert(kernel, FakeDeviceArray(10, np.float32, 0x1000),
+                        FakeDeviceArray(20, np.float32), FakeDeviceArray(1, np.int64))
+    assert n == 10 and values[0] == 0x1000
+    assert convert(kernel, FakeDeviceArray(10, np.float32), 0x2000, 0x3000, n=np.int32(4))[1] == 4
+
+
+def test_call_errors_name_the_argument(no_pycuda):
+    kernel = compaction()
+    x, out, count = (FakeDeviceArray(10, np.float32), FakeDeviceArray(10, np.float32),
+                     FakeDeviceArray(1, np.int64))
+    with pytest.raises(TypeError, match=r"takes 3 argument\(s\) \(x, out, count\).*got 2"):
+        convert(kernel, x, out)
+    with pytest.raises(ValueError, match="n=11 is larger than the first array argument 'x'"):
+        convert(kernel, x, out, count, n=11)
+    with pytest.raises(TypeError, match=r"'x' is declared const float \*x \(float32\) but the "
+                                        r"array has dtype float64"):
+        convert(kernel, FakeDeviceArray(10, np.float64), out, count)
+    with pytest.raises(TypeError, match="'out'.*needs a device array or address, not ndarray"):
+        convert(kernel, x, np.zeros(10, np.float32), count)
+    with pytest.raises(TypeError, match="n= is required"):
+        convert(kernel, 0x1000, 0x2000, 0x3000)
+    with pytest.raises(ValueError, match="n must be a non-negative int"):
+        convert(kernel, x, out, count, n=-1)
+    scalars = scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out, int k, "
+                                 "float w", input_expr="x[i] * k", output_statement="out[i] = item;")
+    xi, oi = FakeDeviceArray(4, np.int32), FakeDeviceArray(4, np.int32)
+    values, _ = convert(scalars, xi, oi, np.int64(3), 0.5)
+    assert values[2] == np.int32(3) and values[2].dtype == np.int32
+    assert values[3] == np.float32(0.5) and values[3].dtype == np.float32
+    with pytest.raises(TypeError, match="'k'.*needs an int"):
+        convert(scalars, xi, oi, 1.5, 0.5)
+    with pytest.raises(ValueError, match="'k' = 2147483648 does not fit int"):
+        convert(scalars, xi, oi, 1 << 31, 0.5)
+    with pytest.raises(TypeError, match="'w'.*needs a number"):
+        convert(scalars, xi, oi, 1, "0.5")
+    with pytest.raises(TypeError, match="'x' is a pointer"):
+        convert(scalars, True, oi, 1, 0.5)
