@@ -43,10 +43,20 @@ def test_custom_operator(gpu, capsys):
     assert "OK" in out and "magnitude(b) >= magnitude(a)" in out
 
 
+def test_compaction(gpu, rng, capsys):
+    example = load_example("compaction")
+    for n in (0, 1, 4095, 4096, 4097, 1_000_003):
+        x = rng.standard_normal(n).astype(np.float32)
+        from pycuda import gpuarray
+        kept = example.compact_above(gpuarray.to_gpu(x), 0.25).get()
+        np.testing.assert_array_equal(kept, x[x > 0.25])
+
+
 def test_examples_run_with_their_defaults(gpu, capsys):
-    for name in ("sandwich", "running_max", "custom_operator"):
+    names = ("sandwich", "running_max", "custom_operator", "compaction")
+    for name in names:
         load_example(name).main()
-    assert capsys.readouterr().out.count("OK") == 3
+    assert capsys.readouterr().out.count("OK") == len(names)
 
 
 def readme_python_blocks():
@@ -62,6 +72,16 @@ def test_readme_quick_start_runs(gpu, capsys):
     assert "__global__" in capsys.readouterr().out
     # The quick start's exclusive add scan of arange(10).
     np.testing.assert_array_equal(namespace["y"].get(), [0, 0, 1, 3, 6, 10, 15, 21, 28, 36])
+
+
+def test_readme_scan_kernel_section_runs(gpu):
+    blocks = [b for b in readme_python_blocks() if "ScanKernel(" in b]
+    assert blocks, "README.md has no ScanKernel example"
+    namespace = {}
+    exec(compile("import pycuda.autoinit\n" + blocks[0], "README.md ScanKernel", "exec"),
+         namespace)
+    x = namespace["x"].get()
+    np.testing.assert_array_equal(namespace["kept"].get(), x[x > 0.5])
 
 
 @pytest.mark.parametrize("algorithm", ["warp_shuffle", "brent_kung"])

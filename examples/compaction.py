@@ -1,0 +1,40 @@
+"""Stream compaction with ScanKernel: keep the elements above a threshold, in order.
+
+The scan counts kept elements (input 1 or 0); an element is kept where the count steps up
+(item != prev_item), and prev_item is then its place in the output. The count of the last
+element is the number kept. The kernel itself is the eleven lines of `compact_above`.
+
+Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/compaction.py
+"""
+import numpy as np
+import pycuda.autoinit  # noqa: F401  (creates a CUDA context on the first GPU)
+from pycuda import gpuarray
+
+import scangen
+
+
+def compact_above(x, threshold):
+    """The elements of the float32 GPUArray x above threshold, in order, as a new GPUArray."""
+    kernel = scangen.ScanKernel(
+        np.int64, "add",
+        arguments="const float *x, float threshold, float *out, long long *count",
+        input_expr="x[i] > threshold ? 1 : 0",
+        output_statement="if (item != prev_item) out[prev_item] = x[i];"
+                         " if (i == n - 1) *count = item;")
+    out, count = gpuarray.empty_like(x), gpuarray.zeros(1, np.int64)
+    kernel(x, np.float32(threshold), out, count)
+    return out[: int(count.get()[0])]
+
+
+def main(n=1_000_000, seed=2):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n).astype(np.float32)
+    kept = compact_above(gpuarray.to_gpu(x), 1.5).get()
+    print(f"kept {kept.size} of {n} elements above 1.5; first few: {np.round(kept[:5], 3)}")
+    np.testing.assert_array_equal(kept, x[x > 1.5])
+    print("OK: matches numpy's x[x > 1.5]")
+    return kept
+
+
+if __name__ == "__main__":
+    main()
