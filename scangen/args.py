@@ -32,7 +32,8 @@ C_SCALARS: dict[str, np.dtype] = {
 #: Names the generated code gives a meaning of its own inside user expressions.
 RESERVED_NAMES = frozenset({
     "i", "n", "item", "prev_item", "last_item", "scan_t", "combine", "scan_identity", "a",
-    "b", "io", "data", "prefix", "start", "tile",
+    "b", "io", "data", "prefix", "start", "tile", "acc_t", "acc_combine", "acc_identity",
+    "pair", "item_pair", "prev_pair", "last_pair", "is_segment_start", "input", "output",
 })
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")

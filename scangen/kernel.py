@@ -62,18 +62,25 @@ class Hooks:
     preamble: str = ""
     #: Shown in the module header and in plans.
     title: str = "ScanKernel"
+    #: A C bool expression: a new segment starts at i (None: one segment, the whole array).
+    is_segment_start_expr: str | None = None
 
     @property
     def uses_last_item(self) -> bool:
         return bool(_LAST_ITEM.search(_strip_literals_and_comments(self.output_statement)))
 
 
-def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel"):
+def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
+               is_segment_start_expr=None):
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     check_code(input_expr, "input_expr", expression=True)
     check_code(output_statement, "output_statement", expression=False)
     check_code(preamble, "preamble", expression=False)
-    return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title)
+    if is_segment_start_expr is not None:
+        is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
+                                           expression=True).strip()
+    return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
+                 is_segment_start_expr)
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ class KernelSpec:
 
     def __post_init__(self):
         self.strategy  # raises if the strategy cannot serve the hooks (last_item)
+        if self.scan.segmented != (self.hooks.is_segment_start_expr is not None):
+            raise ValueError("a segmented spec needs is_segment_start_expr, and only it")
 
     @property
     def strategy(self) -> Strategy:
@@ -125,6 +134,12 @@ class ScanKernel:
         ``i`` into an array ``input_expr`` reads at ``i`` only is safe (a scan in place).
     preamble:
         C text emitted before the kernels: device helper functions, types.
+    is_segment_start_expr:
+        Optional C bool expression in the arguments, ``i`` and ``n``: a new segment starts
+        at ``i``, and the scan restarts there (``prev_item`` is the identity at a segment's
+        start; ``last_item`` is the total of the last segment). The first element always
+        starts a segment. Implemented by scanning (value, head) pairs, so every strategy and
+        algorithm takes it and non-commutative operators stay in order.
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 
@@ -134,11 +149,13 @@ class ScanKernel:
     """
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
-                 preamble="", algorithm=None, section_size=None, items_per_thread=None,
-                 strategy="auto", tuning=None, title="ScanKernel"):
+                 preamble="", is_segment_start_expr=None, algorithm=None, section_size=None,
+                 items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel"):
+        hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
+                           is_segment_start_expr)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
-                         items_per_thread=items_per_thread, strategy=strategy, tuning=tuning)
-        hooks = make_hooks(arguments, input_expr, output_statement, preamble, title)
+                         items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
+                         segmented=is_segment_start_expr is not None)
         self.kernel_spec = KernelSpec(scan, hooks)
         from .runtime.launcher import Runtime
 

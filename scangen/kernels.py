@@ -19,8 +19,9 @@ from .args import Argument
 N = Argument("n", "long long")
 
 IOS = ("user", "totals")
-#: The totals io: one array of scan_t, read at i and overwritten with the exclusive prefix.
-TOTALS_PARAMETERS = (Argument("values", "scan_t", pointer=True),)
+#: The totals io: one array of acc_t (what the machinery combines: scan_t, or a segmented
+#: pair), read at i and overwritten with the exclusive prefix.
+TOTALS_PARAMETERS = (Argument("values", "acc_t", pointer=True),)
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,18 @@ ONE_SECTION = KernelFamily(
     "scan_one_section", (N,), "the whole scan in one block (n fits one section)")
 SCAN_SECTIONS = KernelFamily(
     "scan_sections",
-    (Argument("partial", "scan_t", pointer=True), Argument("totals", "scan_t", pointer=True), N),
+    (Argument("partial", "acc_t", pointer=True), Argument("totals", "acc_t", pointer=True), N),
     "hierarchical pass 1: scan each section into partial, its total into totals")
 ADD_PREFIXES = KernelFamily(
     "add_prefixes",
-    (Argument("partial", "scan_t", pointer=True, const=True),
-     Argument("prefixes", "scan_t", pointer=True, const=True), N),
+    (Argument("partial", "acc_t", pointer=True, const=True),
+     Argument("prefixes", "acc_t", pointer=True, const=True), N),
     "hierarchical pass 2: combine each section with its prefix and emit the results")
 REDUCE_SECTIONS = KernelFamily(
-    "reduce_sections", (Argument("totals", "scan_t", pointer=True), N),
+    "reduce_sections", (Argument("totals", "acc_t", pointer=True), N),
     "reduce_then_scan pass 1: each section's total into totals")
 SCAN_SEEDED = KernelFamily(
-    "scan_seeded", (Argument("prefixes", "scan_t", pointer=True, const=True), N),
+    "scan_seeded", (Argument("prefixes", "acc_t", pointer=True, const=True), N),
     "reduce_then_scan pass 2: scan each section seeded with its prefix and emit the results")
 SCAN_TILES = KernelFamily(
     "scan_tiles",

@@ -95,7 +95,7 @@ def template_context(kernel_spec) -> dict:
     etype = spec.etype
     kernels = kernel_spec.kernels
     strategy = kernel_spec.strategy
-    state = TileState(etype.itemsize)
+    state = TileState(spec.acc_itemsize)
     return dict(
         title=hooks.title,
         dtype=etype.name,
@@ -107,6 +107,9 @@ def template_context(kernel_spec) -> dict:
         preamble=hooks.preamble,
         arguments=[a.declaration for a in hooks.arguments],
         input_expr=hooks.input_expr,
+        segmented=spec.segmented,
+        is_segment_start_expr=hooks.is_segment_start_expr,
+        acc_size=spec.acc_itemsize,
         output_statement=hooks.output_statement,
         algorithm=spec.algorithm,
         section_size=spec.section_size,

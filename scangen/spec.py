@@ -69,6 +69,11 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 
 
+def acc_itemsize(itemsize: int, segmented: bool) -> int:
+    """Size of {value; unsigned char head} for a segmented scan, else of the value."""
+    return -(-(itemsize + 1) // itemsize) * itemsize if segmented else itemsize
+
+
 def _as_int(name: str, value) -> int:
     """Accept Python and numpy integers (not bools, not floats)."""
     if isinstance(value, (bool, np.bool_)):
@@ -94,6 +99,15 @@ class ScanSpec:
     items_per_thread: int
     strategy: str
     tuning: tuning_table.Tuning = tuning_table.DEFAULT_TUNING
+    #: A segmented scan combines (value, head flag) pairs instead of values.
+    segmented: bool = False
+
+    @property
+    def acc_itemsize(self) -> int:
+        """Bytes of what the scan machinery combines (shared memory, shuffles, tile status):
+        the value, or for a segmented scan the struct {value; unsigned char head}, padded
+        to the value's alignment."""
+        return acc_itemsize(self.etype.itemsize, self.segmented)
 
     @property
     def block_size(self) -> int:
@@ -102,7 +116,7 @@ class ScanSpec:
     @property
     def pad_every(self) -> int:
         """Elements between padding slots of the section in shared memory (0: no padding)."""
-        return 128 // self.etype.itemsize if ALGORITHMS[self.algorithm].padded else 0
+        return 128 // self.acc_itemsize if ALGORITHMS[self.algorithm].padded else 0
 
     @property
     def section_slots(self) -> int:
@@ -116,8 +130,9 @@ class ScanSpec:
         scratch, and the kernels' own bookkeeping (the tile number and prefix of the
         single-pass kernel, or the warp partials and total of the reduction)."""
         scratch = ALGORITHMS[self.algorithm].scratch_elements(self.section_size, self.block_size)
-        bookkeeping = max(8 + self.etype.itemsize, (WARP_SIZE + 1) * self.etype.itemsize)
-        return (self.section_slots + scratch) * self.etype.itemsize + 8 + bookkeeping
+        size = self.acc_itemsize
+        bookkeeping = max(8 + size, (WARP_SIZE + 1) * size)
+        return (self.section_slots + scratch) * size + 8 + bookkeeping
 
     @property
     def identity_literal(self) -> str:
@@ -125,7 +140,8 @@ class ScanSpec:
 
 
 def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
-              items_per_thread=None, strategy="auto", tuning=None) -> ScanSpec:
+              items_per_thread=None, strategy="auto", tuning=None,
+              segmented=False) -> ScanSpec:
     """Validate user choices and freeze them into a ScanSpec.
 
     Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
@@ -138,7 +154,7 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if algorithm is None:
         algorithm = tuning_table.DEFAULT_ALGORITHM
     if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
-        fast = tuning_table.fast_path(etype.itemsize)
+        fast = tuning_table.fast_path(acc_itemsize(etype.itemsize, segmented))
         section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
             fast.items_per_thread
     if section_size is None:
@@ -185,7 +201,8 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
         tuning = tuning_table.DEFAULT_TUNING
     if not isinstance(tuning, tuning_table.Tuning):
         raise TypeError(f"tuning must be a scangen.Tuning, not {type(tuning).__name__}")
-    spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning)
+    spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning,
+                    bool(segmented))
     if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ValueError(
             f"section_size {section_size} of {etype.name} with {algorithm} needs "

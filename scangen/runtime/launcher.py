@@ -93,7 +93,7 @@ class Runtime:
         if launcher is None or launcher.stale():
             scratch = self._scratch.get((stream_key, context.handle))
             if scratch is None:
-                scratch = StreamScratch(self.kernel_spec.scan.etype.itemsize)
+                scratch = StreamScratch(self.kernel_spec.scan.acc_itemsize)
                 self._scratch[(stream_key, context.handle)] = scratch
             launcher = Launcher(self.plan(n), compile_kernel(self.kernel_spec).functions,
                                 scratch)

@@ -72,7 +72,7 @@ class PlanBuilder:
 
     def __init__(self, spec):
         self.spec = spec
-        self.itemsize = spec.etype.itemsize
+        self.itemsize = spec.acc_itemsize
         self.launches: list[Launch] = []
         self.temporaries: list[Temporary] = []
         #: Tiles of the single-pass launch (0: none); how many tickets a call takes.

@@ -185,3 +185,58 @@ def test_call_errors_name_the_argument(no_pycuda):
         convert(scalars, xi, oi, 1, "0.5")
     with pytest.raises(TypeError, match="'x' is a pointer"):
         convert(scalars, True, oi, 1, 0.5)
+
+
+# --- segmented scans ---------------------------------------------------------------------
+
+def segmented(dtype, **kwargs):
+    return scangen.ScanKernel(
+        dtype, scangen.LAST_NONZERO,
+        arguments="const scan_t *x, const unsigned char *heads, scan_t *out, scan_t *total",
+        input_expr="x[i]", is_segment_start_expr="heads[i] != 0",
+        output_statement="out[i] = prev_item; if (i == n - 1) *total = last_item;", **kwargs)
+
+
+@pytest.mark.parametrize("dtype,acc_bytes,packed", [
+    ("int8", 2, True), ("int16", 4, True), ("float32", 8, False), ("float64", 16, False)])
+def test_segmented_scans_combine_value_head_pairs(dtype, acc_bytes, packed):
+    from scangen.strategies.tile_state import TileState
+
+    kernel = segmented(dtype, strategy="hierarchical", section_size=256)
+    spec = kernel.spec
+    assert spec.segmented and spec.acc_itemsize == acc_bytes
+    assert TileState(spec.acc_itemsize).packed == packed
+    source = kernel.source
+    assert "struct acc_t" in source and "heads[i] != 0" in source
+    assert "// user is_segment_start_expr {" in source
+    # temporaries hold pairs
+    plan = kernel.plan(10_000)
+    totals = next(t for t in plan.temporaries if t.name == "totals0")
+    assert totals.nbytes == (-(-10_000 // 256) + 1) * acc_bytes
+
+
+def test_segment_start_must_be_an_expression():
+    with pytest.raises(HookError, match="is_segment_start_expr must be a single C expression"):
+        scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out",
+                           input_expr="x[i]", is_segment_start_expr="x[i] == 0; x[0] = 1",
+                           output_statement="out[i] = item;")
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("strategy", ["auto", "hierarchical", "reduce_then_scan"])
+@pytest.mark.parametrize("dtype", ["int8", "float64"])
+def test_segmented_modules_compile(strategy, dtype):
+    segmented(dtype, strategy=strategy).check_compile()
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+def test_segmented_single_pass_compiles_and_errors_name_the_piece():
+    scangen.ScanKernel(np.float32, "max", arguments="const float *x, float *out",
+                       input_expr="x[i]", is_segment_start_expr="i % 100 == 0",
+                       output_statement="out[i] = item;",
+                       strategy="decoupled_lookback").check_compile()
+    broken = scangen.ScanKernel(np.float32, "max", arguments="const float *x, float *out",
+                                input_expr="x[i]", is_segment_start_expr="heads[i]",
+                                output_statement="out[i] = item;")
+    with pytest.raises(scangen.ScanCompileError, match="in your is_segment_start_expr"):
+        broken.check_compile()

@@ -10,7 +10,8 @@ import scangen
 from scangen import compile as scan_compile
 from scangen.spec import ALGORITHMS, STRATEGIES
 
-from tests.support import AFFINE, boundary_sizes, poison_values
+from tests.support import (AFFINE, boundary_sizes, operator, poison_values, random_input,
+                           segmented_reference)
 
 SECTION = 64
 ALL_STRATEGIES = [s for s in STRATEGIES]
@@ -49,6 +50,10 @@ def partition(strategy, algorithm=None, section_size=SECTION):
 
 
 CASES = list(itertools.product(ALL_STRATEGIES, ALGORITHMS))
+#: Segmented scans: 1-, 4- and 8-byte values (2-, 8- and 16-byte pairs: packed and split tile
+#: status), non-commutative operators among them.
+SEGMENTED_TYPES = [("int32", "last_nonzero"), ("uint64", "affine_then"), ("int8", "add"),
+                   ("float64", "max")]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -59,6 +64,8 @@ def _compile_in_parallel():
         return  # the gpu fixture reports the skip (or the failure) per test
     kernels = [make(s, a) for s, a in CASES for make in (compaction, affine_pairs)]
     kernels += [partition(s, a) for s, a in itertools.product(TOTAL_STRATEGIES, ALGORITHMS)]
+    kernels += [segmented(s, a, d, operator(o), with_total=s in TOTAL_STRATEGIES)
+                for (s, a), (d, o) in itertools.product(CASES, SEGMENTED_TYPES)]
     scan_compile.precompile([k.kernel_spec for k in kernels], workers=16)
 
 
@@ -161,3 +168,38 @@ def test_user_code_error_names_the_piece(gpu):
     with pytest.raises(scangen.ScanCompileError, match="in your output_statement") as info:
         kernel(gpu.to_gpu(np.ones(4, np.int32)), gpu.empty(4, np.int32))
     assert "> " in str(info.value) and "out[i] = itme;" in str(info.value)
+
+
+def segmented(strategy, algorithm=None, dtype=np.int32, op=scangen.LAST_NONZERO,
+              section_size=SECTION, with_total=False):
+    """A segmented scan: heads[i] != 0 starts a segment; writes both prefixes (and, where
+    the strategy knows it, the last segment's total)."""
+    output = "inclusive[i] = item; exclusive[i] = prev_item;"
+    if with_total:
+        output += " if (i == 0) *total = last_item;"
+    return scangen.ScanKernel(
+        dtype, op, arguments="const scan_t *x, const unsigned char *heads, scan_t *inclusive, "
+                             "scan_t *exclusive, scan_t *total",
+        input_expr="x[i]", is_segment_start_expr="heads[i] != 0", output_statement=output,
+        strategy=strategy, algorithm=algorithm, section_size=section_size)
+
+
+@pytest.mark.parametrize("strategy,algorithm", CASES)
+@pytest.mark.parametrize("dtype,op_name", SEGMENTED_TYPES)
+def test_segmented(gpu, rng, strategy, algorithm, dtype, op_name):
+    op = operator(op_name)
+    with_total = strategy in TOTAL_STRATEGIES
+    kernel = segmented(strategy, algorithm, dtype, op, with_total=with_total)
+    for n in boundary_sizes(SECTION, rng):
+        x = random_input(rng, dtype, op_name, n)
+        density = rng.choice([0.0, 0.001, 0.05, 0.5, 1.0])
+        heads = (rng.random(n) < density).astype(np.uint8)
+        inclusive, exclusive = (gpu.to_gpu(poison_values(rng, dtype, n)) for _ in range(2))
+        total = gpu.to_gpu(poison_values(rng, dtype, 1))
+        kernel(gpu.to_gpu(x), gpu.to_gpu(heads), inclusive, exclusive, total)
+        want = segmented_reference(x, heads, op, "inclusive")
+        np.testing.assert_array_equal(inclusive.get(), want, err_msg=f"n={n}")
+        np.testing.assert_array_equal(exclusive.get(),
+                                      segmented_reference(x, heads, op, "exclusive"))
+        if with_total and n:
+            np.testing.assert_array_equal(total.get()[0], want[-1])

@@ -139,6 +139,17 @@ def expected(x, op, mode):
     return scangen.reference_scan(x, op, mode)
 
 
+def segmented_reference(x, heads, op, mode):
+    """Scan each segment on its own (a segment starts at 0 and wherever heads is nonzero),
+    with the operator itself, in order."""
+    x = np.asarray(x)
+    out = np.empty_like(x)
+    starts = sorted({0, *np.flatnonzero(heads).tolist()}) if x.size else []
+    for first, end in zip(starts, starts[1:] + [x.size]):
+        out[first:end] = scangen.reference_scan(x[first:end], op, mode)
+    return out
+
+
 def assert_scan_equal(got, want, dtype, n):
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
@@ -152,4 +163,4 @@ def assert_scan_equal(got, want, dtype, n):
 
 __all__ = ["AFFINE", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
-           "poisoned", "random_input", "type_operator_pairs", "valid"]
+           "poisoned", "random_input", "segmented_reference", "type_operator_pairs", "valid"]
