@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen import compile as scan_compile
 from scangen.spec import ALGORITHMS, STRATEGIES
 
-from tests.support import (AFFINE, boundary_sizes, operator, poison_values, random_input,
-                           segmented_reference)
+from tests.support import (AFFINE, boundary_sizes, operator, poison_values, precompile,
+                           random_input, segmented_reference)
 
 SECTION = 64
 ALL_STRATEGIES = [s for s in STRATEGIES]
@@ -58,15 +57,11 @@ SEGMENTED_TYPES = [("int32", "last_nonzero"), ("uint64", "affine_then"), ("int8"
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile_in_parallel():
-    try:
-        scan_compile.current_context()
-    except Exception:
-        return  # the gpu fixture reports the skip (or the failure) per test
     kernels = [make(s, a) for s, a in CASES for make in (compaction, affine_pairs)]
     kernels += [partition(s, a) for s, a in itertools.product(TOTAL_STRATEGIES, ALGORITHMS)]
     kernels += [segmented(s, a, d, operator(o), with_total=s in TOTAL_STRATEGIES)
                 for (s, a), (d, o) in itertools.product(CASES, SEGMENTED_TYPES)]
-    scan_compile.precompile([k.kernel_spec for k in kernels], workers=16)
+    precompile(kernels)
 
 
 @pytest.mark.parametrize("strategy,algorithm", CASES)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen import LAST_NONZERO, compile as scan_compile
+from scangen import LAST_NONZERO
 from scangen.spec import ALGORITHMS, MODES, STRATEGIES
 from scangen.strategies.tile_state import EPOCH_LIMIT
 
-from tests.support import (assert_scan_equal, expected, operator, poisoned, random_input,
-                           type_operator_pairs)
+from tests.support import (assert_scan_equal, expected, operator, poisoned, precompile,
+                           random_input, type_operator_pairs)
 
 SECTION = 128
 TYPES = [("int32", "add"), ("float64", "last_nonzero"), ("uint8", "max"),
@@ -28,15 +28,11 @@ DEFAULT_MATRIX = [(mode, dtype, op_name)
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile_in_parallel():
-    try:
-        scan_compile.current_context()
-    except Exception:
-        return  # the gpu fixture reports the skip (or the failure) per test
     scans = [scangen.Scan(d, operator(o), mode=m, algorithm=a, strategy=s,
                           section_size=SECTION)
              for s, a, m, (d, o) in STRATEGY_MATRIX]
     scans += [scangen.Scan(d, operator(o), mode=m) for m, d, o in DEFAULT_MATRIX]
-    scan_compile.precompile([s.kernel.kernel_spec for s in scans], workers=16)
+    precompile(scans)
 
 
 def check(gpu, rng, scan, n, op_name, in_place=False):

@@ -126,6 +126,22 @@ def poisoned(gpuarray, rng, n, dtype):
     return gpuarray.to_gpu(poison_values(rng, dtype, n))
 
 
+# --- GPU ---------------------------------------------------------------------------------
+
+def precompile(kernels):
+    """nvcc the modules of many Scans/ScanKernels up front, in parallel threads (PyCUDA's
+    disk cache keeps them), instead of one at a time as tests first touch them. Does nothing
+    without a GPU: the ``gpu`` fixture reports that (skip or failure) per test."""
+    from scangen import compile as scan_compile
+
+    try:
+        scan_compile.current_context()
+    except Exception:
+        return
+    specs = [getattr(k, "kernel", k).kernel_spec for k in kernels]
+    scan_compile.precompile(specs, workers=16)
+
+
 # --- reference ---------------------------------------------------------------------------
 
 def expected(x, op, mode):
@@ -163,4 +179,4 @@ def assert_scan_equal(got, want, dtype, n):
 
 __all__ = ["AFFINE", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
-           "poisoned", "random_input", "segmented_reference", "type_operator_pairs", "valid"]
+           "poisoned", "precompile", "random_input", "segmented_reference", "type_operator_pairs", "valid"]

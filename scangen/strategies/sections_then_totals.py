@@ -1,0 +1,44 @@
+"""The shape hierarchical and reduce_then_scan share: a pass over the sections that writes
+their totals, the totals scanned exclusively in place by the same strategy one level down
+(one entry more than there are sections, so it ends with the grand total), and a second
+pass over the sections that combines each with its prefix and runs the output."""
+from __future__ import annotations
+
+from ..kernels import IOS, Kernel, KernelFamily
+from .base import PlanBuilder, Strategy, ceil_div, io_of
+from .one_section import ONE_SECTION_STRATEGY
+
+
+class SectionsThenTotals(Strategy):
+    first: KernelFamily
+    second: KernelFamily
+
+    def kernels(self):
+        return ONE_SECTION_STRATEGY.kernels() + tuple(
+            Kernel(family, io) for io in IOS for family in (self.first, self.second))
+
+    def buffers(self, builder: PlanBuilder, n: int, level: int) -> tuple:
+        """Temporaries both passes take before the totals (none by default)."""
+        return ()
+
+    def first_traffic(self, n: int, sections: int) -> tuple[int, int]:
+        """(elements read, elements written) by the first pass."""
+        raise NotImplementedError
+
+    def build(self, builder: PlanBuilder, n: int, io_arg, level: int) -> None:
+        if n <= builder.spec.section_size:
+            return ONE_SECTION_STRATEGY.build(builder, n, io_arg, level)
+        io = io_of(io_arg)
+        sections = ceil_div(n, builder.spec.section_size)
+        buffers = self.buffers(builder, n, level)
+        totals = builder.temporary(f"totals{level}", sections + 1,
+                                   f"{sections} section totals, then the grand total")
+        reads, writes = self.first_traffic(n, sections)
+        builder.launch(Kernel(self.first, io), sections, io_arg, buffers + (totals, n),
+                       reads=reads, writes=writes, level=level,
+                       why=f"{self.first.summary.split(': ', 1)[1]} ({sections} sections)")
+        self.build(builder, sections + 1, totals, level + 1)
+        builder.launch(Kernel(self.second, io), sections, io_arg, buffers + (totals, n),
+                       reads=n + sections + 1, writes=n, level=level,
+                       why=f"{self.second.summary.split(': ', 1)[1]}; prefixes from "
+                           f"{totals.name}")
