@@ -4,6 +4,7 @@ Varies the register bound (blocks per SM) and the polling back-off, which are re
 the kernel, by building specs with a scangen.Tuning of other values, and times decoupled look-back against a device-to-device copy
 of the same bytes in the same run. Used to choose the values in scangen/tuning.py.
 """
+import argparse
 import itertools
 import sys
 
@@ -13,7 +14,11 @@ import scangen
 from scangen import bench, compile as scan_compile
 
 
-def main(sizes=(1 << 24, 1 << 28)):
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=bench.parse_size, default=[1 << 24, 1 << 28],
+                        help="element counts, e.g. 2^24 2^28 (default: %(default)s)")
+    sizes = parser.parse_args(argv).sizes
     driver = scan_compile.require_pycuda()
     scan_compile.current_context()
     from pycuda import gpuarray

@@ -9,12 +9,13 @@ from .types import ELEMENT_TYPES
 from .render import RenderError
 from .compile import current_context
 from .kernel import ScanKernel
+from .usercode import UserCodeError
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .tuning import Tuning
 
 __all__ = [
     "ALGORITHMS", "BUILTIN_OPERATORS", "current_context", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
     "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanKernel", "ScanSpec",
-    "Tuning", "make_spec", "reference_scan",
+    "Tuning", "UserCodeError", "make_spec", "reference_scan",
 ]
 __version__ = "0.1.0"

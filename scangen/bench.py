@@ -35,12 +35,20 @@ class Result:
 
 
 def parse_size(text: str) -> int:
-    """Accept 1048576, 2^20 or 2**20."""
-    text = text.replace("**", "^")
-    if "^" in text:
-        base, exponent = text.split("^")
-        return int(base) ** int(exponent)
-    return int(text)
+    """Accept 1048576, 2^20 or 2**20 (the size syntax of every command)."""
+    try:
+        compact = text.replace("**", "^").replace("_", "").strip()
+        if "^" in compact:
+            base, exponent = compact.split("^")
+            value = int(base) ** int(exponent)
+        else:
+            value = int(compact)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (write e.g. 1000000, 2^20 or 2**20)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a size cannot be negative: {text!r}")
+    return value
 
 
 def _operator(name: str):

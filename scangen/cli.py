@@ -17,6 +17,7 @@ import textwrap
 import numpy as np
 
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
+from .bench import parse_size
 from .reference import reference_scan
 from .scan import GPUUnavailableError, Scan, ScanCompileError
 from .spec import ALGORITHMS, MODES, STRATEGIES
@@ -120,10 +121,10 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
                        default=_SCAN_DEFAULTS["algorithm"],
                        help="how one block scans its section; see the list below "
                        f"({_default('algorithm')})")
-    group.add_argument("--section-size", type=int, metavar="N",
+    group.add_argument("--section-size", type=parse_size, metavar="N",
                        default=_SCAN_DEFAULTS["section_size"],
                        help=f"elements per block, a power of two ({_default('section_size')})")
-    group.add_argument("--items-per-thread", type=int, metavar="K",
+    group.add_argument("--items-per-thread", type=parse_size, metavar="K",
                        default=_SCAN_DEFAULTS["items_per_thread"],
                        help="coarsening factor (elements per thread), a power of two; only "
                        "algorithms that coarsen accept it (default: the algorithm's own)")
@@ -169,16 +170,25 @@ def build_scan(args) -> Scan:
 
 # ----------------------------------------------------------------- subcommands
 
-@subcommand("source", "print the CUDA source a scan emits (no GPU needed)", spec_options=True,
+@subcommand("source", "print the CUDA source a scan emits (no GPU needed)",
+            arg("--check", action="store_true",
+                help="also compile it with the nvcc on PATH (no GPU needed); a C error in "
+                "your operator is reported with the numbered source around it (exit 1)"),
+            spec_options=True,
             description="Print the CUDA source of every kernel the described scan launches. "
             "Needs no GPU and no PyCUDA.")
 def cmd_source(args) -> int:
-    print(build_scan(args).source, end="")
+    scan = build_scan(args)
+    print(scan.source, end="")
+    if args.check:
+        scan.check_compile()
+        print("// --check: nvcc compiled this module without errors", file=sys.stderr)
     return 0
 
 
 @subcommand("plan", "print the kernel launches that scan N elements (no GPU needed)",
-            arg("--n", type=int, required=True, metavar="N", help="number of elements"),
+            arg("--n", type=parse_size, required=True, metavar="N",
+                help="number of elements, e.g. 1000000, 2^20 or 2**20"),
             spec_options=True,
             description="Print the launch plan (kernels, grids, temporaries, bytes moved) that "
             "scans N elements with the described scan. Needs no GPU and no PyCUDA.")
@@ -200,7 +210,7 @@ def last_nonzero_numpy(x: np.ndarray) -> np.ndarray:
 
 
 @subcommand("demo", "run a non-commutative scan on the GPU and check it (needs PyCUDA)",
-            arg("--n", type=int, default=1_000_003, metavar="N",
+            arg("--n", type=parse_size, default=1_000_003, metavar="N",
                 help="number of elements; the default spans two levels of the hierarchy "
                 "(default: %(default)s)"),
             arg("--algorithm", choices=list(ALGORITHMS), metavar="NAME",

@@ -15,41 +15,9 @@ import numpy as np
 from .args import Argument, parse_arguments
 from .spec import ScanSpec, make_spec
 from .strategies import Strategy, strategy_for
+from .usercode import UserCodeError, check_code, strip_literals_and_comments
 
 _LAST_ITEM = re.compile(r"\blast_item\b")
-
-
-class HookError(ValueError):
-    """User code (input_expr, output_statement, preamble) that cannot be what it claims."""
-
-
-def _strip_literals_and_comments(code: str) -> str:
-    """The code with string/char literals and comments blanked, for bracket counting."""
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", code, flags=re.S)
-    return re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', "0", code)
-
-
-def check_code(code: str, what: str, *, expression: bool) -> str:
-    """Reject user code that would escape its place in the template: unbalanced brackets,
-    and, for an expression, a ';' (it must be one expression, not statements)."""
-    if not isinstance(code, str):
-        raise TypeError(f"{what} must be a string of C code, not {type(code).__name__}")
-    bare = _strip_literals_and_comments(code)
-    if expression and not bare.strip():
-        raise HookError(f"{what} is empty; write a C expression")
-    if expression and ";" in bare:
-        raise HookError(f"{what} must be a single C expression (no ';'): {code!r}")
-    depth = []
-    pairs = {")": "(", "]": "[", "}": "{"}
-    for ch in bare:
-        if ch in "([{":
-            depth.append(ch)
-        elif ch in pairs:
-            if not depth or depth.pop() != pairs[ch]:
-                raise HookError(f"{what} has an unmatched {ch!r}: {code!r}")
-    if depth:
-        raise HookError(f"{what} has an unclosed {depth[-1]!r}: {code!r}")
-    return code
 
 
 @dataclass(frozen=True)
@@ -67,7 +35,7 @@ class Hooks:
 
     @property
     def uses_last_item(self) -> bool:
-        return bool(_LAST_ITEM.search(_strip_literals_and_comments(self.output_statement)))
+        return bool(_LAST_ITEM.search(strip_literals_and_comments(self.output_statement)))
 
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",

@@ -18,6 +18,7 @@ from typing import Callable, Union
 import numpy as np
 
 from .types import ElementType, element_type
+from .usercode import check_code
 
 #: An identity is a number, or a function of the element type (``max`` needs the type's lowest).
 Identity = Union[int, float, Callable[[ElementType], Union[int, float]]]
@@ -54,8 +55,12 @@ class Operator:
     integer_only: bool = False
 
     def __post_init__(self):
-        if isinstance(self.expression, str) and not self.expression.strip():
-            raise ValueError("operator expression is empty; write a C expression in a and b")
+        if isinstance(self.expression, str):
+            if not self.expression.strip():
+                raise ValueError("operator expression is empty; write a C expression in a "
+                                 "and b")
+            check_code(self.expression, f"operator {self.name!r} expression", expression=True)
+        check_code(self.preamble, f"operator {self.name!r} preamble", expression=False)
         if not self.name.isidentifier():
             raise ValueError(f"operator name {self.name!r} must be a C identifier")
 

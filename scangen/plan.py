@@ -108,17 +108,31 @@ def as_count(n) -> int:
     return n
 
 
+def _too_many_sections(spec, n: int, sections: int) -> str:
+    """Advice that can be followed: a section size that exists for this spec, or pieces."""
+    from .spec import make_spec
+
+    message = (f"n={n} makes {sections} sections of {spec.section_size}, more blocks than one "
+               f"launch can have ({MAX_GRID})")
+    needed = 1 << (ceil_div(n, MAX_GRID) - 1).bit_length()
+    try:
+        bigger = make_spec(spec.etype.dtype, spec.operator, algorithm=spec.algorithm,
+                           section_size=needed, strategy=spec.strategy, tuning=spec.tuning,
+                           segmented=spec.segmented)
+    except ValueError:
+        return (f"{message}; no section size of {spec.algorithm} is large enough, so scan "
+                f"at most {spec.section_size * MAX_GRID} elements per call (in pieces)")
+    return (f"{message}: use section_size={bigger.section_size} (or larger), or scan at most "
+            f"{spec.section_size * MAX_GRID} elements per call")
+
+
 def make_plan(kernel_spec, n) -> Plan:
     """The launches that scan n elements with the spec's strategy."""
     n = as_count(n)
     spec = kernel_spec.scan
     sections = ceil_div(n, spec.section_size)
     if sections > MAX_GRID:
-        largest = spec.section_size * MAX_GRID
-        raise ValueError(
-            f"n={n} makes {sections} sections of {spec.section_size}, more blocks than one "
-            f"launch can have ({MAX_GRID}); this spec scans at most {largest} elements: "
-            f"use a larger section_size, or scan in pieces")
+        raise ValueError(_too_many_sections(spec, n, sections))
     strategy = resolve(spec.strategy, kernel_spec.hooks.uses_last_item, spec, n)
     builder = PlanBuilder(spec)
     if n > 0:

@@ -117,7 +117,7 @@ def template_context(kernel_spec) -> dict:
         items_per_thread=spec.items_per_thread,
         pad_every=spec.pad_every,
         strategy=spec.strategy,
-        protocol=getattr(strategy, "protocol", None),
+        protocol=strategy.protocol,
         packed_status=state.packed,
         status_word_bits=state.slot_word_bits,
         status_slot_words=state.slot_words,

@@ -78,8 +78,13 @@ class Scan:
         return self.kernel.source
 
     def plan(self, n):
-        """The launches that scan ``n`` elements (no GPU needed)."""
+        """The launches that scan ``n`` elements (no GPU needed); ``print()`` it to read it."""
         return self.kernel.plan(n)
+
+    def check_compile(self) -> None:
+        """Compile with the nvcc on PATH, without a GPU; a C error in the operator raises
+        ScanCompileError with the numbered source around it."""
+        self.kernel.check_compile()
 
     def __call__(self, x, out=None, *, stream=None):
         """Scan ``x`` (a 1-D contiguous GPUArray) into ``out`` (new if None; may be ``x``)."""
@@ -102,8 +107,12 @@ class Scan:
                     else ""
                 raise TypeError(f"{name} must be a pycuda GPUArray, not "
                                 f"{type(array).__name__}{hint}")
+            if array.dtype != self.dtype and name == "out":
+                raise TypeError(f"out has dtype {array.dtype}, but this scan writes "
+                                f"{self.dtype}: pass an out of dtype {self.dtype} (or none, "
+                                f"and get a new array)")
             if array.dtype != self.dtype:
-                raise TypeError(f"{name} has dtype {array.dtype}, but this scan was built for "
+                raise TypeError(f"x has dtype {array.dtype}, but this scan was built for "
                                 f"{self.dtype}: build Scan({array.dtype.name!r}, ...) or convert "
                                 f"with .astype()")
             if len(array.shape) != 1:

@@ -146,13 +146,15 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
 
     Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
     section size and items per thread tuned for the element size; other algorithms a
-    1024-element section; strategy "auto"; ``tuning`` (a scangen.Tuning) the
+    1024-element section. Naming only the section of a coarsening algorithm (warp_shuffle,
+    coarsened) keeps the tuned block size and derives the items per thread; strategy "auto"; ``tuning`` (a scangen.Tuning) the
     measured defaults.
     """
     op = resolve_operator(operator)
     etype = op.check_dtype(dtype)
     if algorithm is None:
         algorithm = tuning_table.DEFAULT_ALGORITHM
+    named_section = section_size is not None
     if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
         fast = tuning_table.fast_path(acc_itemsize(etype.itemsize, segmented))
         section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
@@ -166,6 +168,11 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     algo = ALGORITHMS[algorithm]
 
+    if items_per_thread is None and algo.coarsening_is_parameter and named_section:
+        # A named section keeps the tuned block size; the items per thread follow from it.
+        section = _as_int("section_size", section_size)
+        block = tuning_table.fast_path(acc_itemsize(etype.itemsize, segmented)).block_size
+        items_per_thread = max(1, section // block) if _is_power_of_two(section) else 1
     if items_per_thread is None:
         items_per_thread = algo.default_items_per_thread
     else:

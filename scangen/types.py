@@ -111,6 +111,10 @@ def element_type(dtype) -> ElementType:
         key = np.dtype(dtype)
     except TypeError as err:
         raise TypeError(f"not a numpy dtype: {dtype!r}") from err
+    if key.fields is not None or key.subdtype is not None:
+        raise TypeError(f"structured and sub-array dtypes ({key}) are not supported yet; "
+                        "scangen scans one numeric value per element (a segmented scan "
+                        "pairs a value with a flag: ScanKernel's is_segment_start_expr)")
     if not key.isnative:
         raise TypeError(f"dtype {key.str} is not in the machine's byte order; use "
                         f"{key.newbyteorder('=').name}")

@@ -106,6 +106,9 @@ class Strategy:
     summary: str = ""
     #: Whether the plan knows the total before the output pass (output may use last_item).
     provides_last_item: bool = True
+    #: How the single-pass tile kernel obtains its prefix ("chained" or
+    #: "decoupled_lookback"); None for strategies without one.
+    protocol: str | None = None
 
     def kernels(self) -> tuple[Kernel, ...]:
         raise NotImplementedError

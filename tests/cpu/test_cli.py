@@ -93,6 +93,23 @@ def test_plan_hierarchical(capsys):
     assert "add_prefixes" in out
 
 
+@pytest.mark.parametrize("text", ["2^20", "2**20", "1048576", "1_048_576"])
+def test_plan_takes_the_bench_size_syntax(capsys, text):
+    code, out, _ = run(capsys, "plan", "--n", text, "--section-size", "2^10")
+    assert code == 0 and "n=1048576 " in out and "section 1024 = 256 threads x 4" in out
+
+
+def test_source_check_compiles_or_points_at_the_operator(capsys):
+    import shutil
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    code, out, err = run(capsys, "source", "--check", "--dtype", "int32")
+    assert code == 0 and "compiled this module without errors" in err
+    code, out, err = run(capsys, "source", "--check", "--expr", "a +* b", "--identity", "0")
+    assert code == 1 and "in your operator" in err and "> " in err
+
+
 def test_plan_of_zero_elements(capsys):
     code, out, _ = run(capsys, "plan", "--n", "0")
     assert code == 0
@@ -114,7 +131,6 @@ def test_plan_of_zero_elements(capsys):
     (["source", "--expr", " ", "--identity", "0"], "expression is empty"),
     (["source", "--expr", "a + b", "--identity", "0", "--name", "my op"], "C identifier"),
     (["source", "--dtype", "int32", "--expr", "a + b", "--identity", "1.5"], "not an integer"),
-    (["plan", "--n", "-5"], "non-negative"),
 ])
 def test_validation_errors_exit_2_with_the_library_message(capsys, argv, message):
     code, out, err = run(capsys, *argv)
@@ -129,7 +145,8 @@ def test_validation_errors_exit_2_with_the_library_message(capsys, argv, message
     (["source", "--mode", "both"], "invalid choice"),
     (["source", "--identity", "zero", "--expr", "a"], "not a number"),
     (["plan"], "--n"),
-    (["plan", "--n", "many"], "invalid int"),
+    (["plan", "--n", "many"], "not a size: 'many'"),
+    (["plan", "--n", "-5"], "a size cannot be negative"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
 ])
@@ -207,3 +224,11 @@ def test_python_dash_m_scangen():
                          capture_output=True, text=True, env=env, cwd=ROOT.parent, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.startswith("error: unknown operator 'nope'")
+
+
+def test_tuning_script_help_needs_no_gpu():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_single_pass.py"),
+                             "--help"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    assert "--sizes" in result.stdout

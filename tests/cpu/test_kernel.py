@@ -6,7 +6,7 @@ import pytest
 
 import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
-from scangen.kernel import HookError
+from scangen.kernel import UserCodeError
 from scangen.runtime import launcher
 
 COMPACTION = dict(arguments="const float *x, float *out, long long *count",
@@ -66,7 +66,7 @@ def test_arguments_must_be_a_string():
     ("output_statement", "out[i] = item; }", "unmatched"),
 ])
 def test_hooks_that_escape_their_place_are_refused(field, code, message):
-    with pytest.raises(HookError, match=f"{field}.*{message}|{message}"):
+    with pytest.raises(UserCodeError, match=f"{field}.*{message}|{message}"):
         compaction(**{field: code})
 
 
@@ -216,7 +216,7 @@ def test_segmented_scans_combine_value_head_pairs(dtype, acc_bytes, packed):
 
 
 def test_segment_start_must_be_an_expression():
-    with pytest.raises(HookError, match="is_segment_start_expr must be a single C expression"):
+    with pytest.raises(UserCodeError, match="is_segment_start_expr must be a single C expression"):
         scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out",
                            input_expr="x[i]", is_segment_start_expr="x[i] == 0; x[0] = 1",
                            output_statement="out[i] = item;")

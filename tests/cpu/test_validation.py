@@ -80,7 +80,7 @@ def test_section_size_must_be_an_int(build, section_size):
     ("naive", 2048, None, 2048, 1024),
     ("kogge_stone", 2048, None, 2048, 1024),
     ("kogge_stone_double_buffered", 2048, None, 2048, 1024),
-    ("warp_shuffle", 4096, None, 4096, 1024),
+    ("warp_shuffle", 4096, 1, 4096, 1024),
     ("brent_kung", 4096, None, 2048, 2048),
     ("coarsened", 8192, 4, 2048, 4096),
     ("coarsened", 2048, 1, 2048, 1024),
@@ -101,10 +101,9 @@ def test_coarsened_too_large_suggests_more_items(build):
 
 @pytest.mark.parametrize("algorithm,section_size,items,block", [
     ("kogge_stone", 1024, None, 1024),
-    ("warp_shuffle", 1024, None, 1024),
+    ("warp_shuffle", 1024, 1, 1024),
     ("brent_kung", 2048, None, 1024),
     ("coarsened", 4096, 4, 1024),
-    ("coarsened", 4096, None, 1024),  # 4 items is the default
     ("coarsened", 8192, 8, 1024),
     ("coarsened", 4, 4, 1),
     ("brent_kung", 2, None, 1),
@@ -116,6 +115,18 @@ def test_largest_and_smallest_sections_that_fit(build, algorithm, section_size, 
     assert spec.section_size == section_size
     assert spec.block_size == block
     assert spec.block_size * spec.items_per_thread == section_size
+
+
+@pytest.mark.parametrize("algorithm,section_size,block,items", [
+    ("warp_shuffle", 1024, 256, 4), ("warp_shuffle", 8192, 256, 32),
+    ("warp_shuffle", 64, 64, 1), ("warp_shuffle", 2, 2, 1),
+    ("coarsened", 4096, 256, 16), ("coarsened", 128, 128, 1),
+])
+def test_naming_a_section_keeps_the_tuned_block_size(build, algorithm, section_size, block,
+                                                     items):
+    """A named section of a coarsening algorithm derives the items per thread."""
+    spec = build("float32", "add", algorithm=algorithm, section_size=np.int64(section_size))
+    assert (spec.block_size, spec.items_per_thread) == (block, items)
 
 
 def test_section_smaller_than_items_per_thread(build):
@@ -277,6 +288,9 @@ def test_operator_name_must_be_a_c_identifier(name):
     (np.complex128, "unsupported dtype complex128"),
     (bool, "unsupported dtype bool"),
     (np.bool_, "unsupported dtype bool"),
+    (np.dtype([("m", np.float64), ("c", np.float64)]), "structured and sub-array dtypes "
+                                                       r"\(.*\) are not supported yet"),
+    (np.dtype((np.float32, 4)), "structured and sub-array dtypes"),
     (object, "unsupported dtype object"),
     ("float16", "unsupported dtype float16"),
     ("int128", "not a numpy dtype: 'int128'"),
@@ -293,7 +307,7 @@ def test_unsupported_dtype(build, dtype, message):
 def test_spec_is_frozen_hashable_and_equal_for_equal_requests():
     one = make_spec("int32", "add", algorithm="coarsened", section_size=512)
     two = make_spec(np.int32, scangen.BUILTIN_OPERATORS["add"],
-                    algorithm="coarsened", section_size=512, items_per_thread=4)
+                    algorithm="coarsened", section_size=512, items_per_thread=2)
     assert one == two and hash(one) == hash(two)
     assert one != make_spec("int32", "add", algorithm="coarsened", section_size=1024)
     assert one != make_spec("int32", "add", algorithm="coarsened", section_size=512,
@@ -320,3 +334,30 @@ def test_scan_construction_does_not_need_a_gpu():
     scan = Scan("uint16", "bit_xor", mode="exclusive", algorithm="brent_kung", section_size=64)
     assert scan.dtype == np.dtype("uint16")
     assert "brent_kung" in repr(scan) and "bit_xor" in repr(scan)
+
+
+@pytest.mark.parametrize("expression,message", [
+    ("a); } int x = (1", "single C expression"),
+    ("a + b; a", "single C expression"),
+    ("(a + b", "unclosed"),
+    ("a + b)", "unmatched"),
+])
+def test_operator_expression_must_be_one_expression(expression, message):
+    with pytest.raises(scangen.UserCodeError, match=f"operator 'bad' expression .*{message}"):
+        scangen.Operator(expression, 0, name="bad")
+
+
+def test_operator_preamble_brackets_must_balance():
+    with pytest.raises(scangen.UserCodeError, match="operator 'bad' preamble has an unclosed"):
+        scangen.Operator("f(a, b)", 0, name="bad", preamble="int f(int a, int b) { return a;")
+    # ';' and strings with brackets are fine in a preamble
+    scangen.Operator("f(a, b)", 0, name="ok", preamble='// ) {\nint f(int a, int b) '
+                     '{ const char *s = "}"; return a + b; }')
+
+
+def test_numpy_integers_work_wherever_an_int_does():
+    scan = Scan(np.int32, Operator("a + b", np.int16(0), name="plus"),
+                section_size=np.int32(256), items_per_thread=np.int64(2))
+    assert scan.spec.section_size == 256 and scan.spec.items_per_thread == 2
+    assert scan.plan(np.int64(1000)).n == 1000
+    assert str(scan.plan(np.uint32(1000))) == scan.plan(1000).describe()
