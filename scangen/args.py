@@ -29,11 +29,12 @@ C_SCALARS: dict[str, np.dtype] = {
     )
 }
 
-#: Names the generated code gives a meaning of its own inside user expressions.
+#: Names the generated code gives a meaning of its own where user code runs (the methods of
+#: UserIO in templates/io.cuh.j2, whose members the arguments become).
 RESERVED_NAMES = frozenset({
-    "i", "n", "item", "prev_item", "last_item", "scan_t", "combine", "scan_identity", "a",
-    "b", "io", "data", "prefix", "start", "tile", "acc_t", "acc_combine", "acc_identity",
-    "pair", "item_pair", "prev_pair", "last_pair", "is_segment_start", "input", "output",
+    "i", "n", "item", "prev_item", "last_item", "pair", "item_pair", "prev_pair", "last_pair",
+    "input", "output", "is_segment_start", "scan_t", "acc_t", "combine", "scan_identity",
+    "acc_combine", "acc_identity",
 })
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")

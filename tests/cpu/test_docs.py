@@ -2,6 +2,7 @@
 import ast
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,8 @@ def readme_cli_commands():
 
 @pytest.mark.parametrize("argv", readme_cli_commands(), ids=" ".join)
 def test_readme_cli_commands_run(argv, capsys):
+    if "--check" in argv and shutil.which("nvcc") is None:
+        argv = [a for a in argv if a != "--check"]  # compiling needs nvcc; the rest runs
     args = build_parser().parse_args(argv)
     if args.command in ("source", "plan"):  # the others need a GPU
         assert main(argv) == 0, capsys.readouterr().err
@@ -64,7 +67,8 @@ def test_readme_cli_commands_run(argv, capsys):
 
 def test_examples_parse_and_have_main():
     examples = sorted((ROOT / "examples").glob("*.py"))
-    assert {p.stem for p in examples} >= {"sandwich", "running_max", "custom_operator"}
+    assert {p.stem for p in examples} >= {"sandwich", "running_max", "custom_operator",
+                                          "compaction", "linear_recurrence"}
     for path in examples:
         tree = ast.parse(path.read_text(), filename=str(path))
         functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}

@@ -52,8 +52,14 @@ def test_compaction(gpu, rng, capsys):
         np.testing.assert_array_equal(kept, x[x > 0.25])
 
 
+@pytest.mark.parametrize("n", [1, 4095, 4097, 300_001])
+def test_linear_recurrence(gpu, capsys, n):
+    load_example("linear_recurrence").main(n=n, seed=n)
+    assert capsys.readouterr().out.count("OK") == 1
+
+
 def test_examples_run_with_their_defaults(gpu, capsys):
-    names = ("sandwich", "running_max", "custom_operator", "compaction")
+    names = ("sandwich", "running_max", "custom_operator", "compaction", "linear_recurrence")
     for name in names:
         load_example(name).main()
     assert capsys.readouterr().out.count("OK") == len(names)
