@@ -170,3 +170,9 @@ class ScanKernel:
     def __call__(self, *args, n=None, stream=None):
         """Run the scan over ``n`` indices (default: the first array argument's length)."""
         self._runtime(args, n=n, stream=stream)
+
+    def launch_converted(self, values: tuple, n: int, stream=None) -> None:
+        """Launch with argument values already converted (device addresses as np.uintp,
+        scalars as numpy scalars of their C type): for clients such as Scan that validate
+        their own arrays and want the per-call cost of nothing more."""
+        self._runtime.launch(values, n, stream)

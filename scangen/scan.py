@@ -94,7 +94,7 @@ class Scan:
             out = gpuarray.empty(n, self.dtype)
         if n == 0:
             return out
-        self.kernel._runtime.launch((np.uintp(x.ptr), np.uintp(out.ptr)), n, stream)
+        self.kernel.launch_converted((np.uintp(x.ptr), np.uintp(out.ptr)), n, stream)
         return out
 
     def _check_arrays(self, x, out):
