@@ -1,274 +1,493 @@
-"""Plans (scangen.plan.make_plan), without a GPU.
+"""Plans (scangen.plan.make_plan, ScanKernel.plan), without a GPU.
 
 Two kinds of check, for every strategy:
 
-* the plan's numbers on both sides of every section boundary and past 2^31 elements: levels,
-  grids, blocks (against the kernels' __launch_bounds__), shared memory, temporaries, bytes;
-* a small interpreter that runs the plan's launches with numpy, doing what each kernel
-  promises (scan_sections_<mode>: scan each identity-padded section, write its total;
-  add_prefixes / *_seeded: combine the prefix on the LEFT; reduce_sections: fold each section
-  in order; scan_tiles_<mode>: tiles in ticket order, each seeded with the fold of all
-  earlier tiles), compared with reference_scan for non-commutative operators and plans of
-  3 to 7 levels. This checks a plan's structure and operand order with no GPU at all; the
-  device-side protocols (barriers, look-back) are the GPU tests' job.
+* the plan's numbers on both sides of every section boundary and past 2^31 elements, against
+  a model of each strategy written from its documentation: levels, grids, blocks (the
+  spec's, within the kernels' __launch_bounds__), shared memory, temporaries (hierarchical's
+  partial scan of each level's n elements; totals of sections + 1 entries; the single-pass
+  ticket and tile status), bytes read and written; auto's choice per n; the largest n a
+  spec can scan;
+* tests.support.plan_machine, a numpy interpreter that runs the plan's launches doing what
+  each kernel's template does, compared with the reference for non-commutative operators
+  (AFFINE, LAST_NONZERO), plans of 3 to 7 levels, both modes, Scan's hooks (in place too),
+  a hook set that records item, prev_item and last_item separately, and segmented scans;
+  temporaries start poisoned. Mutated plans and kernels show the comparison is sharp.
 """
-import itertools
+import dataclasses
 import re
 
 import numpy as np
 import pytest
 
-from scangen import tuning
-from scangen import (LAST_NONZERO, MODES, STRATEGIES, Operator, Scan, make_spec,
-                     reference_scan)
-from scangen.plan import NULL, BufferArg, RuntimeArg, make_plan
-from scangen.render import kernel_names, render
+import scangen
+from scangen import (LAST_NONZERO, MODES, STRATEGIES, Operator, Scan, ScanKernel, Tuning,
+                     make_spec)
+from scangen.kernel import KernelSpec
+from scangen.plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
+from scangen.render import render
 from scangen.spec import MAX_BLOCK_THREADS, MAX_STATIC_SHARED_BYTES
+from scangen.strategies import resolve
+from scangen.strategies.base import MAX_GRID
+from tests.support import (AFFINE, assert_scan_equal, expected, operator, random_input,
+                           segmented_reference)
+from tests.support.plan_machine import PlanMachine, RecordHooks, ScanHooks, run_plan
 
 GRID_LIMIT = 2**31 - 1
-
-_MASK32 = np.uint64(0xFFFFFFFF)
-
-
-def _affine_reference(a, b):
-    """x -> m*x + c (mod 2^32) packed as m << 32 | c; combine(a, b) applies a, then b."""
-    a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
-    ma, ca, mb, cb = a >> np.uint64(32), a & _MASK32, b >> np.uint64(32), b & _MASK32
-    return (((mb * ma) & _MASK32) << np.uint64(32)) | ((mb * ca + cb) & _MASK32)
-
-
-#: Function composition: a prefix combined on the wrong side gives another answer.
-AFFINE = Operator("affine_then(a, b)", 1 << 32, name="affine_then", reference=_affine_reference)
+LAST_ITEM_STRATEGIES = ("auto", "hierarchical", "reduce_then_scan")
+SINGLE_PASS = ("chained", "decoupled_lookback")
 
 
 def ceil_div(a, b):
     return -(-a // b)
 
 
-def hierarchy_levels(count, section):
-    """Levels of a recursive section scan of `count` elements: 1 + the levels of its totals."""
-    levels = 1
-    while ceil_div(count, section) > 1:
-        count = ceil_div(count, section)
-        levels += 1
+# --- kernels under test -----------------------------------------------------------------------
+
+def scan(dtype, op, mode="inclusive", **kwargs):
+    return Scan(dtype, operator(op) if isinstance(op, str) else op, mode=mode, **kwargs)
+
+
+def recorder(dtype, op, *, last_item=True, segmented=False, **kwargs):
+    """A ScanKernel whose output records item, prev_item (and last_item) per i: what
+    RecordHooks models."""
+    arguments = "const scan_t *x, scan_t *items, scan_t *prevs"
+    output = "items[i] = item; prevs[i] = prev_item;"
+    if last_item:
+        arguments += ", scan_t *lasts"
+        output += " lasts[i] = last_item;"
+    extra = {}
+    if segmented:
+        arguments += ", const unsigned char *heads"
+        extra["is_segment_start_expr"] = "heads[i] != 0"
+    return ScanKernel(dtype, operator(op) if isinstance(op, str) else op, arguments=arguments,
+                      input_expr="x[i]", output_statement=output, **extra, **kwargs)
+
+
+def auto_choice(spec, n, needs_last_item=False):
+    """What the docs promise for strategy "auto": one launch when n fits a section, then
+    decoupled look-back below spec.tuning.auto_reduce_then_scan_min_bytes of input, and
+    reduce_then_scan from there on, or always when the output uses last_item."""
+    if n <= spec.section_size:
+        return "one_section"
+    if needs_last_item or n * spec.etype.itemsize >= spec.tuning.auto_reduce_then_scan_min_bytes:
+        return "reduce_then_scan"
+    return "decoupled_lookback"
+
+
+def effective_strategy(kernel_spec, n):
+    spec = kernel_spec.scan
+    if spec.strategy == "auto" or n <= spec.section_size:
+        return auto_choice(spec, n, kernel_spec.hooks.uses_last_item)
+    return spec.strategy
+
+
+def section_levels(count, section):
+    """Levels of a sections-then-totals plan: the top level's totals (sections + 1 entries,
+    the last becoming the grand total) and each lower level's section totals are scanned one
+    level down until they fit one section."""
+    levels, extra = 1, 1
+    while count > section:
+        count = ceil_div(count, section) + extra
+        levels, extra = levels + 1, 0
     return levels
 
 
-def effective_strategy(spec, n):
-    """What the docs promise: one launch when n fits a section; "auto" is decoupled look-back
-    below AUTO_REDUCE_THEN_SCAN_MIN_BYTES of input and reduce_then_scan from there on."""
-    if n <= spec.section_size:
-        return None
-    if spec.strategy != "auto":
-        return spec.strategy
-    big = n * spec.etype.itemsize >= tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES
-    return "reduce_then_scan" if big else "decoupled_lookback"
+# --- the model of a plan ----------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Model:
+    launches: list  # (kernel name, grid, args, elements read, elements written, level)
+    temporaries: dict  # name -> (bytes, persistent)
+    tiles: int = 0
 
 
-# --- the interpreter ------------------------------------------------------------------------
+def model_plan(kernel_spec, n):
+    """The launches and temporaries each strategy's documentation describes."""
+    spec = kernel_spec.scan
+    section, acc = spec.section_size, spec.acc_itemsize
+    model = Model([], {})
+    if n == 0:
+        return model
+    strategy = effective_strategy(kernel_spec, n)
 
-def poison(rng, dtype, n):
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f":
-        return np.full(n, np.nan, dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    def io(arg):
+        return "user" if arg is USER_ARGS else "totals"
 
+    def one_section(count, io_arg, level):
+        model.launches.append((f"scan_one_section_{io(io_arg)}", 1, (io_arg, count), count,
+                               count, level))
 
-def scan_rows(rows, op, mode, identity):
-    """Sequential scan of each row (one section per row): the definition, column by column.
-    Returns (scanned rows, row totals)."""
-    inclusive = rows.copy()
-    with np.errstate(over="ignore"):
-        for k in range(1, rows.shape[1]):
-            inclusive[:, k] = op.reference(inclusive[:, k - 1], rows[:, k])
-    totals = inclusive[:, -1].copy()
-    if mode == "inclusive":
-        return inclusive, totals
-    exclusive = np.empty_like(rows)
-    exclusive[:, 0] = identity
-    exclusive[:, 1:] = inclusive[:, :-1]
-    return exclusive, totals
+    def sections_then_totals(count, io_arg, level):
+        if count <= section:
+            return one_section(count, io_arg, level)
+        sections = ceil_div(count, section)
+        totals = BufferArg(f"totals{level}")
+        if strategy == "hierarchical":  # scan sections into partial, add the prefixes back
+            partial = BufferArg(f"partial{level}")
+            model.temporaries[partial.name] = (count * acc, False)
+            buffers, first, second = (partial,), "scan_sections", "add_prefixes"
+            first_writes = count + sections + 1
+        else:  # reduce sections, scan them seeded with their prefix
+            buffers, first, second = (), "reduce_sections", "scan_seeded"
+            first_writes = sections + 1
+        model.temporaries[totals.name] = ((sections + 1) * acc, False)
+        args = (io_arg, *buffers, totals, count)
+        model.launches.append((f"{first}_{io(io_arg)}", sections, args, count, first_writes,
+                               level))
+        # Only the top level needs the grand total (last_item) at the end of its totals.
+        sections_then_totals(sections + 1 if io_arg is USER_ARGS else sections, totals,
+                             level + 1)
+        model.launches.append((f"{second}_{io(io_arg)}", sections, args,
+                               count + sections + 1, count, level))
 
-
-class Machine:
-    """Device memory and kernels, emulated. Blocks of one launch see memory as it was at the
-    launch (they run concurrently and each block only writes its own section)."""
-
-    def __init__(self, plan, rng, ticket_start=0):
-        self.plan, self.rng = plan, rng
-        spec = plan.spec
-        self.spec, self.section = spec, spec.section_size
-        self.dtype = spec.etype.dtype
-        self.op = spec.operator
-        self.identity = self.dtype.type(self.op.identity_for(spec.etype))
-        self.kernels = set(kernel_names(spec))
-        self.bytes = {}
-        self.persistent = {}
-        for temp in plan.temporaries:
-            assert temp.name not in self.bytes and temp.name not in ("input", "output")
-            assert temp.nbytes > 0, temp
-            self.bytes[temp.name] = rng.integers(0, 256, temp.nbytes, dtype=np.uint8)
-            self.persistent[temp.name] = temp.persistent
-        if "ticket" in self.bytes:
-            self.bytes["ticket"][:8] = np.frombuffer(np.uint64(ticket_start).tobytes(), np.uint8)
-        self.runtime = {"ticket_base": ticket_start, "epoch": 1}
-
-    def values(self, arg, count=None):
-        """A buffer argument seen as an array of the element type."""
-        assert isinstance(arg, BufferArg), f"{arg!r} is not a buffer"
-        if arg.name == "input":
-            return self.input
-        if arg.name == "output":
-            return self.output
-        raw = self.bytes[arg.name]
-        usable = raw.size - raw.size % self.dtype.itemsize
-        array = raw[:usable].view(self.dtype)
-        if count is not None:
-            assert count <= array.size, f"{arg.name} holds {array.size} elements, not {count}"
-        return array
-
-    def sections(self, src, count, grid):
-        rows = np.full((grid, self.section), self.identity, self.dtype)
-        flat = rows.reshape(-1)
-        real = min(count, grid * self.section)
-        flat[:real] = src[:real]
-        return rows
-
-    def store(self, dst, rows, count):
-        """Blocks write their own sections, within n; a short grid leaves the rest alone."""
-        real = min(count, rows.size)
-        dst[:real] = rows.reshape(-1)[:real]
-
-    def run(self, x):
-        self.input = np.array(x, dtype=self.dtype)
-        self.input.flags.writeable = False  # the kernels take `const scan_t *in`
-        self.output = poison(self.rng, self.dtype, self.plan.n)
-        for launch in self.plan.launches:
-            assert launch.kernel in self.kernels, f"{launch.kernel} is not in the module"
-            assert 1 <= launch.grid <= GRID_LIMIT, launch
-            name = launch.kernel
-            if name.startswith("scan_sections_seeded_"):
-                self.scan_seeded(launch, name[len("scan_sections_seeded_"):])
-            elif name.startswith("scan_sections_"):
-                self.scan_sections(launch, name[len("scan_sections_"):])
-            elif name == "add_prefixes":
-                self.add_prefixes(launch)
-            elif name == "reduce_sections":
-                self.reduce_sections(launch)
-            elif name.startswith("scan_tiles_"):
-                self.scan_tiles(launch, name[len("scan_tiles_"):])
-            else:
-                pytest.fail(f"the interpreter does not know kernel {name}: teach run_plan")
-        return self.output
-
-    def _count(self, launch):
-        count = launch.args[-1]
-        assert isinstance(count, int) and 0 < count <= self.plan.n, launch
-        return count
-
-    def scan_sections(self, launch, mode):
-        src_arg, dst_arg, totals_arg, count = launch.args
-        count = self._count(launch)
-        src, dst = self.values(src_arg, count), self.values(dst_arg, count)
-        scanned, totals = scan_rows(self.sections(src, count, launch.grid), self.op, mode,
-                                    self.identity)
-        self.store(dst, scanned, count)
-        if totals_arg is not NULL:
-            self.values(totals_arg, launch.grid)[:launch.grid] = totals
-
-    def add_prefixes(self, launch):
-        out_arg, prefixes_arg, count = launch.args
-        count = self._count(launch)
-        out = self.values(out_arg, count)
-        # block b serves section b + 1: section 0 has nothing before it
-        prefixes = self.values(prefixes_arg, launch.grid + 1)
-        for block in range(launch.grid):
-            start = (block + 1) * self.section
-            stop = min(start + self.section, count)
-            with np.errstate(over="ignore"):
-                out[start:stop] = self.op.reference(prefixes[block + 1], out[start:stop])
-
-    def reduce_sections(self, launch):
-        src_arg, totals_arg, count = launch.args
-        count = self._count(launch)
-        _, totals = scan_rows(self.sections(self.values(src_arg, count), count, launch.grid),
-                              self.op, "inclusive", self.identity)
-        self.values(totals_arg, launch.grid)[:launch.grid] = totals
-
-    def scan_seeded(self, launch, mode):
-        src_arg, dst_arg, prefixes_arg, count = launch.args
-        count = self._count(launch)
-        scanned, _ = scan_rows(self.sections(self.values(src_arg, count), count, launch.grid),
-                               self.op, mode, self.identity)
-        prefixes = self.values(prefixes_arg, launch.grid)[:launch.grid].copy()
-        with np.errstate(over="ignore"):
-            scanned[1:] = self.op.reference(prefixes[1:, None], scanned[1:])
-        self.store(self.values(dst_arg, count), scanned, count)
-
-    def scan_tiles(self, launch, mode):
-        src_arg, dst_arg, status_arg, values_arg, ticket_arg, base_arg, epoch_arg, count = \
-            launch.args
-        count = self._count(launch)
-        grid = launch.grid
-        # the single-pass state: kept between calls, big enough for every tile's status
-        word = 8 if self.dtype.itemsize <= 4 else 4
-        assert self.persistent[status_arg.name] and self.bytes[status_arg.name].size >= grid * word
-        if self.dtype.itemsize <= 4:
-            assert values_arg is NULL  # value packed beside the flag
-        else:
-            assert self.persistent[values_arg.name]
-            assert self.bytes[values_arg.name].size >= 2 * grid * self.dtype.itemsize
-        assert self.persistent[ticket_arg.name] and self.bytes[ticket_arg.name].size >= 8
-        assert isinstance(base_arg, RuntimeArg) and isinstance(epoch_arg, RuntimeArg)
-        base = self.runtime[base_arg.name]
-        assert self.runtime[epoch_arg.name] >= 1
-        ticket = self.bytes[ticket_arg.name][:8].view(np.uint64)
-        # blocks start in any order; each takes the next ticket and scans that tile
-        tiles = np.empty(grid, np.int64)
-        for block in self.rng.permutation(grid):
-            tiles[block] = int(ticket[0]) - base
-            ticket[0] += np.uint64(1)
-        assert sorted(tiles) == list(range(grid))
-        scanned, totals = scan_rows(self.sections(self.values(src_arg, count), count, grid),
-                                    self.op, mode, self.identity)
-        prefix = self.identity
-        with np.errstate(over="ignore"):
-            for tile in range(1, grid):
-                prefix = self.op.reference(prefix, totals[tile - 1])  # earlier on the left
-                scanned[tile] = self.op.reference(prefix, scanned[tile])
-        self.store(self.values(dst_arg, count), scanned, count)
-
-
-def run_plan(plan, x, rng, ticket_start=0):
-    """Execute ``plan`` on the host, as the kernels would; returns the output buffer."""
-    return Machine(plan, rng, ticket_start).run(x)
-
-
-def random_input(rng, spec, n):
-    dtype = spec.etype.dtype
-    name = spec.operator.name
-    if name == "affine_then":
-        return rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
-    if dtype.kind == "f":
-        # small integers: float add is exact, so the plan's order cannot hide behind rounding
-        values = rng.integers(-1000, 1000, n).astype(dtype)
+    if strategy == "one_section":
+        one_section(n, USER_ARGS, 0)
+    elif strategy in ("hierarchical", "reduce_then_scan"):
+        sections_then_totals(n, USER_ARGS, 0)
     else:
-        info = np.iinfo(dtype)
-        values = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
-    if name == "last_nonzero":
-        values[rng.random(n) < 0.7] = 0
-    return values
+        tiles = model.tiles = ceil_div(n, section)
+        packed = acc <= 4  # epoch, flag and value in one 64-bit word
+        model.temporaries["ticket"] = (8, True)
+        model.temporaries["status"] = (tiles * (8 if packed else 4), True)
+        values = NULL
+        if not packed:  # a 32-bit flag per tile, two value slots (aggregate, prefix)
+            assert acc % 8 == 0
+            values = BufferArg("status_values")
+            model.temporaries["status_values"] = (2 * tiles * acc, True)
+        model.launches.append(("scan_tiles_user", tiles,
+                               (USER_ARGS, BufferArg("status"), values, BufferArg("ticket"),
+                                RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
+                               n, n, 0))
+    return model
 
+
+def _launch_bounds(kernel_spec):
+    """BLOCK_SIZE and the kernels whose __launch_bounds__ name it, in the rendered source."""
+    text = render(kernel_spec).text
+    (block,) = re.findall(r"static const int BLOCK_SIZE = (\d+);", text)
+    bounded = re.findall(r"__launch_bounds__\(BLOCK_SIZE(?:, \d+)?\)\n(\w+)\(", text)
+    return int(block), set(bounded)
+
+
+def check_plan(plan):
+    """The plan equals the model, and its numbers are what a GPU can take."""
+    kernel_spec, spec, n = plan.kernel_spec, plan.spec, plan.n
+    acc = spec.acc_itemsize
+    model = model_plan(kernel_spec, n)
+    assert plan.strategy == effective_strategy(kernel_spec, n)
+    assert plan.strategy == resolve(spec.strategy, kernel_spec.hooks.uses_last_item, spec,
+                                    n).name
+    got = [(launch.kernel.name, launch.grid, launch.args, launch.bytes_read // acc,
+            launch.bytes_written // acc, launch.level) for launch in plan.launches]
+    assert got == model.launches, plan.describe()
+    assert {t.name: (t.nbytes, t.persistent) for t in plan.temporaries} == model.temporaries
+    assert len(plan.temporaries) == len(model.temporaries), "temporary names repeat"
+    assert plan.single_pass_tiles == model.tiles
+    assert plan.levels == 1 + max((l[-1] for l in model.launches), default=-1)
+
+    if n == 0:
+        assert plan.launches == plan.temporaries == () and plan.levels == 0
+        assert plan.bytes_read == plan.bytes_written == plan.temp_bytes == 0
+        return
+    block, bounded = _launch_bounds(kernel_spec)
+    module = kernel_spec.kernels
+    used = set()
+    for launch in plan.launches:
+        assert launch.kernel in module and launch.kernel.name in bounded
+        assert launch.block == spec.block_size == block <= MAX_BLOCK_THREADS
+        assert launch.shared_bytes == spec.shared_bytes <= MAX_STATIC_SHARED_BYTES
+        assert 1 <= launch.grid <= GRID_LIMIT
+        count = launch.args[-1]
+        assert type(count) is int and 0 < count < 2**63 and launch.grid == ceil_div(
+            count, spec.section_size)
+        assert launch.bytes_read % acc == 0 and launch.bytes_written % acc == 0
+        assert launch.why
+        used |= {a.name for a in launch.args if isinstance(a, BufferArg)}
+    assert used == {t.name for t in plan.temporaries}, "a temporary no launch uses"
+    assert plan.launches[0].args[0] is USER_ARGS and plan.launches[-1].args[0] is USER_ARGS
+    assert plan.temp_bytes == sum(t.nbytes for t in plan.temporaries)
+
+    # the traffic the strategies' summaries promise, in elements
+    traffic = (plan.bytes_read + plan.bytes_written) // acc
+    totals = sum(t.nbytes for t in plan.temporaries if t.name.startswith("totals")) // acc
+    if plan.strategy in ("one_section", "chained", "decoupled_lookback"):
+        assert traffic == 2 * n
+    elif plan.strategy == "hierarchical":
+        assert 4 * n < traffic <= 4 * n + 6 * totals
+        assert plan.levels == section_levels(n, spec.section_size)
+    else:
+        assert 3 * n < traffic <= 3 * n + 6 * totals
+        assert plan.levels == section_levels(n, spec.section_size)
+
+
+def check_too_many_sections(kernel_spec, n):
+    """More sections than one grid can have: refused, saying how many elements the spec can
+    take, and advice that can be followed (a section size that plans n, or pieces)."""
+    spec = kernel_spec.scan
+    sections = ceil_div(n, spec.section_size)
+    assert sections > GRID_LIMIT
+    with pytest.raises(ValueError) as err:
+        make_plan(kernel_spec, n)
+    message = str(err.value)
+    assert message.startswith(f"n={n} makes {sections} sections of {spec.section_size}, more "
+                              f"blocks than one launch can have ({GRID_LIMIT})"), message
+    assert f"at most {spec.section_size * GRID_LIMIT} elements" in message, message
+    suggested = re.search(r"section_size=(\d+)", message)
+    if suggested is None:
+        assert "in pieces" in message, message
+        return
+    bigger = make_spec(spec.etype.dtype, spec.operator, algorithm=spec.algorithm,
+                       section_size=int(suggested.group(1)), strategy=spec.strategy,
+                       tuning=spec.tuning, segmented=spec.segmented)
+    assert bigger.section_size > spec.section_size
+    check_plan(make_plan(KernelSpec(bigger, kernel_spec.hooks), n))
+
+
+# --- the plan's numbers -----------------------------------------------------------------------
+
+PLAN_CASES = [
+    # (dtype, operator, mode, algorithm, section_size, items_per_thread)
+    ("float32", "add", "inclusive", "kogge_stone", 1024, None),
+    ("int64", "max", "exclusive", "warp_shuffle", 256, None),
+    ("uint8", "bit_or", "inclusive", "brent_kung", 2048, None),
+    ("float64", "min", "exclusive", "coarsened", 2048, 4),
+    ("int16", "mul", "inclusive", "coarsened", 64, 8),
+    ("int32", "add", "exclusive", "naive", 32, None),
+    ("int8", "add", "inclusive", "brent_kung", 4, None),
+    ("uint32", "add", "inclusive", "kogge_stone_double_buffered", 128, None),
+    ("float64", "add", "inclusive", "warp_shuffle", None, None),  # tuned defaults
+    ("int16", "last_nonzero", "exclusive", "warp_shuffle", None, None),
+]
+
+
+def _case_id(case):
+    return f"{case[3]}-{case[4]}-{case[0]}-{case[2]}"
+
+
+def _plan_kernels(case, strategy):
+    """Scan, a recorder (using last_item where the strategy allows it) and a segmented one:
+    the same scan with three hook sets (segmented: twice the acc_t bytes, other status)."""
+    dtype, op, mode, algorithm, section, items = case
+    kwargs = dict(algorithm=algorithm, section_size=section, items_per_thread=items,
+                  strategy=strategy)
+    last = strategy not in SINGLE_PASS
+    kernels = [scan(dtype, op, mode, **kwargs).kernel,
+               recorder(dtype, op, last_item=last, **kwargs)]
+    try:
+        kernels.append(recorder(dtype, op, last_item=last, segmented=True, **kwargs))
+    except ValueError as err:  # (value, head) pairs take twice the shared memory of values
+        assert "shared memory" in str(err) and kernels[0].spec.acc_itemsize == 8
+    return kernels
+
+
+def _sizes(section, rng):
+    largest = GRID_LIMIT * section
+    sizes = {0, 1, 2, section - 1, section, section + 1, 2 * section, 2 * section + 1,
+             section**2 - 1, section**2, section**2 + 1, section**3 - 1, section**3 + 1,
+             2**31 - 1, 2**31, 2**31 + 5, 2**32 + 3, largest - 1, largest}
+    sizes |= {int(s) for s in rng.integers(1, 10 * section**2, 3)}
+    sizes |= {int(s) for s in rng.integers(2**20, 2**34, 2)}
+    return sorted(s for s in sizes if 0 <= s <= largest)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("case", PLAN_CASES, ids=_case_id)
+def test_plan_numbers_at_boundaries(case, strategy, rng):
+    for kernel in _plan_kernels(case, strategy):
+        spec = kernel.spec
+        largest = GRID_LIMIT * spec.section_size
+        for n in _sizes(spec.section_size, rng):
+            plan = kernel.plan(n)
+            assert plan.n == n and plan.kernel_spec == kernel.kernel_spec and plan.spec == spec
+            assert plan == make_plan(kernel.kernel_spec, n)
+            check_plan(plan)
+        check_too_many_sections(kernel.kernel_spec, largest + 1)
+
+
+def test_levels_past_two_to_the_31():
+    kernel = scan("int8", "add", algorithm="warp_shuffle", section_size=1024,
+                  strategy="hierarchical").kernel
+    plan = kernel.plan(2**31 + 5)
+    # 2^31+5 elements: 2^21+1 sections, whose totals and grand total (2^21+2 entries) make
+    # 2049 sections, whose totals (2049 entries: no grand total below the top) make 3
+    # sections, whose 3 totals fit one section
+    assert plan.levels == 4 and len(plan.launches) == 7
+    assert [launch.grid for launch in plan.launches] == [2**21 + 1, 2049, 3, 1, 3, 2049,
+                                                         2**21 + 1]
+    assert [launch.args[-1] for launch in plan.launches] == [2**31 + 5, 2**21 + 2, 2049, 3,
+                                                             2049, 2**21 + 2, 2**31 + 5]
+    temps = {t.name: t.nbytes for t in plan.temporaries}
+    assert temps == {"partial0": 2**31 + 5, "totals0": 2**21 + 2, "partial1": 2**21 + 2,
+                     "totals1": 2050, "partial2": 2049, "totals2": 4}
+    check_plan(plan)
+    for strategy in ("chained", "decoupled_lookback", "auto", "reduce_then_scan"):
+        plan = scan("int8", "add", section_size=4096, items_per_thread=16,
+                    strategy=strategy).plan(2**31 + 5)
+        assert plan.launches[0].grid == 2**19 + 1 and plan.launches[0].block == 256
+        check_plan(plan)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_too_many_sections_are_refused_with_the_largest_n(strategy):
+    assert MAX_GRID == GRID_LIMIT  # CUDA's limit on gridDim.x
+    kernel = scan("int8", "add", algorithm="brent_kung", section_size=4, strategy=strategy)
+    largest = 4 * GRID_LIMIT
+    plan = kernel.plan(largest)
+    assert plan.launches[0].grid == GRID_LIMIT
+    check_plan(plan)
+    for n in (largest + 1, 2**40, 2**62):
+        check_too_many_sections(kernel.kernel.kernel_spec, n)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_one_section_sizes_take_one_launch_whatever_the_strategy(strategy):
+    for case in PLAN_CASES:
+        for kernel in _plan_kernels(case, strategy):
+            section = kernel.spec.section_size
+            for n in sorted({1, 2, section // 2 + 1, section}):
+                plan = kernel.plan(n)
+                assert plan.strategy == "one_section" and plan.temporaries == ()
+                (launch,) = plan.launches
+                assert launch.kernel.name == "scan_one_section_user"
+                assert launch.grid == 1 and launch.block == kernel.spec.block_size
+                assert launch.args == (USER_ARGS, n)
+
+
+def test_auto_choice_per_n():
+    for dtype, segmented in (("float32", False), ("float64", False), ("int8", True)):
+        for tuning in (None, Tuning(auto_reduce_then_scan_min_bytes=3 << 16)):
+            kernels = {False: recorder(dtype, "add", last_item=False, segmented=segmented,
+                                       tuning=tuning),
+                       True: recorder(dtype, "add", segmented=segmented, tuning=tuning)}
+            spec = kernels[False].spec
+            section, size = spec.section_size, spec.etype.itemsize
+            threshold = spec.tuning.auto_reduce_then_scan_min_bytes
+            assert threshold == (16 << 20 if tuning is None else 3 << 16)
+            first_big = ceil_div(threshold, size)  # the first n with that many input bytes
+            assert first_big > section + 1
+            for n, want in ((1, "one_section"), (section, "one_section"),
+                            (section + 1, "decoupled_lookback"),
+                            (first_big - 1, "decoupled_lookback"),
+                            (first_big, "reduce_then_scan"), (10 * first_big, "reduce_then_scan")):
+                assert kernels[False].plan(n).strategy == want, (dtype, n)
+                assert resolve("auto", False, spec, n).name == want
+                uses_total = "one_section" if n <= section else "reduce_then_scan"
+                assert kernels[True].plan(n).strategy == uses_total, (dtype, n)
+                assert resolve("auto", True, spec, n).name == uses_total
+    # a threshold inside one section still leaves small n to one launch
+    tiny = scan("int32", "add", tuning=Tuning(auto_reduce_then_scan_min_bytes=1))
+    assert tiny.plan(tiny.spec.section_size).strategy == "one_section"
+    assert tiny.plan(tiny.spec.section_size + 1).strategy == "reduce_then_scan"
+    # the describe() line says auto chose
+    assert "strategy reduce_then_scan (auto)" in str(tiny.plan(10**6))
+
+
+@pytest.mark.parametrize("strategy", SINGLE_PASS)
+def test_single_pass_refuses_an_output_that_uses_last_item(strategy):
+    for output in ("out[i] = last_item;", "if (i == n - 1) *total = item + last_item;"):
+        with pytest.raises(ValueError, match="last_item"):
+            ScanKernel("int32", "add", arguments="const int *x, int *out, int *total",
+                       input_expr="x[i]", output_statement=output, strategy=strategy)
+        with pytest.raises(ValueError, match="last_item"):
+            recorder("int32", "add", segmented=True, strategy=strategy)
+    # a mention in a comment or a string is not a use
+    kernel = ScanKernel("int32", "add", arguments="const int *x, int *out",
+                        input_expr="x[i]", strategy=strategy,
+                        output_statement='out[i] = item; // not last_item\n'
+                                         'if (0) printf("last_item");')
+    assert not kernel.kernel_spec.hooks.uses_last_item
+    assert kernel.plan(10**6).strategy == strategy
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_launched_kernel_is_in_the_module_and_every_kernel_is_launched(strategy):
+    for case in PLAN_CASES[:4] + PLAN_CASES[-2:]:
+        for kernel in _plan_kernels(case, strategy):
+            kernel_spec = kernel.kernel_spec
+            module = kernel_spec.kernels
+            assert len(set(module)) == len(module)
+            assert render(kernel_spec).kernel_names == tuple(k.name for k in module)
+            launched = set()
+            section = kernel.spec.section_size
+            for n in (1, section, section + 1, section**2 + 1, 10**8, 2**31 + 5):
+                for launch in kernel.plan(n).launches:
+                    assert launch.kernel in module, f"{launch.kernel.name} is not in the module"
+                    launched.add(launch.kernel)
+            assert launched == set(module), "the module holds a kernel no plan launches"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_describe_names_every_kernel_and_temporary(strategy, rng):
+    kernel = scan("float64", LAST_NONZERO, mode="exclusive", algorithm="brent_kung",
+                  section_size=16, strategy=strategy)
+    for n in (0, 5, 16, 17, 300, 5000, int(rng.integers(20, 10**6))):
+        plan = kernel.plan(n)
+        text = plan.describe()
+        assert str(plan) == text
+        assert f"n={n} float64" in text and "last_nonzero" in text
+        assert text.startswith("plan: exclusive scan with last_nonzero")
+        assert f"strategy {plan.strategy}" in text and "brent_kung, section 16" in text
+        assert ("(auto)" in text) == (strategy == "auto")
+        assert f"{len(plan.launches)} launch(es), {plan.levels} level(s)" in text
+        for launch in plan.launches:
+            assert (f"level {launch.level} {launch.kernel.name}<<<{launch.grid}, "
+                    f"{launch.block}, {launch.shared_bytes} B smem>>>(<arguments>"
+                    if launch.args[0] is USER_ARGS else
+                    f"{launch.kernel.name}<<<{launch.grid}, {launch.block}") in text
+        for temp in plan.temporaries:
+            assert f"temporary {temp.name}: {temp.nbytes} B" in text
+        if n:
+            assert f"bytes read: {plan.bytes_read}, written: {plan.bytes_written}" in text
+
+
+def test_plan_takes_numpy_integers():
+    kernel = scan("uint16", "max", mode="exclusive", algorithm="coarsened", section_size=256,
+                  items_per_thread=8, strategy="hierarchical").kernel
+    for n in (np.int64(70000), np.uint32(70000), np.uint64(70000), np.int32(70000)):
+        plan = kernel.plan(n)
+        assert type(plan.n) is int and plan == make_plan(kernel.kernel_spec, 70000)
+    assert make_plan(kernel.kernel_spec, np.int8(5)).n == 5
+
+
+@pytest.mark.parametrize("n", [-1, np.int64(-3), 2.5, "10", None, 10.0, np.float64(4.0), True,
+                               False, np.True_])
+def test_plan_rejects_bad_n(n):
+    kernel = scan("int32", "add")
+    with pytest.raises(ValueError, match="n must be a non-negative int"):
+        kernel.plan(n)
+    with pytest.raises(ValueError, match="n must be a non-negative int"):
+        make_plan(kernel.kernel.kernel_spec, n)
+
+
+def test_scan_is_a_thin_client_of_its_kernel():
+    for strategy in STRATEGIES:
+        for mode in MODES:
+            s = Scan("uint16", "max", mode=mode, algorithm="coarsened", section_size=256,
+                     items_per_thread=8, strategy=strategy)
+            assert s.mode == mode and not hasattr(s.spec, "mode")
+            assert s.spec is s.kernel.spec and s.spec == s.kernel.kernel_spec.scan
+            hooks = s.kernel.kernel_spec.hooks
+            assert hooks.input_expr == "x[i]" and not hooks.uses_last_item
+            assert hooks.output_statement == ("out[i] = item;" if mode == "inclusive"
+                                              else "out[i] = prev_item;")
+            for n in (0, 255, 256, 257, 70000):
+                assert s.plan(n) == make_plan(s.kernel.kernel_spec, n) == s.kernel.plan(n)
+                check_plan(s.plan(n))
+    # the two modes share the scan spec: only the hooks differ
+    assert Scan("int32", mode="inclusive").spec == Scan("int32", mode="exclusive").spec
+
+
+# --- the interpreter --------------------------------------------------------------------------
 
 SIMULATED_SPECS = [
     # (dtype, operator, algorithm, section_size)
     ("int32", "add", "kogge_stone", 4),
-    ("int16", LAST_NONZERO, "kogge_stone", 4),
-    ("uint64", AFFINE, "kogge_stone", 4),
-    ("uint64", AFFINE, "brent_kung", 2),
+    ("int16", "last_nonzero", "kogge_stone", 4),
+    ("uint64", "affine_then", "kogge_stone", 4),
+    ("uint64", "affine_then", "brent_kung", 8),
     ("float32", "add", "brent_kung", 8),
-    ("float64", LAST_NONZERO, "warp_shuffle", 8),
+    ("float64", "last_nonzero", "warp_shuffle", 8),
     ("uint8", "mul", "coarsened", 8),
     ("int8", "max", "naive", 16),
     ("uint32", "bit_xor", "kogge_stone_double_buffered", 32),
@@ -279,323 +498,257 @@ def _id(value):
     return value if isinstance(value, (str, int)) else value.name
 
 
+def simulated_sizes(section, rng):
+    sizes = {1, 2, 3, section - 1, section, section + 1, 2 * section + 1, section**2 - 1,
+             section**2, section**2 + 1, section**3 - 1, section**3 + 1}
+    sizes |= {int(s) for s in rng.integers(2, min(section**3 * 2, 3000), 3)}
+    return sorted(s for s in sizes if 0 < s <= 5000)
+
+
+def small_threshold(dtype, section):
+    """A tuning that makes auto switch to reduce_then_scan from section^2 elements on, so
+    that both of its multi-section paths run at small n."""
+    return Tuning(auto_reduce_then_scan_min_bytes=section**2 * np.dtype(dtype).itemsize)
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype,op,algorithm,section", SIMULATED_SPECS, ids=_id)
-def test_simulated_plan_equals_reference(dtype, op, algorithm, section, mode, strategy, rng):
-    spec = make_spec(dtype, op, mode=mode, algorithm=algorithm, section_size=section,
-                     strategy=strategy)
-    sizes = {1, 2, 3, section - 1, section, section + 1, section**2 - 1, section**2,
-             section**2 + 1, section**3 - 1, section**3 + 1}
-    sizes |= {int(s) for s in rng.integers(2, min(section**3 * 2, 3000), 3)}
-    sizes = sorted(s for s in sizes if 0 < s <= 5000)
-    deepest = 0
-    for n in sizes:
-        plan = make_plan(spec, n)
-        x = random_input(rng, spec, n)
-        got = run_plan(plan, x, rng, ticket_start=int(rng.integers(0, 2**40)))
-        np.testing.assert_array_equal(got, reference_scan(x, spec.operator, mode),
-                                      err_msg=f"n={n}\n{plan.describe()}")
+def test_interpreted_scan_equals_reference(dtype, op, algorithm, section, mode, strategy, rng):
+    tuning = small_threshold(dtype, section) if strategy == "auto" else None
+    s = scan(dtype, op, mode, algorithm=algorithm, section_size=section, strategy=strategy,
+             tuning=tuning)
+    # one machine for every n: the single-pass ticket counter runs on from call to call
+    machine = PlanMachine(rng, ticket_start=int(rng.integers(0, 2**40)))
+    chosen, deepest = set(), 0
+    for k, n in enumerate(simulated_sizes(section, rng)):
+        plan = s.plan(n)
+        check_plan(plan)
+        x = random_input(rng, dtype, op, n)
+        got = machine.run(plan, ScanHooks(x, mode, in_place=k % 2 == 1))
+        assert_scan_equal(got, expected(x, s.spec.operator, mode), dtype, n)
+        chosen.add(plan.strategy)
         deepest = max(deepest, plan.levels)
-    if strategy == "hierarchical":
-        assert deepest >= 3  # the recursion itself was exercised
+    if strategy == "auto":
+        assert chosen == {"one_section", "decoupled_lookback", "reduce_then_scan"}
+    elif strategy in ("hierarchical", "reduce_then_scan") and section <= 16:
+        assert deepest >= 3  # the recursion itself ran
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype,op,algorithm,section", SIMULATED_SPECS[1:6], ids=_id)
+def test_interpreted_hooks_see_item_prev_item_and_last_item(dtype, op, algorithm, section,
+                                                             strategy, rng):
+    """item, prev_item and last_item, each against the reference (last_item where the
+    strategy provides it: auto then always takes reduce_then_scan)."""
+    last = strategy in LAST_ITEM_STRATEGIES
+    kernel = recorder(dtype, op, last_item=last, algorithm=algorithm, section_size=section,
+                      strategy=strategy)
+    # the ticket counter is 64 bits: here it wraps around during the test
+    machine = PlanMachine(rng, ticket_start=2**64 - int(rng.integers(1, 100)))
+    for n in simulated_sizes(section, rng):
+        plan = kernel.plan(n)
+        if strategy == "auto":
+            assert plan.strategy == ("one_section" if n <= section else "reduce_then_scan")
+        x = random_input(rng, dtype, op, n)
+        got = machine.run(plan, RecordHooks(x, last_item=last))
+        inclusive = expected(x, kernel.spec.operator, "inclusive")
+        assert_scan_equal(got["items"], inclusive, dtype, n)
+        assert_scan_equal(got["prevs"], expected(x, kernel.spec.operator, "exclusive"), dtype, n)
+        if last:
+            assert_scan_equal(got["lasts"], np.full(n, inclusive[-1]), dtype, n)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("dtype,op", [("int8", "add"), ("float32", "last_nonzero"),
+                                      ("uint64", "affine_then")], ids=_id)
+def test_interpreted_segmented_scans(dtype, op, strategy, rng):
+    """(value, head) pairs through every level: acc_t of 2, 8 and 16 bytes (packed and split
+    tile status); last_item is the last segment's total."""
+    last = strategy in LAST_ITEM_STRATEGIES
+    kernel = recorder(dtype, op, last_item=last, segmented=True, algorithm="kogge_stone",
+                      section_size=4, strategy=strategy)
+    machine = PlanMachine(rng, ticket_start=int(rng.integers(0, 2**40)))
+    for n in simulated_sizes(4, rng) + [1000]:
+        x = random_input(rng, dtype, op, n)
+        for density in (0.0, 0.05, 0.5):
+            heads = (rng.random(n) < density).astype(np.uint8)
+            got = machine.run(kernel.plan(n), RecordHooks(x, heads=heads, last_item=last))
+            inclusive = segmented_reference(x, heads, kernel.spec.operator, "inclusive")
+            assert_scan_equal(got["items"], inclusive, dtype, n)
+            assert_scan_equal(got["prevs"],
+                              segmented_reference(x, heads, kernel.spec.operator, "exclusive"),
+                              dtype, n)
+            if last:
+                assert_scan_equal(got["lasts"], np.full(n, inclusive[-1]), dtype, n)
+
+
+@pytest.mark.parametrize("strategy", ["hierarchical", "reduce_then_scan"])
+@pytest.mark.parametrize("mode", MODES)
+def test_interpreted_plans_of_three_to_seven_levels(strategy, mode, rng):
+    s = scan("uint64", "affine_then", mode, algorithm="kogge_stone", section_size=4,
+             strategy=strategy)
+    machine = PlanMachine(rng)
+    for levels in range(3, 8):
+        # the smallest and a random n with that many levels
+        smallest = next(n for n in range(1, 10**5) if section_levels(n, 4) == levels)
+        largest = next(n for n in range(smallest, 10**5) if section_levels(n, 4) > levels) - 1
+        for n in {smallest, largest, int(rng.integers(smallest, largest + 1))}:
+            plan = s.plan(n)
+            assert plan.levels == levels
+            x = random_input(rng, "uint64", "affine_then", n)
+            np.testing.assert_array_equal(machine.run(plan, ScanHooks(x, mode)),
+                                          expected(x, AFFINE, mode), err_msg=f"n={n}")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_simulated_plan_with_default_sections(mode, strategy, rng):
-    for dtype, op in [("int32", "add"), ("int16", LAST_NONZERO), ("uint64", AFFINE)]:
-        spec = make_spec(dtype, op, mode=mode, strategy=strategy)
-        section = spec.section_size
+def test_interpreted_plan_with_default_sections(mode, strategy, rng):
+    for dtype, op in [("int32", "add"), ("int16", "last_nonzero"), ("uint64", "affine_then")]:
+        s = scan(dtype, op, mode, strategy=strategy)
+        section = s.spec.section_size
+        machine = PlanMachine(rng, ticket_start=int(rng.integers(0, 2**40)))
         for n in (section - 1, section, section + 1, 3 * section + 5,
                   int(rng.integers(section, 20 * section))):
-            x = random_input(rng, spec, n)
-            got = run_plan(make_plan(spec, n), x, rng)
-            np.testing.assert_array_equal(got, reference_scan(x, spec.operator, mode),
+            x = random_input(rng, dtype, op, n)
+            got = machine.run(s.plan(n), ScanHooks(x, mode))
+            np.testing.assert_array_equal(got, expected(x, s.spec.operator, mode),
                                           err_msg=f"{dtype} n={n}")
 
 
-def test_simulated_plan_three_levels_of_full_sections(rng):
-    spec = make_spec("int32", LAST_NONZERO, mode="exclusive", algorithm="kogge_stone",
-                     section_size=64, strategy="hierarchical")
+def test_interpreted_three_levels_of_full_sections(rng):
+    s = scan("int32", "last_nonzero", "exclusive", algorithm="kogge_stone", section_size=64,
+             strategy="hierarchical")
     n = 64**2 * 3 + 17
-    x = random_input(rng, spec, n)
-    plan = make_plan(spec, n)
+    plan = s.plan(n)
     assert plan.levels == 3
-    np.testing.assert_array_equal(run_plan(plan, x, rng), reference_scan(x, LAST_NONZERO,
-                                                                         "exclusive"))
+    x = random_input(rng, "int32", "last_nonzero", n)
+    np.testing.assert_array_equal(run_plan(plan, ScanHooks(x, "exclusive"), rng),
+                                  expected(x, LAST_NONZERO, "exclusive"))
 
 
-@pytest.mark.parametrize("strategy", ["hierarchical", "reduce_then_scan", "decoupled_lookback"])
-def test_simulation_notices_a_prefix_on_the_wrong_side(strategy, rng):
-    """The interpreter is sharp enough: combining prefixes on the right breaks AFFINE."""
-    spec = make_spec("uint64", AFFINE, algorithm="kogge_stone", section_size=4,
-                     strategy=strategy)
-    plan = make_plan(spec, 70)
-    x = random_input(rng, spec, 70)
-    np.testing.assert_array_equal(run_plan(plan, x, rng), reference_scan(x, AFFINE))
+# --- the interpreter is sharp -----------------------------------------------------------------
+
+class PrefixOnTheRight(PlanMachine):
+    """A kernel that combines a section's prefix on the wrong side."""
+
+    def seed(self, prefix, values):
+        return self.acc.combine(values, prefix)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES[1:])
+def test_interpreter_notices_a_prefix_on_the_wrong_side(strategy, rng):
+    s = scan("uint64", "affine_then", algorithm="kogge_stone", section_size=4,
+             strategy=strategy)
+    for n in (70, 300):
+        x = random_input(rng, "uint64", "affine_then", n)
+        want = expected(x, AFFINE, "inclusive")
+        np.testing.assert_array_equal(run_plan(s.plan(n), ScanHooks(x, "inclusive"), rng), want)
+        wrong = PrefixOnTheRight(rng).run(s.plan(n), ScanHooks(x, "inclusive"))
+        assert np.any(wrong != want)
+    # and an operator whose numpy twin has its operands swapped everywhere
     swapped = Operator(AFFINE.expression, AFFINE.identity, name="affine_then",
-                       reference=lambda a, b: _affine_reference(b, a))
-    wrong_spec = make_spec("uint64", swapped, algorithm="kogge_stone", section_size=4,
-                           strategy=strategy)
-    wrong_plan = type(plan)(wrong_spec, plan.n, plan.strategy, plan.launches, plan.temporaries)
-    assert np.any(run_plan(wrong_plan, x, rng) != reference_scan(x, AFFINE))
+                       reference=lambda a, b: AFFINE.reference(b, a), preamble=AFFINE.preamble)
+    wrong = run_plan(scan("uint64", swapped, algorithm="kogge_stone", section_size=4,
+                          strategy=strategy).plan(70), ScanHooks(x[:70], "inclusive"), rng)
+    assert np.any(wrong != want[:70])
 
 
-@pytest.mark.parametrize("strategy", ["hierarchical", "reduce_then_scan"])
-def test_simulation_notices_a_missing_or_short_launch(strategy, rng):
-    """Every launch of a three-level plan matters, and so does every block of it."""
-    import dataclasses
-
-    spec = make_spec("uint64", AFFINE, algorithm="kogge_stone", section_size=4,
-                     strategy=strategy)
-    plan = make_plan(spec, 70)
-    assert plan.levels >= 3
-    x = random_input(rng, spec, 70)
-    want = reference_scan(x, AFFINE)
-    np.testing.assert_array_equal(run_plan(plan, x, rng), want)
+def _mutants(plan):
+    """Plans with one launch removed, or one launch short of a block. (Not the first pass
+    of an inner level short of a block: its last block may feed only that level's grand
+    total, totals[sections], and only level 0 reads its grand total, as last_item.)"""
     for i, launch in enumerate(plan.launches):
-        mutants = [plan.launches[:i] + plan.launches[i + 1:]]
-        # (the last section total is never needed by an exclusive scan of the totals)
-        if launch.grid > 1 and launch.kernel != "reduce_sections":
-            mutants.append(plan.launches[:i] + (dataclasses.replace(launch, grid=launch.grid - 1),)
-                           + plan.launches[i + 1:])
-        for launches in mutants:
+        yield f"without launch {i}", plan.launches[:i] + plan.launches[i + 1:]
+        inner_first_pass = launch.level > 0 and launch.kernel.family.name in (
+            "scan_sections", "reduce_sections")
+        if launch.grid > 1 and not inner_first_pass:
+            short = dataclasses.replace(launch, grid=launch.grid - 1)
+            yield f"launch {i} one block short", \
+                plan.launches[:i] + (short,) + plan.launches[i + 1:]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_interpreter_notices_a_missing_or_short_launch(strategy, rng):
+    """Every launch of a deep plan matters, and every block of it: a mutant gives another
+    item, prev_item or last_item, or the interpreter refuses it (an access outside a buffer,
+    a race, an output statement run twice or never, tiles that would deadlock)."""
+    last = strategy in LAST_ITEM_STRATEGIES  # the grand total flows through every level
+    kernel = recorder("uint64", "affine_then", last_item=last, algorithm="kogge_stone",
+                      section_size=4, strategy=strategy)
+    for n in (70, 300):
+        plan = kernel.plan(n)
+        assert plan.levels >= (4 if last else 1)
+        x = random_input(rng, "uint64", "affine_then", n)
+        want = run_plan(plan, RecordHooks(x, last_item=last), rng)
+        np.testing.assert_array_equal(want["items"], expected(x, AFFINE, "inclusive"))
+        refused = 0
+        for what, launches in _mutants(plan):
             mutant = dataclasses.replace(plan, launches=launches)
             try:
-                got = run_plan(mutant, x, rng)
+                got = run_plan(mutant, RecordHooks(x, last_item=last), rng)
             except AssertionError:
-                continue  # the interpreter refused it outright
-            assert np.any(got != want), f"launch {i} ({launch.kernel}) made no difference"
+                refused += 1
+                continue
+            assert any(np.any(got[k] != want[k]) for k in want), \
+                f"{what} made no difference\n{plan}"
+        assert refused > 0
 
 
-# --- the plan's numbers ---------------------------------------------------------------------
-
-PLAN_SPECS = [
-    ("float32", "add", "inclusive", "kogge_stone", 1024, None),
-    ("int64", "max", "exclusive", "warp_shuffle", 256, None),
-    ("uint8", "bit_or", "inclusive", "brent_kung", 2048, None),
-    ("float64", "min", "exclusive", "coarsened", 2048, 4),
-    ("int16", "mul", "inclusive", "coarsened", 64, 8),
-    ("int32", "add", "exclusive", "naive", 32, None),
-    ("int8", "add", "inclusive", "brent_kung", 2, None),
-    ("uint32", "add", "inclusive", "kogge_stone_double_buffered", 128, None),
-    ("float64", "add", "inclusive", "warp_shuffle", None, None),  # tuned defaults
-]
-
-
-def _plan_spec(case, strategy):
-    dtype, op, mode, algorithm, section, items = case
-    return make_spec(dtype, op, mode=mode, algorithm=algorithm, section_size=section,
-                     items_per_thread=items, strategy=strategy)
-
-
-def _case_id(case):
-    return f"{case[3]}-{case[4]}-{case[0]}-{case[2]}"
-
-
-def _launch_bounds(text):
-    """Kernel name -> its __launch_bounds__ in the rendered source, where readable."""
-    constants = {m.group(1): int(m.group(2)) for m in
-                 re.finditer(r"(?:static\s+)?const\s+int\s+(\w+)\s*=\s*(\d+)\s*;", text)}
-    bounds = {}
-    for m in re.finditer(r"__launch_bounds__\(\s*(\w+)\s*(?:,[^)]*)?\)\s*(\w+)\s*\(", text):
-        value, kernel = m.group(1), m.group(2)
-        if value.isdigit():
-            bounds[kernel] = int(value)
-        elif value in constants:
-            bounds[kernel] = constants[value]
-    return bounds
-
-
-def check_plan(plan):
-    spec, n = plan.spec, plan.n
-    section, size = spec.section_size, spec.etype.itemsize
-    temps = {t.name: t for t in plan.temporaries}
-    assert len(temps) == len(plan.temporaries), "temporary names repeat"
-
-    if n == 0:
-        assert plan.launches == () and plan.temporaries == () and plan.levels == 0
-        assert plan.bytes_read == plan.bytes_written == plan.temp_bytes == 0
-        return
-
-    sections = ceil_div(n, section)
-    first = plan.launches[0]
-    assert first.grid == sections
-    assert first.args[0] == BufferArg("input") and first.args[-1] == n and first.level == 0
-
-    bounds = _launch_bounds(render(spec).text)
-    used = set()
-    for launch in plan.launches:
-        assert launch.kernel in kernel_names(spec)
-        assert 1 <= launch.grid <= GRID_LIMIT, launch
-        assert 1 <= launch.block <= MAX_BLOCK_THREADS
-        if launch.kernel != "add_prefixes":
-            assert launch.block == spec.block_size  # one thread per ITEMS_PER_THREAD elements
-        if launch.kernel in bounds:
-            assert launch.block <= bounds[launch.kernel], f"{launch.kernel} above launch bounds"
-        assert 0 <= launch.shared_bytes <= MAX_STATIC_SHARED_BYTES
-        count = launch.args[-1]
-        assert isinstance(count, int) and 0 < count < 2**63
-        if launch.kernel != "add_prefixes":
-            assert launch.grid == ceil_div(count, section)
-        else:
-            assert launch.grid == ceil_div(count, section) - 1  # every section after the first
-        for arg in launch.args:
-            if isinstance(arg, BufferArg) and arg.name not in ("input", "output"):
-                assert arg.name in temps, f"{arg.name} is not a temporary of the plan"
-                used.add(arg.name)
-        assert launch.bytes_read >= 0 and launch.bytes_written > 0
-    assert used == set(temps), "a temporary no launch uses"
-    assert plan.temp_bytes == sum(t.nbytes for t in plan.temporaries)
-    traffic = (plan.bytes_read + plan.bytes_written) // size
-
-    strategy = effective_strategy(spec, n)
-    if strategy is None:
-        (launch,) = plan.launches
-        assert launch.kernel == f"scan_sections_{spec.mode}"
-        assert launch.args == (BufferArg("input"), BufferArg("output"), NULL, n)
-        assert plan.temporaries == ()
-        assert traffic == 2 * n
-        return
-    assert plan.strategy == strategy
-    totals_elements = sum(t.nbytes for t in plan.temporaries if not t.persistent) // size
-
-    if strategy == "hierarchical":
-        levels = hierarchy_levels(n, section)
-        assert plan.levels == levels and len(plan.launches) == 2 * levels - 1
-        assert first.kernel == f"scan_sections_{spec.mode}"
-        assert first.args[:2] == (BufferArg("input"), BufferArg("output"))
-        for launch in plan.launches:
-            if launch.kernel.startswith("scan_sections_") and launch.grid > 1:
-                assert temps[launch.args[2].name].nbytes == launch.grid * size
-            if launch.level > 0 and launch.kernel.startswith("scan_sections_"):
-                # totals are scanned exclusively, in place
-                assert launch.kernel == "scan_sections_exclusive"
-                assert launch.args[0] == launch.args[1]
-        # read + write at level 0, read + write again in the add-back: ~4n, plus the totals
-        assert 4 * n - 2 * section <= traffic <= 4 * n + 6 * totals_elements + 2 * levels
-    elif strategy == "reduce_then_scan":
-        assert first.kernel == "reduce_sections"
-        last = plan.launches[-1]
-        assert last.kernel == f"scan_sections_seeded_{spec.mode}"
-        assert last.grid == sections
-        assert last.args[:2] == (BufferArg("input"), BufferArg("output"))
-        assert last.args[2] == first.args[1]  # seeded with the scanned section totals
-        assert temps[first.args[1].name].nbytes == sections * size
-        assert plan.levels == 1 + hierarchy_levels(sections, section)
-        # read twice, write once: ~3n
-        assert 3 * n <= traffic <= 3 * n + 6 * totals_elements + 2 * plan.levels
-    else:
-        (launch,) = plan.launches
-        assert launch.kernel == f"scan_tiles_{spec.mode}"
-        assert launch.args[:2] == (BufferArg("input"), BufferArg("output"))
-        assert plan.levels == 1
-        persistent = sum(t.nbytes for t in plan.temporaries if t.persistent)
-        assert {t.name for t in plan.temporaries if t.persistent} >= {"ticket", "status"}
-        # one read, one write, plus the tile status
-        assert 2 * n <= traffic <= 2 * n + (persistent + 2 * sections * size) // size + 2
+def test_interpreter_refuses_short_buffers_races_and_wrong_tickets(rng):
+    x = random_input(rng, "uint64", "affine_then", 70)
+    hooks = ScanHooks(x, "inclusive")
+    for strategy in ("hierarchical", "reduce_then_scan"):
+        plan = scan("uint64", "affine_then", algorithm="kogge_stone", section_size=4,
+                    strategy=strategy).plan(70)
+        for i, temp in enumerate(plan.temporaries):  # every temporary one element short
+            short = dataclasses.replace(temp, nbytes=temp.nbytes - 8)
+            temps = plan.temporaries[:i] + (short,) + plan.temporaries[i + 1:]
+            with pytest.raises(AssertionError, match="outside"):
+                run_plan(dataclasses.replace(plan, temporaries=temps), hooks, rng)
+    # two blocks of one launch writing one element
+    plan = scan("uint64", "affine_then", section_size=4, algorithm="kogge_stone").plan(3)
+    doubled = dataclasses.replace(plan.launches[0], grid=2)
+    with pytest.raises(AssertionError, match="written twice"):
+        run_plan(dataclasses.replace(plan, launches=(doubled,)), ScanHooks(x[:3], "inclusive"),
+                 rng)
+    # a launch that reads what another block of it writes: prefixes from its own io buffer
+    plan = scan("uint64", "affine_then", section_size=4, algorithm="kogge_stone",
+                strategy="hierarchical").plan(70)
+    i, launch = next((i, l) for i, l in enumerate(plan.launches)
+                     if l.kernel.name == "add_prefixes_totals")
+    racy = dataclasses.replace(launch, args=launch.args[:2] + launch.args[:1] + launch.args[3:])
+    with pytest.raises(AssertionError, match="in the same launch"):
+        run_plan(dataclasses.replace(plan, launches=plan.launches[:i] + (racy,)
+                                     + plan.launches[i + 1:]), hooks, rng)
+    # the output launch run twice
+    plan = scan("uint64", "affine_then", section_size=4, algorithm="kogge_stone",
+                strategy="reduce_then_scan").plan(70)
+    with pytest.raises(AssertionError, match="ran 2 times"):
+        run_plan(dataclasses.replace(plan, launches=plan.launches + plan.launches[-1:]), hooks,
+                 rng)
+    # a single-pass call whose ticket counter does not start at the runtime's ticket base
+    plan = scan("uint64", "affine_then", section_size=4, algorithm="kogge_stone",
+                strategy="chained").plan(70)
+    machine = PlanMachine(rng, ticket_start=5)
+    machine.ticket += 1
+    with pytest.raises(AssertionError, match="not 0..17"):
+        machine.run(plan, hooks)
+    # a plan that claims fewer tiles than it takes leaves the next call's tickets wrong
+    with pytest.raises(AssertionError, match="ticket counter"):
+        PlanMachine(rng).run(dataclasses.replace(plan, single_pass_tiles=17), hooks)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("case", PLAN_SPECS, ids=_case_id)
-def test_plan_structure_at_boundaries(case, strategy, rng):
-    spec = _plan_spec(case, strategy)
-    section = spec.section_size
-    sizes = {0, 1, section - 1, section, section + 1, section**2 - 1, section**2,
-             section**2 + 1, 2**31 + 5, 2**31 - 1, 2**32 + 3}
-    sizes |= {int(s) for s in rng.integers(1, 10 * section**2, 4)}
-    sizes |= {int(s) for s in rng.integers(2**20, 2**34, 2)}
-    # Past GRID_LIMIT sections the first launch cannot be one grid: see the xfail below.
-    for n in sorted(s for s in sizes if 0 <= s <= GRID_LIMIT * section):
-        plan = make_plan(spec, n)
-        assert plan.n == n and plan.spec == spec
+# --- the smallest section ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("strategy", ["hierarchical", "reduce_then_scan"])
+def test_section_of_two_is_planned(strategy, rng):
+    """Sections of 2: the top level's totals (sections + 1 entries) shrink only because lower
+    levels scan no grand total; this once recursed forever."""
+    s = scan("int32", "add", algorithm="brent_kung", section_size=2, strategy=strategy)
+    for n in (1, 2, 3, 4, 10, 1000):
+        plan = s.plan(n)
         check_plan(plan)
-
-
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_one_section_sizes_take_one_launch_whatever_the_strategy(strategy):
-    for case in PLAN_SPECS:
-        spec = _plan_spec(case, strategy)
-        for n in sorted({1, 2, spec.section_size // 2 + 1, spec.section_size}):
-            plan = make_plan(spec, n)
-            (launch,) = plan.launches
-            assert launch.kernel == f"scan_sections_{spec.mode}"
-            assert launch.grid == 1 and launch.block == spec.block_size
-            assert launch.args == (BufferArg("input"), BufferArg("output"), NULL, n)
-            assert plan.temporaries == ()
-
-
-def test_levels_past_two_to_the_31():
-    spec = make_spec("int8", "add", algorithm="warp_shuffle", section_size=1024,
-                     strategy="hierarchical")
-    plan = make_plan(spec, 2**31 + 5)
-    assert plan.levels == 4  # 2^31+5 -> 2^21+1 -> 2^11+1 -> 3 sections -> one
-    assert plan.launches[0].grid == 2**21 + 1
-    assert plan.launches[0].args[3] == 2**31 + 5  # n is passed whole, as a 64-bit count
-    check_plan(plan)
-    for strategy in ("chained", "decoupled_lookback", "auto"):
-        plan = make_plan(make_spec("int8", "add", section_size=4096, items_per_thread=16,
-                                   strategy=strategy), 2**31 + 5)
-        assert plan.launches[0].grid == 2**19 + 1
-        check_plan(plan)
-
-
-@pytest.mark.parametrize("n", [-1, 2.5, "10", None, 10.0, True])
-def test_make_plan_rejects_bad_n(n):
-    with pytest.raises(ValueError, match="n must be a non-negative int"):
-        make_plan(make_spec("int32"), n)
-
-
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_describe_names_every_kernel_and_temporary(strategy, rng):
-    spec = make_spec("float64", LAST_NONZERO, mode="exclusive", algorithm="brent_kung",
-                     section_size=16, strategy=strategy)
-    for n in (0, 5, 16, 17, 300, 5000, int(rng.integers(20, 10**6))):
-        plan = make_plan(spec, n)
-        text = plan.describe()
-        assert f"n={n}" in text and "last_nonzero" in text and "exclusive" in text
-        assert "brent_kung" in text and "16" in text
-        assert f"{len(plan.launches)} launch" in text
-        for launch in plan.launches:
-            assert f"{launch.kernel}<<<{launch.grid}, {launch.block}" in text
-        for temp in plan.temporaries:
-            assert temp.name in text and str(temp.nbytes) in text
-        if n:
-            assert str(plan.bytes_read) in text and str(plan.bytes_written) in text
-
-
-def test_scan_plan_is_make_plan():
-    for strategy in STRATEGIES:
-        scan = Scan("uint16", "max", mode="exclusive", algorithm="coarsened", section_size=256,
-                    items_per_thread=8, strategy=strategy)
-        for n in (0, 255, 256, 257, 70000):
-            assert scan.plan(n) == make_plan(scan.spec, n)
-            check_plan(scan.plan(n))
-
-
-def test_section_of_one_is_refused_or_planned(rng):
-    try:
-        spec = make_spec("int32", "add", algorithm="kogge_stone", section_size=1,
-                         strategy="hierarchical")
-    except ValueError as err:
-        assert "section_size" in str(err)  # refused up front: fine
-        return
-    for n in (1, 2, 3, 10):
-        x = rng.integers(-100, 100, n).astype(np.int32)
-        plan = make_plan(spec, n)
-        np.testing.assert_array_equal(run_plan(plan, x, rng), reference_scan(x, "add"))
-
-
-def test_grid_never_exceeds_the_cuda_limit():
-    n = 2**32 + 3
-    for strategy in STRATEGIES:
-        spec = make_spec("int8", "add", algorithm="brent_kung", section_size=2,
-                         strategy=strategy)
-        try:
-            plan = make_plan(spec, n)
-        except ValueError as err:
-            assert "section" in str(err)  # refused with a hint: fine
-            continue
-        for launch in plan.launches:
-            assert launch.grid <= GRID_LIMIT, launch
+        x = random_input(rng, "int32", "add", n)
+        np.testing.assert_array_equal(run_plan(plan, ScanHooks(x, "inclusive"), rng),
+                                      expected(x, scangen.BUILTIN_OPERATORS["add"], "inclusive"))
