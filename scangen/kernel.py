@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .args import Argument, parse_arguments
+from .args import Argument, ArgumentError, parse_arguments
+from .kernels import FAMILIES, TOTALS_PARAMETERS
 from .spec import ScanSpec, make_spec
 from .strategies import Strategy, strategy_for
 from .usercode import UserCodeError, check_code, strip_literals_and_comments
@@ -38,9 +39,23 @@ class Hooks:
         return bool(_LAST_ITEM.search(strip_literals_and_comments(self.output_statement)))
 
 
+#: The entry points' own parameter names (scangen.kernels), which sit beside the user's.
+ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.parameters) \
+    | {p.name for p in TOTALS_PARAMETERS}
+
+
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None):
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
+    clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
+    if clashes:
+        raise ArgumentError(
+            f"argument name(s) {', '.join(map(repr, clashes))} are reserved: scangen's kernels "
+            f"take parameters of those names ({', '.join(sorted(ENTRY_POINT_NAMES))}); "
+            "rename yours")
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a string, not {type(title).__name__}")
+    title = " ".join(title.split())  # one line: it goes into a // comment
     check_code(input_expr, "input_expr", expression=True)
     check_code(output_statement, "output_statement", expression=False)
     check_code(preamble, "preamble", expression=False)

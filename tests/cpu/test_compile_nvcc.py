@@ -1,28 +1,40 @@
 """Compile a representative matrix of rendered modules with nvcc (no GPU needed).
 
-Skips when nvcc is not on PATH. To stay fast, modules are batched: each batch is ONE .cu
-file in which every rendered module sits in its own ``namespace m<i> { ... }``, the whole
-inside ``extern "C++" { ... }`` (the rendered text has no extern "C" and no #include; PyCUDA
-normally wraps it in extern "C"). Batches compile in parallel with
-``nvcc -cubin -arch=sm_90 --resource-usage``; errors and warnings are mapped back to the
-module (and so the spec) they come from, and ptxas's per-kernel shared memory is checked
-against the 48 KiB static limit and against what the spec claims.
+Skips when nvcc is not on PATH. Each module is compiled exactly as rendered: byte for byte
+the text PyCUDA compiles (C++ with ``extern "C" __global__`` entry points, ``no_extern_c``),
+as its own translation unit with no wrapper. Modules cannot share a translation unit (they
+define the same extern "C" names, and a namespace does not separate those), so every module
+is one ``nvcc -cubin -arch=sm_90 --resource-usage`` process, and a thread pool as wide as
+the machine runs them all. The price is nvcc's fixed cost per translation unit (~0.3 s:
+host preprocessing and cicc parsing the CUDA headers), which one-file batching used to
+share; the whole matrix (~400 modules) takes under two minutes on two cores.
+
+Modules are grouped into named batches for reporting. Errors and warnings are reported per
+module, with the user piece (input_expr, operator, ...) a line falls in; every entry point
+must be in the cubin's symbol table, unmangled; ptxas's per-kernel static shared memory is
+checked against the 48 KiB static limit and against what the spec claims (spec.shared_bytes).
+A typo in user code must make ScanKernel.check_compile() name the piece it is in.
 """
 import concurrent.futures
 import itertools
 import os
 import re
 import shutil
+import struct
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
-import numpy as np
 import pytest
 
-from scangen import (ALGORITHMS, BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES,
-                     Operator, make_spec)
-from scangen.render import kernel_names, render
+from scangen import (ALGORITHMS, LAST_NONZERO, MODES, STRATEGIES, Operator, Scan,
+                     ScanCompileError, ScanKernel, make_spec)
+from scangen.kernels import FAMILIES
+from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
+from scangen.strategies.tile_state import TileState
+from tests.support import (AFFINE, DTYPES, OPERATORS, SATURATING_ADD, TABLE_LOOKUP,
+                           type_operator_pairs)
 
 NVCC = shutil.which("nvcc")
 ARCH = "sm_90"
@@ -31,34 +43,15 @@ pytestmark = pytest.mark.skipif(
     NVCC is None, reason="nvcc is not on PATH: the rendered CUDA is compiled only where the "
                          "CUDA toolkit is installed (rendering itself is tested in test_render)")
 
-DTYPES = [t.name for t in ELEMENT_TYPES.values()]
-#: Every strategy that renders different kernels ("auto" renders decoupled_lookback's).
-STRATEGIES = ("hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
+#: Every strategy; each renders different kernels (auto: one section, decoupled look-back
+#: and reduce_then_scan together; chained and decoupled_lookback differ in the protocol).
+assert STRATEGIES == ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
+SINGLE_PASS = ("chained", "decoupled_lookback")
+#: Strategies that know the total before the output pass (output may use last_item).
+WITH_LAST_ITEM = ("auto", "hierarchical", "reduce_then_scan")
 
 
-# --- user operators -------------------------------------------------------------------------
-
-SATURATING_ADD = Operator(
-    "sat_add(a, b)", 0, name="sat_add",
-    preamble="""
-static __device__ __forceinline__ unsigned char sat_add(unsigned char a, unsigned char b)
-{
-    const unsigned int s = (unsigned int)a + (unsigned int)b;
-    return s > 255u ? (unsigned char)255 : (unsigned char)s;
-}""")
-
-#: x -> m*x + c (mod 2^32) packed as m << 32 | c; combine(a, b) applies a, then b.
-AFFINE = Operator(
-    "affine_then(a, b)", 1 << 32, name="affine_then",
-    preamble="""
-static __device__ __forceinline__ unsigned long long affine_then(unsigned long long a,
-                                                                 unsigned long long b)
-{
-    const unsigned long long mask = 0xFFFFFFFFull;
-    const unsigned long long m = ((b >> 32) * (a >> 32)) & mask;
-    const unsigned long long c = ((b >> 32) * (a & mask) + (b & mask)) & mask;
-    return (m << 32) | c;
-}""")
+# --- operators only this file uses ----------------------------------------------------------
 
 GCD = Operator(
     "gcd_of(a, b)", 0, name="gcd",
@@ -75,325 +68,532 @@ static __device__ int gcd_of(int a, int b)
     return a;
 }""")
 
-TABLE_LOOKUP = Operator(
-    "pick(a, b)", 0, name="table_pick",
-    preamble="static __device__ const int kTable[2][2] = {{0, 1}, {1, 0}};\n"
-             "static __device__ __forceinline__ int pick(int a, int b) "
-             "{ return b != 0 ? b : a + kTable[0][0]; }")
-
-TYPED_MAX = Operator(lambda t: f"(a < b ? b : a)", lambda t: t.lowest(), name="typed_max")
+TYPED_MAX = Operator(lambda t: "(a < b ? b : a)", lambda t: t.lowest(), name="typed_max")
 
 
-# --- the batches ----------------------------------------------------------------------------
+# --- ScanKernel hooks -----------------------------------------------------------------------
 
-def _spec(dtype, op="add", **kwargs):
-    return make_spec(dtype, op, **kwargs)
+#: Stream compaction: keep x[i] > 0.5 in order; the count of the last index is how many.
+COMPACTION = dict(arguments="const float *x, float *out, long long *count",
+                  input_expr="x[i] > 0.5f ? 1 : 0",
+                  output_statement="if (prev_item != item) out[prev_item] = x[i]; "
+                                   "if (i == n - 1) *count = item;")
+#: Stable partition: the elements below the pivot first, then the others; needs the total.
+PARTITION = dict(arguments="const int *x, int pivot, int *out",
+                 input_expr="x[i] < pivot ? 1 : 0",
+                 output_statement="if (item != prev_item) out[prev_item] = x[i]; "
+                                  "else out[last_item + (i - prev_item)] = x[i];")
+#: Affine maps x -> m*x + c as two arrays, packed into the uint64 AFFINE composes.
+AFFINE_MAPS = dict(arguments="const unsigned int *m, const unsigned int *c, scan_t *out",
+                   input_expr="((scan_t)m[i] << 32) | (scan_t)c[i]",
+                   output_statement="out[i] = item;")
+#: The same, each map composed with everything before it, and the whole composition.
+AFFINE_TOTAL = dict(arguments="const unsigned int *m, const unsigned int *c, scan_t *out, "
+                              "scan_t *total",
+                    input_expr="((scan_t)m[i] << 32) | (scan_t)c[i]",
+                    output_statement="out[i] = prev_item; if (i == n - 1) *total = last_item;")
+#: A hooks preamble: a device helper the input expression calls.
+CLAMPED = dict(arguments="const float *x, float lo, float hi, float *out",
+               input_expr="clamp_to(x[i], lo, hi)", output_statement="out[i] = item;",
+               preamble="static __device__ __forceinline__ float clamp_to(float v, float lo, "
+                        "float hi)\n{\n    return v < lo ? lo : (v > hi ? hi : v);\n}")
+#: A hooks preamble with a nested aggregate initializer ("{{" is C here, not template).
+TABLE_PREAMBLE = dict(arguments="const int *x, int *out",
+                      input_expr="kFlip[x[i] & 1][0]", output_statement="out[i] = item;",
+                      preamble="static __device__ const int kFlip[2][2] = {{0, 1}, {1, 0}};")
+#: Segmented: the scan restarts where heads[i] != 0.
+SEGMENTED = dict(arguments="const scan_t *x, const unsigned char *heads, scan_t *out",
+                 input_expr="x[i]", is_segment_start_expr="heads[i] != 0",
+                 output_statement="out[i] = prev_item;")
 
 
-def _valid(op, dtype):
-    return not (BUILTIN_OPERATORS[op].integer_only and np.dtype(dtype).kind == "f")
+# --- the matrix -----------------------------------------------------------------------------
+
+@dataclass
+class Entry:
+    """One module to compile: a label saying what it is, and its kernel spec."""
+
+    label: str
+    kernel_spec: object
+    #: Scan's mode, or "" for a ScanKernel of its own.
+    mode: str = ""
+    #: Text to compile instead of the rendered one (only the harness's own canary).
+    text: str = None
+
+
+def scan(dtype, op="add", mode="inclusive", **kwargs):
+    """A Scan's module, labelled."""
+    s = Scan(dtype, op, mode=mode, **kwargs)
+    spec = s.spec
+    name = op if isinstance(op, str) else op.name
+    label = (f"Scan {dtype} {name} {mode} {spec.algorithm} {spec.section_size}"
+             f"x{spec.items_per_thread} {spec.strategy}")
+    return Entry(label, s.kernel.kernel_spec, mode)
+
+
+def scan_kernel(what, dtype, op, hooks, **kwargs):
+    k = ScanKernel(dtype, op, **hooks, **kwargs)
+    spec = k.spec
+    label = (f"ScanKernel {what} {dtype} {spec.operator.name} {spec.algorithm} "
+             f"{spec.section_size}x{spec.items_per_thread} {spec.strategy}")
+    return Entry(label, k.kernel_spec)
 
 
 def _shapes(algorithm, dtype):
-    """Sections worth compiling: the smallest, sub-warp, one warp, two warps, 1024 threads,
-    for the algorithm's own coarsening and (where it is a parameter) several others."""
+    """Sections worth compiling: the smallest (2 and 4 elements), a block of one thread, of
+    two, half a warp, one warp, two warps and 1024 threads, for the algorithm's own coarsening
+    and (where it is a parameter) several others."""
     items_choices = [None, 1, 2, 8, 32] if ALGORITHMS[algorithm].coarsening_is_parameter \
         else [None]
     shapes = set()
-    for items, exponent in itertools.product(items_choices, range(0, 16)):
+    for items, exponent in itertools.product(items_choices, range(1, 17)):
         try:
             spec = make_spec(dtype, "add", algorithm=algorithm, section_size=2**exponent,
                              items_per_thread=items)
         except ValueError:
             continue
-        if spec.block_size in (1, 2, 16, 32, 64, 1024):
+        if spec.block_size in (1, 2, 16, 32, 64, 1024) or spec.section_size in (2, 4):
             shapes.add((spec.section_size, spec.items_per_thread))
     return sorted(shapes)
 
 
+def _largest(algorithm, dtype):
+    """The largest section make_spec accepts (most items per thread, 1024 threads)."""
+    items = [ALGORITHMS[algorithm].default_items_per_thread]
+    if ALGORITHMS[algorithm].coarsening_is_parameter:
+        items = [32, 16, 8, 4, 2, 1]
+    for k in items:
+        try:
+            return make_spec(dtype, "add", algorithm=algorithm, section_size=1024 * k,
+                             items_per_thread=k if len(items) > 1 else None)
+        except ValueError:
+            continue
+    raise AssertionError(f"no 1024-thread section for {algorithm} {dtype}")
+
+
 def batch_algorithms(dtype):
-    return [(f"{a} {m} {s} {dtype}", _spec(dtype, "add", mode=m, algorithm=a, strategy=s))
-            for a, m, s in itertools.product(ALGORITHMS, MODES, STRATEGIES)]
+    """Every algorithm with every strategy; the modes take turns."""
+    modes = itertools.cycle(MODES)
+    return [scan(dtype, "add", next(modes), algorithm=a, strategy=s)
+            for a, s in itertools.product(ALGORITHMS, STRATEGIES)]
 
 
 def batch_sections():
     dtypes = itertools.cycle(["uint16", "float32", "int64", "int8", "float64"])
     strategies = itertools.cycle(STRATEGIES)
     modes = itertools.cycle(MODES)
-    modules = []
+    entries = []
     for algorithm in ALGORITHMS:
         for section, items in _shapes(algorithm, "float64"):
-            dtype, strategy, mode = next(dtypes), next(strategies), next(modes)
-            modules.append((f"{algorithm} section {section} x{items} {dtype} {mode} {strategy}",
-                            _spec(dtype, "max", mode=mode, algorithm=algorithm,
-                                  section_size=section, items_per_thread=items,
-                                  strategy=strategy)))
-    return modules
+            entries.append(scan(next(dtypes), "max", next(modes), algorithm=algorithm,
+                                section_size=section, items_per_thread=items,
+                                strategy=next(strategies)))
+        # the largest sections: a 1-byte type (many items) and an 8-byte one (most shared)
+        for dtype in ("int8", "float64"):
+            spec = _largest(algorithm, dtype)
+            entries.append(scan(dtype, "min", next(modes), algorithm=algorithm,
+                                section_size=spec.section_size,
+                                items_per_thread=spec.items_per_thread,
+                                strategy=next(strategies)))
+    return entries
 
 
-def batch_types_hierarchical():
-    # An inclusive hierarchical module holds both block scans and add_prefixes.
-    return [(f"{d} {o}", _spec(d, o, algorithm="warp_shuffle", strategy="hierarchical"))
-            for d, o in itertools.product(DTYPES, BUILTIN_OPERATORS) if _valid(o, d)]
+def batch_types_operators():
+    """Every (type, operator) pair, the strategies and modes taking turns."""
+    strategies = itertools.cycle(STRATEGIES)
+    modes = itertools.cycle(MODES)
+    return [scan(d, OPERATORS[o], next(modes), algorithm="warp_shuffle",
+                 strategy=next(strategies))
+            for d, o in type_operator_pairs()]
 
 
 def batch_types_strategies():
-    modules = []
-    ops = itertools.cycle(["max", "min", "add", "mul"])
+    """Every type with every strategy: 1- and 2-byte values pack into the tile status word,
+    4-byte ones too, 8-byte ones take the split status (a flag word and value slots)."""
+    ops = itertools.cycle(["max", "min", "add", "mul", "last_nonzero"])
     algorithms = itertools.cycle(ALGORITHMS)
-    for dtype in DTYPES:
-        for strategy in ("chained", "decoupled_lookback", "reduce_then_scan"):
-            op = next(ops)
-            modules.append((f"{dtype} {op} exclusive {strategy}",
-                            _spec(dtype, op, mode="exclusive", strategy=strategy,
-                                  algorithm=next(algorithms))))
-        modules.append((f"{dtype} last_nonzero inclusive decoupled_lookback",
-                        _spec(dtype, LAST_NONZERO, strategy="decoupled_lookback")))
-    return modules
+    modes = itertools.cycle(MODES)
+    entries = []
+    for dtype, strategy in itertools.product(DTYPES, STRATEGIES):
+        entries.append(scan(dtype, OPERATORS[next(ops)], next(modes), strategy=strategy,
+                            algorithm=next(algorithms)))
+    return entries
 
 
 def batch_user_operators():
-    modules = []
+    entries = []
     strategies = itertools.cycle(STRATEGIES)
     for algorithm, mode in itertools.product(ALGORITHMS, MODES):
-        modules.append((f"last_nonzero int32 {algorithm} {mode} hierarchical",
-                        _spec("int32", LAST_NONZERO, mode=mode, algorithm=algorithm,
-                              strategy="hierarchical")))
+        entries.append(scan("int32", LAST_NONZERO, mode, algorithm=algorithm,
+                            strategy="hierarchical"))
         for dtype, op in [("uint8", SATURATING_ADD), ("uint64", AFFINE), ("int32", GCD)]:
-            strategy = next(strategies)
-            modules.append((f"{op.name} {dtype} {algorithm} {mode} {strategy}",
-                            _spec(dtype, op, mode=mode, algorithm=algorithm, strategy=strategy)))
-    modules.append(("table_pick int32", _spec("int32", TABLE_LOOKUP)))
-    for dtype in ("int16", "float32"):
-        modules.append((f"typed_max {dtype}", _spec(dtype, TYPED_MAX, mode="exclusive")))
+            entries.append(scan(dtype, op, mode, algorithm=algorithm, strategy=next(strategies)))
+    for strategy in STRATEGIES:
+        entries.append(scan("int32", TABLE_LOOKUP, "inclusive", strategy=strategy))
+    for dtype in ("int16", "float32", "uint64"):
+        entries.append(scan(dtype, TYPED_MAX, "exclusive", strategy=next(strategies)))
     # identities at the edges of the types: infinities spelled through bits, INT64_MIN,
     # UINT64_MAX, all-ones
     for algorithm in ALGORITHMS:
         for dtype, op in [("float32", "max"), ("float64", "min"), ("int64", "max"),
                           ("uint64", "min"), ("int64", "bit_and")]:
-            strategy = next(strategies)
-            modules.append((f"{dtype} {op} {algorithm} exclusive {strategy}",
-                            _spec(dtype, op, mode="exclusive", algorithm=algorithm,
-                                  strategy=strategy)))
-    return modules
+            entries.append(scan(dtype, op, "exclusive", algorithm=algorithm,
+                                strategy=next(strategies)))
+    return entries
+
+
+def batch_scan_kernels():
+    """ScanKernel modules: each example with every strategy that accepts it."""
+    algorithms = itertools.cycle(ALGORITHMS)
+    strategies = itertools.cycle(STRATEGIES)
+    entries = []
+    for strategy in STRATEGIES:
+        entries.append(scan_kernel("compaction", "int64", "add", COMPACTION, strategy=strategy,
+                                   algorithm=next(algorithms)))
+        entries.append(scan_kernel("affine maps", "uint64", AFFINE, AFFINE_MAPS,
+                                   strategy=strategy, algorithm=next(algorithms)))
+        entries.append(scan_kernel("clamped sum", "float32", "add", CLAMPED, strategy=strategy,
+                                   algorithm=next(algorithms)))
+    for dtype, op in [("int32", "add"), ("int32", TABLE_LOOKUP)]:
+        entries.append(scan_kernel("table preamble", dtype, op, TABLE_PREAMBLE,
+                                   strategy=next(strategies), algorithm=next(algorithms)))
+    for strategy in WITH_LAST_ITEM:
+        entries.append(scan_kernel("partition", "int64", "add", PARTITION, strategy=strategy,
+                                   algorithm=next(algorithms)))
+        entries.append(scan_kernel("partition", "int32", "add", PARTITION, strategy=strategy,
+                                   algorithm=next(algorithms)))
+        entries.append(scan_kernel("affine total", "uint64", AFFINE, AFFINE_TOTAL,
+                                   strategy=strategy, algorithm=next(algorithms)))
+    # the defaults, tiny sections, and a last_item kernel with a sub-warp block
+    entries.append(scan_kernel("compaction", "int64", "add", COMPACTION))
+    entries.append(scan_kernel("compaction", "int32", "add", COMPACTION, algorithm="coarsened",
+                               section_size=2, items_per_thread=1, strategy="chained"))
+    entries.append(scan_kernel("compaction", "int64", "add", COMPACTION,
+                               algorithm="warp_shuffle", section_size=4, items_per_thread=2))
+    entries.append(scan_kernel("partition", "int64", "add", PARTITION, algorithm="brent_kung",
+                               section_size=4, strategy="hierarchical"))
+    # segmented: (value, head) pairs of 2, 4, 8 and 16 bytes (packed, then split status)
+    for dtype, strategy in [("int8", "decoupled_lookback"), ("int16", "auto"),
+                            ("float32", "chained"), ("uint64", "reduce_then_scan"),
+                            ("float64", "decoupled_lookback"), ("int32", "hierarchical")]:
+        entries.append(scan_kernel("segmented", dtype, LAST_NONZERO, SEGMENTED,
+                                   strategy=strategy, algorithm=next(algorithms)))
+    entries.append(scan_kernel("segmented affine", "uint64", AFFINE,
+                               {**SEGMENTED, "output_statement": "out[i] = item;"},
+                               strategy="auto"))
+    return entries
 
 
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
     "sections": batch_sections,
-    "types_hierarchical": batch_types_hierarchical,
+    "types_operators": batch_types_operators,
     "types_strategies": batch_types_strategies,
     "user_operators": batch_user_operators,
+    "scan_kernels": batch_scan_kernels,
 }
 
 
-# --- batching and compiling -----------------------------------------------------------------
-
-@dataclass
-class Module:
-    label: str
-    spec: object
-    text: str
-    first_line: int = 0
-    last_line: int = 0
-
+# --- compiling one module -------------------------------------------------------------------
 
 @dataclass
 class Compiled:
+    entry: Entry
+    path: Path
+    source: object  # the ModuleSource
     returncode: int
-    stderr: str
-    modules: list
-    #: (module index, kernel name) -> static shared bytes reported by ptxas
+    log: str
+    #: kernel name -> static shared bytes, from ptxas --resource-usage (in ptxas's order)
     shared: dict = field(default_factory=dict)
+    #: names of the global functions in the cubin's symbol table
+    symbols: list = field(default_factory=list)
 
-    def module_at(self, line):
-        for index, module in enumerate(self.modules):
-            if module.first_line <= line <= module.last_line:
-                return index, module
-        return None, None
+    @property
+    def label(self):
+        return self.entry.label
 
     def diagnostics(self, kind):
-        """(module label, message) for each `file.cu(LINE): <kind> ...` nvcc printed."""
+        """'[label] line N (in <piece>): message' for each error or warning nvcc printed."""
         found = []
-        for match in re.finditer(rf"\.cu\((\d+)\): {kind}[^\n]*", self.stderr):
-            _, module = self.module_at(int(match.group(1)))
-            found.append((module.label if module else "outside any module", match.group(0)))
-        found += [("ptxas", m.group(0)) for m in
-                  re.finditer(rf"ptxas {kind}[^\n]*", self.stderr, re.IGNORECASE)]
+        for line in self.log.splitlines():
+            located = re.search(r"\.cu\((\d+)\): (?:catastrophic )?" + kind, line)
+            if located:
+                number = int(located.group(1))
+                piece = self.source.user_piece_at(number)
+                where = f"line {number}" + (f" (in the user's {piece})" if piece else "")
+                found.append(f"[{self.label}] {where}: {line.strip()}")
+            elif re.search(rf"\b{kind}\b", line, re.IGNORECASE) and "ptxas info" not in line:
+                found.append(f"[{self.label}] {line.strip()}")
         return found
 
 
-def write_batch(path, entries):
-    """One .cu file: each module in its own namespace, all inside extern "C++"."""
-    lines = ['extern "C++" {']
-    modules = []
-    for index, (label, spec_or_text) in enumerate(entries):
-        if isinstance(spec_or_text, str):
-            spec, text = None, spec_or_text
-        else:
-            spec, text = spec_or_text, render(spec_or_text).text
-        lines.append(f"// ---- module {index}: {label}")
-        lines.append(f"namespace m{index} {{")
-        first = len(lines) + 1
-        lines.extend(text.splitlines())
-        modules.append(Module(label, spec, text, first, len(lines)))
-        lines.append(f"}}  // namespace m{index}")
-    lines.append('}  // extern "C++"')
-    path.write_text("\n".join(lines) + "\n")
-    return modules
+def cubin_functions(data: bytes) -> list:
+    """The global FUNC symbols of an ELF64 (little-endian) cubin: the entry points a
+    driver's cuModuleGetFunction finds by name."""
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not an ELF64 LE cubin"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + k * shentsize)
+                for k in range(shnum)]
+    names = []
+    for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
+        if sh_type != 2:  # SHT_SYMTAB
+            continue
+        strtab_offset = sections[link][4]
+        for position in range(offset, offset + size, entsize):
+            st_name, st_info = struct.unpack_from("<IB", data, position)
+            if st_info >> 4 == 1 and st_info & 0xF == 2:  # STB_GLOBAL, STT_FUNC
+                end = data.index(b"\0", strtab_offset + st_name)
+                names.append(data[strtab_offset + st_name:end].decode())
+    return names
 
 
-def _demangle(name):
-    """_ZN<len>m<i><len><kernel>E... -> (i, kernel)."""
-    match = re.match(r"_ZN(\d+)", name)
-    if not match:
-        return None, name
-    length, position = int(match.group(1)), match.end()
-    namespace = name[position:position + length]
-    position += length
-    match = re.match(r"(\d+)", name[position:])
-    length, position = int(match.group(1)), position + match.end()
-    return int(namespace[1:]), name[position:position + length]
-
-
-def run_nvcc(path, modules):
-    result = subprocess.run(
-        [NVCC, "-cubin", f"-arch={ARCH}", "--resource-usage", "-o",
-         str(path.with_suffix(".cubin")), str(path)],
-        capture_output=True, text=True, timeout=600)
-    compiled = Compiled(result.returncode, result.stderr + result.stdout, modules)
-    entry = None
-    for line in compiled.stderr.splitlines():
+def compile_entry(entry: Entry, path: Path) -> Compiled:
+    source = render(entry.kernel_spec)
+    text = source.text if entry.text is None else entry.text
+    path.write_text(text)
+    cubin = path.with_suffix(".cubin")
+    result = subprocess.run([NVCC, "-cubin", f"-arch={ARCH}", "--resource-usage", "-o",
+                             str(cubin), str(path)],
+                            capture_output=True, text=True, timeout=600)
+    compiled = Compiled(entry, path, source, result.returncode, result.stderr + result.stdout)
+    kernel = None
+    for line in compiled.log.splitlines():
         match = re.search(r"Compiling entry function '(\w+)'", line)
         if match:
-            entry = _demangle(match.group(1))
+            kernel = match.group(1)
             continue
-        match = re.search(r"Used \d+ registers.*?(?:, (\d+) bytes smem)?\s*$", line)
-        if match and entry is not None:
-            compiled.shared[entry] = int(match.group(1) or 0)
-            entry = None
+        match = re.search(r"ptxas info\s*: Used \d+ registers", line)
+        if match and kernel is not None:
+            smem = re.search(r"(\d+) bytes smem", line)
+            compiled.shared[kernel] = int(smem.group(1)) if smem else 0
+            kernel = None
+    if result.returncode == 0:
+        compiled.symbols = cubin_functions(cubin.read_bytes())
     return compiled
 
 
 def _probe(directory):
     """Can this nvcc build sm_90 device code at all (host preprocessor, arch support)?"""
     path = directory / "probe.cu"
-    path.write_text('extern "C++" { namespace m0 { __global__ void k(int *p) { *p = 1; } } }\n')
+    path.write_text('extern "C" __global__ void k(int *p) { *p = 1; }\n')
     result = subprocess.run([NVCC, "-cubin", f"-arch={ARCH}", "-o",
                              str(path.with_suffix(".cubin")), str(path)],
                             capture_output=True, text=True, timeout=300)
     return None if result.returncode == 0 else (result.stderr or result.stdout)[-2000:]
 
 
-#: A typo'd user expression among good modules (batching must not hide the error), and a
-#: module with a planted unused variable (the warning check must see warnings).
-TYPO_INDEX, CANARY_INDEX = 2, 0
+def harness_entries():
+    """The harness checks itself: a module with a planted unused variable (the warning check
+    must see warnings) and one whose operator has a typo (the error is located in it)."""
+    canary = scan("int16", "min")
+    canary.label, canary.text = "canary: unused variable", \
+        render(canary.kernel_spec).text + "\nstatic const int UNUSED_CANARY = 1;\n"
+    typo = scan("int32", Operator("a +* b", 0, name="typo"), strategy="hierarchical")
+    typo.label = "typo 'a +* b'"
+    return [canary, typo]
 
 
-def typo_entries():
-    canary = render(_spec("int16", "min")).text + "\nstatic const int UNUSED_CANARY = 1;\n"
-    typo = _spec("int32", Operator("a +* b", 0, name="typo"), strategy="hierarchical")
-    return [("canary: int16 min + unused variable", canary),
-            ("good float64 max", _spec("float64", "max", strategy="hierarchical")),
-            ("typo 'a +* b'", typo),
-            ("good uint8 last_nonzero", _spec("uint8", LAST_NONZERO))]
+#: The names scangen gives its own entry-point parameters (the families' parameters after
+#: the io's; ``n`` is reserved already).
+FAMILY_PARAMETERS = sorted({p.name for f in FAMILIES for p in f.parameters} - {"n"})
+
+
+def argument_name_entries():
+    """A user argument named like one of scangen's entry-point parameters, in a module with
+    that kernel (auto: one section, tiles, reduce/seeded; hierarchical: sections/prefixes).
+    Refusing the name up front (a ValueError naming it) is as good as compiling."""
+    entries = []
+    for name, strategy in itertools.product(FAMILY_PARAMETERS, ("auto", "hierarchical")):
+        try:
+            kernel = ScanKernel("float32", "add", arguments=f"const float *x, float *{name}",
+                                input_expr="x[i]", output_statement=f"{name}[i] = item;",
+                                strategy=strategy)
+        except ValueError as err:
+            assert name in str(err)
+            continue
+        entries.append(Entry(f"argument named {name!r} {strategy}", kernel.kernel_spec))
+    return entries
 
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """Batch name -> Future of its Compiled result; every batch starts at once."""
+    """Batch name -> list of Futures of Compiled, one per module; every module is queued at
+    once on a pool of nvcc processes as wide as the machine. A kernel spec that two batches
+    share compiles once."""
     directory = tmp_path_factory.mktemp("nvcc")
     problem = _probe(directory)
     if problem:
         pytest.skip(f"nvcc cannot build {ARCH} code here:\n{problem}")
-    entries = {name: build() for name, build in BATCHES.items()}
-    entries["typo"] = typo_entries()
-    workers = max(2, os.cpu_count() or 2)
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
-    futures = {}
-    # biggest batches first, so the pool ends evenly
-    for name in sorted(entries, key=lambda n: -len(entries[n])):
-        path = directory / f"{name}.cu"
-        modules = write_batch(path, entries[name])
-        futures[name] = pool.submit(run_nvcc, path, modules)
-    yield {name: future for name, future in futures.items()}
-    pool.shutdown(wait=True)
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
+    batches = {name: build() for name, build in BATCHES.items()}
+    batches["harness"] = harness_entries()
+    batches["argument_names"] = argument_name_entries()
+    seen, futures = {}, {}
+    for name, entries in batches.items():
+        futures[name] = []
+        for index, entry in enumerate(entries):
+            key = (entry.kernel_spec, entry.text)
+            if key not in seen:
+                seen[key] = pool.submit(compile_entry, entry, directory / f"{name}_{index}.cu")
+            futures[name].append(seen[key])
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _result(compiled, name):
-    return compiled[name].result()
+def results(compiled, name):
+    return [future.result() for future in compiled[name]]
 
 
-# --- the tests --------------------------------------------------------------------------------
+# --- the matrix covers what it claims ---------------------------------------------------------
 
 def test_batches_cover_the_matrix():
-    specs = [spec for build in BATCHES.values() for _, spec in build()]
-    assert {(s.algorithm, s.mode) for s in specs} == set(itertools.product(ALGORITHMS, MODES))
-    assert {s.strategy for s in specs} >= set(STRATEGIES)
-    assert {(s.etype.name, s.operator.name) for s in specs} >= \
-        {(d, o) for d, o in itertools.product(DTYPES, BUILTIN_OPERATORS) if _valid(o, d)}
+    entries = [e for build in BATCHES.values() for e in build()]
+    specs = [e.kernel_spec.scan for e in entries]
+    scans = [e for e in entries if e.mode]
+    assert {(e.kernel_spec.scan.algorithm, e.mode) for e in scans} == \
+        set(itertools.product(ALGORITHMS, MODES))
+    assert {(s.algorithm, s.strategy) for s in specs} == \
+        set(itertools.product(ALGORITHMS, STRATEGIES))
+    assert {(s.etype.name, s.strategy) for s in specs} >= \
+        set(itertools.product(DTYPES, STRATEGIES))
+    assert {(s.etype.name, s.operator.name) for s in specs} >= set(type_operator_pairs())
     assert {s.operator.name for s in specs} >= {"last_nonzero", "sat_add", "affine_then", "gcd",
                                                 "table_pick", "typed_max"}
-    assert len(specs) >= 250
+    # tiny sections, one-thread blocks, full blocks, the largest sections
+    assert {s.section_size for s in specs} >= {2, 4, 1024, 2048}
+    assert {s.block_size for s in specs} >= {1, 2, 32, 1024}
+    assert max(s.section_size for s in specs) >= 16384
+    # the single-pass kernel with a packed and with a split tile status
+    single_pass = [e for e in entries
+                   if any(k.family.single_pass for k in e.kernel_spec.kernels)]
+    assert {TileState(e.kernel_spec.scan.acc_itemsize).packed for e in single_pass} == \
+        {True, False}
+    assert {e.kernel_spec.scan.acc_itemsize for e in single_pass} >= {1, 2, 4, 8, 16}
+    # ScanKernels: the examples with every strategy that accepts them
+    kernels = [e for e in entries if not e.mode]
+    for what, strategies in [("compaction", STRATEGIES), ("affine maps", STRATEGIES),
+                             ("partition", WITH_LAST_ITEM), ("affine total", WITH_LAST_ITEM),
+                             ("segmented", STRATEGIES)]:
+        assert {e.kernel_spec.scan.strategy for e in kernels
+                if e.label.startswith(f"ScanKernel {what} ")} == set(strategies), what
+    assert any(e.kernel_spec.hooks.preamble for e in kernels)
+    # every kernel of every family and io is in some module
+    names = {k.name for e in entries for k in e.kernel_spec.kernels}
+    assert names == {f"{family}_{io}" for family in
+                     ("scan_one_section", "scan_sections", "add_prefixes", "reduce_sections",
+                      "scan_seeded") for io in ("user", "totals")} | {"scan_tiles_user"}
+    assert len(entries) >= 300
 
+
+def test_modules_are_compiled_as_rendered(compiled):
+    """What nvcc saw is the rendered text itself: no wrapper, no namespace, no extern "C++"."""
+    for name in BATCHES:
+        for result in results(compiled, name):
+            assert result.entry.text is None
+            assert result.path.read_text() == result.source.text
+            assert result.source == render(result.entry.kernel_spec)
+
+
+# --- every module compiles cleanly ------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(BATCHES))
 def test_batch_compiles(compiled, name):
-    result = _result(compiled, name)
-    errors = result.diagnostics("error")
-    assert result.returncode == 0, (
-        f"nvcc failed on batch {name}: {len(errors)} error(s) in modules "
-        f"{sorted({label for label, _ in errors})}\n{result.stderr[-4000:]}")
+    failed = [r for r in results(compiled, name) if r.returncode != 0]
+    report = "\n".join(line for r in failed for line in r.diagnostics("error"))
+    assert not failed, (f"nvcc failed on {len(failed)} module(s) of batch {name}:\n{report}\n"
+                        f"--- log of the first ---\n{failed[0].log[-4000:]}")
 
 
 @pytest.mark.parametrize("name", list(BATCHES))
 def test_batch_has_no_warnings(compiled, name):
-    result = _result(compiled, name)
-    warnings = result.diagnostics("warning")
-    assert not warnings, "\n".join(f"[{label}] {message}" for label, message in warnings)
+    warnings = [line for r in results(compiled, name) for line in r.diagnostics("warning")]
+    assert not warnings, "\n".join(warnings)
 
 
 @pytest.mark.parametrize("name", list(BATCHES))
 def test_every_kernel_is_in_the_cubin(compiled, name):
-    result = _result(compiled, name)
-    assert result.returncode == 0, f"batch {name} did not compile"
-    for index, module in enumerate(result.modules):
-        for kernel in kernel_names(module.spec):
-            assert (index, kernel) in result.shared, f"[{module.label}] no entry {kernel}"
-    assert len(result.shared) == sum(len(kernel_names(m.spec)) for m in result.modules)
+    for result in results(compiled, name):
+        assert result.returncode == 0, f"[{result.label}] did not compile"
+        promised = [k.name for k in result.entry.kernel_spec.kernels]
+        assert len(set(promised)) == len(promised), promised
+        # ptxas compiled each entry point once, and the cubin exports each unmangled
+        assert sorted(result.shared) == sorted(promised), f"[{result.label}] ptxas"
+        assert sorted(result.symbols) == sorted(promised), f"[{result.label}] symbols"
 
 
 @pytest.mark.parametrize("name", list(BATCHES))
 def test_static_shared_memory_fits(compiled, name):
-    result = _result(compiled, name)
-    assert result.returncode == 0, f"batch {name} did not compile"
-    for (index, kernel), used in result.shared.items():
-        module = result.modules[index]
-        assert used <= MAX_STATIC_SHARED_BYTES, f"[{module.label}] {kernel}: {used} B"
-        if kernel.startswith("scan_sections_"):
-            # what make_spec validated is what the section kernels really use
-            assert used <= module.spec.shared_bytes, \
-                f"[{module.label}] {kernel} uses {used} B, spec says {module.spec.shared_bytes}"
-
-
-def test_spec_shared_bytes_bounds_every_kernel(compiled):
     over = []
-    for name in BATCHES:
-        result = _result(compiled, name)
-        for (index, kernel), used in result.shared.items():
-            module = result.modules[index]
-            if used > module.spec.shared_bytes:
-                over.append(f"[{module.label}] {kernel}: {used} > {module.spec.shared_bytes}")
-    assert not over, "\n".join(over[:20])
+    for result in results(compiled, name):
+        assert result.returncode == 0, f"[{result.label}] did not compile"
+        claimed = result.entry.kernel_spec.scan.shared_bytes
+        assert claimed <= MAX_STATIC_SHARED_BYTES
+        for kernel, used in result.shared.items():
+            # make_spec validated spec.shared_bytes; no kernel may use more than that
+            if used > claimed or used > MAX_STATIC_SHARED_BYTES:
+                over.append(f"[{result.label}] {kernel}: {used} B, spec says {claimed} B")
+    assert not over, "\n".join(over[:30])
 
 
-def test_a_typo_in_one_module_fails_the_batch_and_is_located(compiled):
-    result = _result(compiled, "typo")
-    assert result.returncode != 0
-    errors = result.diagnostics("error")
-    assert errors, result.stderr
-    assert {label for label, _ in errors} == {result.modules[TYPO_INDEX].label}, errors
-    warnings = result.diagnostics("warning")
-    assert {label for label, _ in warnings} == {result.modules[CANARY_INDEX].label}, warnings
-    assert "UNUSED_CANARY" in result.stderr
+# --- the harness sees errors and warnings -----------------------------------------------------
+
+def test_a_typo_and_a_warning_are_seen_and_located(compiled):
+    canary, typo = results(compiled, "harness")
+    assert canary.returncode == 0
+    warnings = canary.diagnostics("warning")
+    assert warnings and "UNUSED_CANARY" in canary.log, canary.log
+    assert typo.returncode != 0
+    errors = typo.diagnostics("error")
+    assert errors, typo.log
+    assert "(in the user's operator)" in errors[0], errors
+
+
+def test_user_argument_names_never_clash_with_scangens(compiled):
+    failed = [r for r in results(compiled, "argument_names") if r.returncode != 0]
+    assert not failed, "\n".join(line for r in failed for line in r.diagnostics("error"))
+
+
+# --- ScanKernel.check_compile names the piece a typo is in ------------------------------------
+
+TYPOS = {
+    "input_expr": dict(COMPACTION, input_expr="x[i] +* 1"),
+    "output_statement": dict(COMPACTION, output_statement="out[i] = itme;"),
+    "preamble": dict(COMPACTION, preamble="static __device__ int helper(int v) "
+                                          "{ return v +* 2; }"),
+}
+
+
+@pytest.mark.parametrize("piece,typo", [
+    ("input_expr", "x[i] +* 1"),
+    ("output_statement", "out[i] = itme;"),
+    ("preamble", "return v +* 2;"),
+    ("operator", "a +* b"),
+    ("operator preamble", "return a ^^ b;"),
+])
+def test_check_compile_names_the_piece_with_a_typo(piece, typo):
+    if piece == "operator":
+        kernel = ScanKernel("int64", Operator("a +* b", 0, name="typo"), **COMPACTION)
+    elif piece == "operator preamble":
+        op = Operator("xor_of(a, b)", 0, name="typo", preamble=(
+            "static __device__ long long xor_of(long long a, long long b) { return a ^^ b; }"))
+        kernel = ScanKernel("int64", op, **COMPACTION)
+    else:
+        kernel = ScanKernel("int64", "add", **TYPOS[piece])
+    with pytest.raises(ScanCompileError) as caught:
+        kernel.check_compile()
+    message = str(caught.value)
+    assert f"in your {piece}, line" in message, message
+    # the numbered source around the error, the offending line marked, with the user's text
+    marked = re.search(r"^>\s*(\d+) \| (.*)$", message, re.M)
+    assert marked, message
+    number = int(marked.group(1))
+    source = render(kernel.kernel_spec)
+    assert source.user_piece_at(number) == piece
+    assert typo in marked.group(2) and typo in source.text.splitlines()[number - 1]
+
+
+def test_check_compile_accepts_the_examples():
+    ScanKernel("int64", "add", **COMPACTION).check_compile()
+    ScanKernel("int64", "add", **PARTITION, strategy="hierarchical").check_compile()

@@ -240,3 +240,16 @@ def test_segmented_single_pass_compiles_and_errors_name_the_piece():
                                 output_statement="out[i] = item;")
     with pytest.raises(scangen.ScanCompileError, match="in your is_segment_start_expr"):
         broken.check_compile()
+
+
+@pytest.mark.parametrize("name", ["partial", "totals", "prefixes", "status", "status_values",
+                                  "ticket", "ticket_base", "epoch", "values"])
+def test_argument_names_of_scangens_own_parameters_are_refused(name):
+    with pytest.raises(ArgumentError, match=f"'{name}' are reserved.*rename yours"):
+        scangen.ScanKernel(np.float32, "add", arguments=f"const float *x, float *{name}",
+                           input_expr="x[i]", output_statement=f"{name}[i] = item;")
+
+
+def test_a_title_stays_on_its_comment_line():
+    kernel = compaction(title="compaction\nof x  ")
+    assert kernel.source.splitlines()[0].startswith("// scangen: compaction of x;")

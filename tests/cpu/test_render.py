@@ -2,9 +2,11 @@
 StrictUndefined, so a missing variable raises) into text that holds what the spec asked for.
 
 Whether the text is valid CUDA is test_compile_nvcc.py's job; here the checks are cheap and
-structural: the module defines exactly the kernels kernel_names() promises, once each; the
-combine expression, identity literal, element type and preamble are in it; no template
-syntax or Python value leaked; brackets balance outside comments.
+structural: the module defines exactly the kernels ``kernel_spec.kernels`` names, once each,
+as ``extern "C" __global__`` entry points with the parameters the launcher prepares; the
+combine expression, identity literal, C type and preambles are in it; no template syntax or
+Python value leaked; brackets balance outside comments and strings; the user's code sits
+between its markers, where ``user_spans`` and ``user_piece_at`` find it.
 """
 import itertools
 import os
@@ -13,35 +15,39 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from scangen import (ALGORITHMS, BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES,
-                     STRATEGIES, Operator, Scan, make_spec)
-from scangen.render import kernel_names, render
+from scangen import (ALGORITHMS, BUILTIN_OPERATORS, LAST_NONZERO, MODES, STRATEGIES, Operator,
+                     Scan, ScanKernel, make_spec)
+from scangen.args import c_parameters
+from scangen.kernels import FAMILIES, IOS
+from scangen.render import ModuleSource, render
+from tests.support import (AFFINE, DTYPES, OPERATORS, SATURATING_ADD, TABLE_LOOKUP,
+                           type_operator_pairs)
 
 REPO = Path(__file__).resolve().parents[2]
-DTYPES = [t.name for t in ELEMENT_TYPES.values()]
+SINGLE_PASS = ("chained", "decoupled_lookback")
+#: Strategies that know the total before the output pass (output may use last_item).
+WITH_LAST_ITEM = ("auto", "hierarchical", "reduce_then_scan")
 
-#: A saturating add on uint8 through a device function in the preamble.
-SATURATING_ADD = Operator(
-    "sat_add(a, b)", 0, name="sat_add",
-    preamble="""
-// saturating add: associative on non-negative values
-static __device__ __forceinline__ unsigned char sat_add(unsigned char a, unsigned char b)
-{
-    const unsigned int s = (unsigned int)a + (unsigned int)b;
-    return s > 255u ? (unsigned char)255 : (unsigned char)s;
-}
-""")
-
-#: A preamble with a nested aggregate initializer: "{{" is valid C and must come out verbatim
-#: (the preamble is data for the template, never template source).
-TABLE_LOOKUP = Operator(
-    "pick(a, b)", 0, name="table_pick",
-    preamble="static __device__ const int kTable[2][2] = {{0, 1}, {1, 0}};\n"
-             "static __device__ __forceinline__ int pick(int a, int b) "
-             "{ return b != 0 ? b : a + kTable[0][0]; }")
+#: Stream compaction: keep x[i] > 0.5 in order; the count of the last index is how many.
+COMPACTION = dict(arguments="const float *x, float *out, long long *count",
+                  input_expr="x[i] > 0.5f ? 1 : 0",
+                  output_statement="if (prev_item != item) out[prev_item] = x[i]; "
+                                   "if (i == n - 1) *count = item;")
+#: Stable partition: the elements below the pivot first, then the others; needs the total.
+PARTITION = dict(arguments="const int *x, int pivot, int *out",
+                 input_expr="x[i] < pivot ? 1 : 0",
+                 output_statement="if (item != prev_item) out[prev_item] = x[i]; "
+                                  "else out[last_item + (i - prev_item)] = x[i];")
+#: Affine maps x -> m*x + c, packed into the uint64 AFFINE composes (not commutative).
+AFFINE_MAPS = dict(arguments="const unsigned int *m, const unsigned int *c, scan_t *out",
+                   input_expr="((scan_t)m[i] << 32) | (scan_t)c[i]",
+                   output_statement="out[i] = item;")
+#: A hooks preamble with a nested aggregate initializer: "{{" is valid C and is data.
+TABLE_PREAMBLE = dict(arguments="const int *x, int *out",
+                      input_expr="kFlip[x[i] & 1][0]", output_statement="out[i] = item;",
+                      preamble="static __device__ const int kFlip[2][2] = {{0, 1}, {1, 0}};")
 
 
 # --- structural checks ------------------------------------------------------------------
@@ -49,7 +55,8 @@ TABLE_LOOKUP = Operator(
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _STRING = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'')
 _LEAK = re.compile(r"\b(?:None|True|False|Undefined|jinja2?)\b")
-_KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(")
+_ENTRY = re.compile(r'extern\s+"C"\s+__global__\s+void\s+__launch_bounds__\s*\(([^)]*)\)\s*'
+                    r'(\w+)\s*\(([^)]*)\)')
 
 
 def code_only(text):
@@ -57,68 +64,122 @@ def code_only(text):
     return _STRING.sub('""', _COMMENT.sub(" ", text))
 
 
-def check_module(spec, source=None):
+def kernel_spec_of(thing):
+    """The KernelSpec of a Scan, a ScanKernel or a KernelSpec."""
+    thing = getattr(thing, "kernel", thing)
+    return getattr(thing, "kernel_spec", thing)
+
+
+def user_pieces(kernel_spec):
+    """{piece: the user's text} for every piece of user code the module must carry."""
+    spec, hooks = kernel_spec.scan, kernel_spec.hooks
+    pieces = {"operator": spec.operator.c_expression(spec.etype),
+              "input_expr": hooks.input_expr, "output_statement": hooks.output_statement}
+    if spec.operator.preamble.strip():
+        pieces["operator preamble"] = spec.operator.preamble.strip()
+    if hooks.preamble:
+        pieces["preamble"] = hooks.preamble
+    if hooks.is_segment_start_expr is not None:
+        pieces["is_segment_start_expr"] = hooks.is_segment_start_expr
+    return pieces
+
+
+def check_module(thing):
     """Every structural promise of a rendered module; returns its text."""
-    module = render(spec) if source is None else source
+    kernel_spec = kernel_spec_of(thing)
+    spec, hooks = kernel_spec.scan, kernel_spec.hooks
+    module = render(kernel_spec)
+    assert isinstance(module, ModuleSource)
     text = module.text
     assert isinstance(text, str) and text.strip()
-    assert tuple(module.kernel_names) == tuple(kernel_names(spec))
+    lines = text.splitlines()
+    kernels = kernel_spec.kernels
+    names = [k.name for k in kernels]
+    assert len(set(names)) == len(names), f"a kernel twice in {names}"
+    assert list(module.kernel_names) == names
 
-    preamble = spec.operator.preamble.strip()
-    body = text.replace(preamble, "") if preamble else text
+    # the user's code sits between its markers, verbatim, and nowhere else is template text
+    pieces = user_pieces(kernel_spec)
+    spans = module.user_spans
+    assert set(spans) == set(pieces), f"spans {sorted(spans)}, pieces {sorted(pieces)}"
+    inside = set()
+    for piece, (first, last) in spans.items():
+        assert "\n".join(lines[first - 1:last]) == pieces[piece], piece
+        assert module.user_piece_at(first) == piece and module.user_piece_at(last) == piece
+        assert lines[first - 2] == f"// user {piece} {{" and lines[last] == f"// }} user {piece}"
+        inside.update(range(first, last + 1))
+    assert module.user_piece_at(1) is None and module.user_piece_at(len(lines)) is None
+    ours = "\n".join(line for number, line in enumerate(lines, 1) if number not in inside)
     for token in ("{{", "}}", "{%", "%}", "{#", "#}"):
-        assert token not in body, f"template syntax {token!r} left in the output"
+        assert token not in ours, f"template syntax {token!r} left in the output"
 
-    code = code_only(body)
+    code = code_only(ours)
     leak = _LEAK.search(code)
     assert leak is None, f"Python value {leak and leak.group()!r} leaked into the CUDA code"
+    whole = code_only(text)
     for opening, closing in ("{}", "()", "[]"):
-        assert code.count(opening) == code.count(closing), f"unbalanced {opening}{closing}"
+        assert whole.count(opening) == whole.count(closing), f"unbalanced {opening}{closing}"
 
-    defined = _KERNEL.findall(code)
-    assert sorted(defined) == sorted(kernel_names(spec)), \
-        f"kernels defined {defined}, promised {kernel_names(spec)}"
+    # exactly the promised entry points, extern "C", with the parameters the launcher
+    # prepares (scangen.compile prepares kernel.parameters(hooks.arguments))
+    defined = _ENTRY.findall(_COMMENT.sub(" ", text))
+    assert [name for _, name, _ in defined] == names, f"defined {defined}, promised {names}"
+    assert len(re.findall(r"\b__global__\b", code)) == len(names), "a __global__ not extern C"
+    for kernel, (bounds, _, parameters) in zip(kernels, defined):
+        assert parameters == c_parameters(kernel.parameters(hooks.arguments)), kernel.name
+        assert bounds.split(",")[0].strip() == "BLOCK_SIZE"
+        assert ("," in bounds) == kernel.family.single_pass
 
+    # what the spec asked for
     etype = spec.etype
-    expression = spec.operator.c_expression(etype)
-    assert expression in text
-    assert spec.identity_literal in text
-    assert re.search(rf"\b{re.escape(etype.c_name)}\b", text)
-    assert re.search(rf"\b{spec.section_size}\b", text)
-    if preamble:
-        assert preamble in text
-        # C needs the helper declared before the combine expression calls it.
-        assert text.index(preamble) < text.index(expression)
+    assert f"typedef {etype.c_name} scan_t;" in text
+    assert f"static const int SECTION_SIZE = {spec.section_size};" in text
+    assert f"static const int BLOCK_SIZE = {spec.block_size};" in text
+    assert f"static const int ITEMS_PER_THREAD = {spec.items_per_thread};" in text
+    assert re.search(r"scan_identity\(\)\s*\{\s*return " + re.escape(spec.identity_literal)
+                     + r";", text)
+    assert ("struct acc_t" in text) == spec.segmented
+    assert ("scan_tiles" in text) == any(k.family.single_pass for k in kernels)
+    assert ("struct TotalsIO" in text) == any(k.io == "totals" for k in kernels)
+    operator_line = spans["operator"][0]
+    if "operator preamble" in spans:  # C needs the helper declared before combine calls it
+        assert spans["operator preamble"][1] < operator_line
+    if "preamble" in spans:  # before the hooks, which may call it
+        assert spans["preamble"][1] < lines.index("struct UserIO") + 1 < spans["input_expr"][0]
+
     numbered = module.numbered().splitlines()
-    assert len(numbered) == len(text.splitlines())
+    assert len(numbered) == len(lines)
     assert re.match(r"\s*1 \| ", numbered[0])
+    around = module.numbered(around=operator_line).splitlines()
+    marked = [line for line in around if line.startswith(">")]
+    assert marked == [f">{operator_line:>{len(str(len(lines)))}} | {lines[operator_line - 1]}"]
     return text
 
 
-def _valid(op, dtype):
-    return not (op.integer_only and np.dtype(dtype).kind == "f")
-
-
-MATRIX = [(a, m, d, o) for a, m, d, o in itertools.product(ALGORITHMS, MODES, DTYPES,
-                                                           BUILTIN_OPERATORS)
-          if _valid(BUILTIN_OPERATORS[o], d)]
+MATRIX = [(a, s) for a, s in itertools.product(ALGORITHMS, STRATEGIES)]
 
 
 def test_matrix_is_the_whole_product_less_bitwise_on_floats():
     assert len(ALGORITHMS) == 6 and len(MODES) == 2 and len(DTYPES) == 10
-    assert len(BUILTIN_OPERATORS) == 7
-    assert len(MATRIX) == 6 * 2 * 10 * 7 - 6 * 2 * 2 * 3
-    for algorithm, mode, dtype, op in itertools.product(ALGORITHMS, MODES, ("float32", "float64"),
-                                                        ("bit_and", "bit_or", "bit_xor")):
+    assert len(STRATEGIES) == 5 and len(BUILTIN_OPERATORS) == 7 and len(OPERATORS) == 8
+    assert len(type_operator_pairs()) == 10 * 8 - 2 * 3
+    for algorithm, strategy, dtype, op in itertools.product(
+            ALGORITHMS, STRATEGIES, ("float32", "float64"), ("bit_and", "bit_or", "bit_xor")):
         with pytest.raises(TypeError, match="bitwise"):
-            make_spec(dtype, op, mode=mode, algorithm=algorithm)
+            make_spec(dtype, op, algorithm=algorithm, strategy=strategy)
 
 
-@pytest.mark.parametrize("algorithm,mode,dtype,op", MATRIX)
-def test_every_variant_renders(algorithm, mode, dtype, op):
-    for strategy in STRATEGIES:
-        spec = make_spec(dtype, op, mode=mode, algorithm=algorithm, strategy=strategy)
-        check_module(spec)
+@pytest.mark.parametrize("algorithm,strategy", MATRIX)
+def test_every_variant_renders(algorithm, strategy):
+    for (dtype, op), mode in itertools.product(type_operator_pairs(), MODES):
+        check_module(Scan(dtype, OPERATORS[op], mode=mode, algorithm=algorithm,
+                          strategy=strategy))
+
+
+def test_every_kernel_is_rendered_by_some_strategy():
+    names = {k.name for s in STRATEGIES for k in Scan("int32", strategy=s).kernel.kernel_spec
+             .kernels}
+    assert names == {f"{f.name}_{io}" for f in FAMILIES for io in IOS} - {"scan_tiles_totals"}
 
 
 # --- section sizes --------------------------------------------------------------------------
@@ -144,32 +205,32 @@ def test_every_accepted_section_size_renders(algorithm, dtype):
     shapes = accepted_shapes(algorithm, dtype)
     sections = {s for s, _ in shapes}
     # the sweep reaches the smallest sections and a full 1024-thread block
-    assert min(sections) <= 4
+    assert min(sections) == 2
     assert max(s // i for s, i in shapes) == 1024
     # every shape in both modes; the strategies take turns (each changes only the kernels
     # around the block scan, which test_every_variant_renders covers)
     turns = itertools.cycle(STRATEGIES)
     for (section, items), mode in itertools.product(shapes, MODES):
         strategy = next(turns)
-        spec = make_spec(dtype, LAST_NONZERO, mode=mode, algorithm=algorithm,
-                         section_size=section, items_per_thread=items, strategy=strategy)
-        assert spec.section_size == section and spec.items_per_thread == items
-        check_module(spec)
+        scan = Scan(dtype, LAST_NONZERO, mode=mode, algorithm=algorithm,
+                    section_size=section, items_per_thread=items, strategy=strategy)
+        assert scan.spec.section_size == section and scan.spec.items_per_thread == items
+        check_module(scan)
 
 
 @pytest.mark.parametrize("algorithm", list(ALGORITHMS))
 def test_largest_sections(algorithm):
-    largest = 1024 * ALGORITHMS[algorithm].default_items_per_thread
-    spec = make_spec("float32", "max", algorithm=algorithm, section_size=largest,
-                     strategy="hierarchical")
-    assert spec.block_size == 1024
-    check_module(spec)
+    items = ALGORITHMS[algorithm].default_items_per_thread
+    scan = Scan("float32", "max", algorithm=algorithm, section_size=1024 * items,
+                items_per_thread=items, strategy="hierarchical")
+    assert scan.spec.block_size == 1024
+    check_module(scan)
     if ALGORITHMS[algorithm].coarsening_is_parameter:
-        for items in (4, 8):
-            spec = make_spec("int8", "min", algorithm=algorithm, section_size=1024 * items,
-                             items_per_thread=items)
-            assert spec.block_size == 1024
-            check_module(spec)
+        for items in (4, 8, 32):
+            scan = Scan("int8", "min", algorithm=algorithm, section_size=1024 * items,
+                        items_per_thread=items)
+            assert scan.spec.block_size == 1024
+            check_module(scan)
 
 
 # --- user operators ----------------------------------------------------------------------
@@ -179,40 +240,52 @@ def test_largest_sections(algorithm):
 def test_user_operators_render(algorithm, mode):
     for strategy in STRATEGIES:
         for dtype, op in [("uint8", SATURATING_ADD), ("int32", TABLE_LOOKUP),
-                          ("float64", LAST_NONZERO), ("int16", LAST_NONZERO)]:
-            text = check_module(make_spec(dtype, op, mode=mode, algorithm=algorithm,
-                                          strategy=strategy))
+                          ("uint64", AFFINE), ("float64", LAST_NONZERO),
+                          ("int16", LAST_NONZERO)]:
+            text = check_module(Scan(dtype, op, mode=mode, algorithm=algorithm,
+                                     strategy=strategy))
             if op.preamble:
                 assert text.count(op.preamble.strip()) == 1
 
 
-def test_preamble_with_braces_comes_out_verbatim():
-    text = render(make_spec("int32", TABLE_LOOKUP)).text
+def test_preambles_with_braces_come_out_verbatim():
+    text = render(Scan("int32", TABLE_LOOKUP).kernel.kernel_spec).text
     assert "{{0, 1}, {1, 0}}" in text
+    kernel = ScanKernel("int32", "add", **TABLE_PREAMBLE)
+    assert "static __device__ const int kFlip[2][2] = {{0, 1}, {1, 0}};" in kernel.source
+    check_module(kernel)
+    # both preambles at once, each in its own span
+    both = ScanKernel("int32", TABLE_LOOKUP, **TABLE_PREAMBLE)
+    check_module(both)
+    spans = render(both.kernel_spec).user_spans
+    assert {"operator preamble", "preamble"} <= set(spans)
 
 
 def test_expression_and_identity_per_type_from_callables():
     op = Operator(lambda t: f"(a < b ? b : a) /* {t.c_name} */",
                   lambda t: t.lowest(), name="typed_max")
     for dtype in DTYPES:
-        spec = make_spec(dtype, op)
-        text = check_module(spec)
-        assert f"/* {spec.etype.c_name} */" in text
+        scan = Scan(dtype, op)
+        text = check_module(scan)
+        assert f"/* {scan.spec.etype.c_name} */" in text
 
 
 def test_different_specs_render_differently():
     base = dict(mode="inclusive", algorithm="kogge_stone", section_size=256,
                 strategy="hierarchical")
     texts = {
-        render(make_spec("int32", "add", **base)).text,
-        render(make_spec("uint32", "add", **base)).text,
-        render(make_spec("int32", "max", **base)).text,
-        render(make_spec("int32", "add", **{**base, "mode": "exclusive"})).text,
-        render(make_spec("int32", "add", **{**base, "section_size": 512})).text,
-        render(make_spec("int32", "add", **{**base, "algorithm": "brent_kung"})).text,
-        render(make_spec("int32", Operator("a + b", 0, name="plus"), **base)).text,
+        Scan("int32", "add", **base).source,
+        Scan("uint32", "add", **base).source,
+        Scan("int32", "max", **base).source,
+        Scan("int32", "add", **{**base, "mode": "exclusive"}).source,
+        Scan("int32", "add", **{**base, "section_size": 512}).source,
+        Scan("int32", "add", **{**base, "algorithm": "brent_kung"}).source,
+        Scan("int32", "add", **{**base, "strategy": "reduce_then_scan"}).source,
+        Scan("int32", "add", **{**base, "strategy": "chained"}).source,
+        Scan("int32", "add", **{**base, "strategy": "decoupled_lookback"}).source,
+        Scan("int32", Operator("a + b", 0, name="plus"), **base).source,
     }
-    assert len(texts) == 7
+    assert len(texts) == 10
 
 
 def test_identity_literals_of_extremes_are_emitted():
@@ -220,17 +293,109 @@ def test_identity_literals_of_extremes_are_emitted():
              ("int64", "max", -2**63), ("uint64", "min", 2**64 - 1), ("int8", "max", -128),
              ("uint16", "bit_and", 65535)]
     for dtype, op, value in cases:
-        spec = make_spec(dtype, op)
+        scan = Scan(dtype, op)
+        spec = scan.spec
         assert spec.identity_literal == spec.etype.literal(float(value) if isinstance(value, str)
                                                            else value)
-        check_module(spec)
+        check_module(scan)
 
 
 def test_source_of_a_scan_is_its_rendered_module():
     scan = Scan("int16", LAST_NONZERO, mode="exclusive", algorithm="coarsened",
                 section_size=512, items_per_thread=8)
-    assert scan.source == render(scan.spec).text
-    check_module(scan.spec)
+    assert scan.source == scan.kernel.source == render(scan.kernel.kernel_spec).text
+    assert scan.spec == scan.kernel.kernel_spec.scan and not hasattr(scan.spec, "mode")
+    check_module(scan)
+    # the mode is the output statement: prev_item for exclusive, item for inclusive
+    assert render(scan.kernel.kernel_spec).user_spans["output_statement"]
+    assert "out[i] = prev_item;" in scan.source
+    assert "out[i] = item;" in Scan("int16", LAST_NONZERO).source
+
+
+# --- ScanKernel modules -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", list(ALGORITHMS))
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_scan_kernels_render_for_every_strategy(strategy, algorithm):
+    compaction = ScanKernel("int64", "add", **COMPACTION, strategy=strategy, algorithm=algorithm)
+    check_module(compaction)
+    affine = ScanKernel("uint64", AFFINE, **AFFINE_MAPS, strategy=strategy, algorithm=algorithm)
+    check_module(affine)
+    assert affine.kernel_spec.kernels == compaction.kernel_spec.kernels
+    if strategy in WITH_LAST_ITEM:
+        partition = ScanKernel("int64", "add", **PARTITION, strategy=strategy,
+                               algorithm=algorithm)
+        assert partition.kernel_spec.hooks.uses_last_item
+        check_module(partition)
+    else:
+        with pytest.raises(ValueError, match="last_item"):
+            ScanKernel("int64", "add", **PARTITION, strategy=strategy, algorithm=algorithm)
+
+
+def test_auto_with_last_item_has_no_single_pass_kernel():
+    partition = ScanKernel("int64", "add", **PARTITION)
+    compaction = ScanKernel("int64", "add", **COMPACTION)
+    assert partition.spec.strategy == compaction.spec.strategy == "auto"
+    with_total = [k.name for k in partition.kernel_spec.kernels]
+    without = [k.name for k in compaction.kernel_spec.kernels]
+    assert "scan_tiles_user" in without and "scan_tiles_user" not in with_total
+    assert with_total == [name for name in without if name != "scan_tiles_user"]
+    assert not any(k.family.single_pass for k in partition.kernel_spec.kernels)
+    text = check_module(partition)
+    # no single-pass machinery at all: no tile kernel, no tile status, no look-back
+    for absent in ("scan_tiles", "look_back", "wait_for_predecessor", "FLAG_PREFIX"):
+        assert absent not in text, absent
+    assert "look_back" in check_module(compaction)
+
+
+def test_last_item_in_a_comment_or_string_is_not_a_use():
+    kernel = ScanKernel("int64", "add", **dict(
+        COMPACTION, output_statement=COMPACTION["output_statement"] + " // not last_item"),
+        strategy="chained")
+    assert not kernel.kernel_spec.hooks.uses_last_item
+    check_module(kernel)
+
+
+def test_segmented_scan_kernels_render():
+    for dtype, strategy in itertools.product(("int8", "int16", "float32", "float64"),
+                                             STRATEGIES):
+        kernel = ScanKernel(dtype, LAST_NONZERO,
+                            arguments="const scan_t *x, const unsigned char *heads, scan_t *out",
+                            input_expr="x[i]", is_segment_start_expr="heads[i] != 0",
+                            output_statement="out[i] = prev_item;", strategy=strategy)
+        assert kernel.spec.segmented
+        check_module(kernel)
+
+
+def test_user_pieces_are_found_by_line():
+    kernel = ScanKernel("uint64", AFFINE, **AFFINE_MAPS,
+                        preamble="static __device__ int unused_helper() { return 0; }")
+    module = render(kernel.kernel_spec)
+    lines = module.text.splitlines()
+    pieces = user_pieces(kernel.kernel_spec)
+    assert set(module.user_spans) == {"operator preamble", "operator", "preamble",
+                                      "input_expr", "output_statement"}
+    for piece, text in pieces.items():
+        first, last = module.user_spans[piece]
+        assert lines[first - 1:last] == text.splitlines(), piece
+        for line in range(first, last + 1):
+            assert module.user_piece_at(line) == piece
+        # the marker lines around a piece are scangen's
+        assert module.user_piece_at(first - 1) is None
+        assert module.user_piece_at(last + 1) is None
+    first, last = module.user_spans["operator preamble"]
+    assert last - first + 1 == len(AFFINE.preamble.strip().splitlines()) > 1
+    assert module.user_spans["input_expr"][0] == module.user_spans["input_expr"][1]
+    assert lines[module.user_spans["input_expr"][0] - 1] == AFFINE_MAPS["input_expr"]
+
+
+def test_a_title_is_only_ever_a_comment():
+    plain = ScanKernel("float32", "add", arguments="const float *x, float *out",
+                       input_expr="x[i]", output_statement="out[i] = item;", title="running sum")
+    multi = ScanKernel("float32", "add", arguments="const float *x, float *out",
+                       input_expr="x[i]", output_statement="out[i] = item;",
+                       title="running sum\nof x")
+    assert code_only(multi.source) == code_only(plain.source)
 
 
 # --- no CUDA import on the rendering path ---------------------------------------------------
@@ -255,21 +420,30 @@ import scangen
 scan = scangen.Scan("float32", "max", mode="exclusive", algorithm="brent_kung",
                     section_size=256)
 text = scan.source
-assert "scan_sections_exclusive" in text, text[:200]
+assert 'extern "C" __global__' in text and "scan_tiles_user(" in text, text[:200]
+assert "out[i] = prev_item;" in text
 plan = scan.plan(10**6 + 3)
 assert plan.launches and plan.describe()
 user = scangen.Scan("uint8", scangen.Operator("b != 0 ? b : a", 0, name="last"))
 assert "b != 0 ? b : a" in user.source
+compact = scangen.ScanKernel("int64", "add",
+                             arguments="const float *x, float *out, long long *count",
+                             input_expr="x[i] > 0.5f ? 1 : 0",
+                             output_statement="if (prev_item != item) out[prev_item] = x[i];")
+assert "x[i] > 0.5f ? 1 : 0" in compact.source
+assert compact.plan(10**6).launches
 assert "pycuda" not in sys.modules, sorted(m for m in sys.modules if "pycuda" in m)
 if BLOCK:
-    try:
-        scan(np.arange(4, dtype=np.float32))
-    except scangen.GPUUnavailableError as err:
-        message = str(err)
-        assert "PyCUDA" in message and "pip install" in message, message
-        assert "Scan.source" in message, message
-    else:
-        raise AssertionError("calling a scan without pycuda did not raise")
+    for call in (lambda: scan(np.arange(4, dtype=np.float32)),
+                 lambda: compact(0, 0, 0, n=4)):
+        try:
+            call()
+        except scangen.GPUUnavailableError as err:
+            message = str(err)
+            assert "PyCUDA" in message and "pip install" in message, message
+            assert ".source" in message, message
+        else:
+            raise AssertionError("calling a kernel without pycuda did not raise")
 print("ok")
 """
 
