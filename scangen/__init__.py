@@ -10,6 +10,8 @@ from .render import RenderError
 from .compile import current_context
 from .kernel import ScanKernel
 from .usercode import UserCodeError
+from .primitives import (Partition, RunLengthEncode, Select, Unique, partition, remove_if,
+                         run_length_encode, select, unique)
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .tuning import Tuning
 
@@ -17,5 +19,7 @@ __all__ = [
     "ALGORITHMS", "BUILTIN_OPERATORS", "current_context", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
     "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanKernel", "ScanSpec",
     "Tuning", "UserCodeError", "make_spec", "reference_scan",
+    "Partition", "RunLengthEncode", "Select", "Unique", "partition", "remove_if",
+    "run_length_encode", "select", "unique",
 ]
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .args import Argument, ArgumentError, parse_arguments
-from .kernels import FAMILIES, TOTALS_PARAMETERS
+from .kernels import FAMILIES
 from .spec import ScanSpec, make_spec
 from .strategies import Strategy, strategy_for
 from .usercode import UserCodeError, check_code, strip_literals_and_comments
@@ -39,9 +39,9 @@ class Hooks:
         return bool(_LAST_ITEM.search(strip_literals_and_comments(self.output_statement)))
 
 
-#: The entry points' own parameter names (scangen.kernels), which sit beside the user's.
-ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.parameters) \
-    | {p.name for p in TOTALS_PARAMETERS}
+#: The parameter names of the kernel families (scangen.kernels), which sit beside the user's
+#: arguments in every user-io entry point.
+ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.parameters)
 
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",

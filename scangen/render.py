@@ -71,11 +71,12 @@ class ModuleSource:
         return spans
 
     def user_piece_at(self, line: int) -> str | None:
-        """The user code (input_expr, output_statement, operator, ...) that line is in."""
-        for piece, (first, last) in self.user_spans.items():
-            if first <= line <= last:
-                return piece
-        return None
+        """The user code (input_expr, output_statement, operator, ...) that line is in; the
+        innermost piece where a library wraps one piece in another (a primitive's predicate
+        inside the preamble)."""
+        holding = [(last - first, piece) for piece, (first, last) in self.user_spans.items()
+                   if first <= line <= last]
+        return min(holding)[1] if holding else None
 
 
 def _kernel_context(kernel, hooks, spec) -> dict:

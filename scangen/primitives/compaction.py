@@ -1,0 +1,295 @@
+"""Compaction primitives: each is one ScanKernel that counts what it keeps (an int64 add
+scan of 1s and 0s) and scatters kept elements to their exclusive count.
+
+Every class builds its kernel once (validated and rendered at construction, compiled on
+first use) and keeps a one-element count buffer per instance; the one-shot functions cache
+their objects, so a second call with the same dtypes and predicate compiles nothing.
+Arrays are 1-D contiguous pycuda GPUArrays; counts and indices are 64-bit.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..kernel import ScanKernel
+from ..runtime.launcher import _gpuarray
+from ..types import element_type
+from ..usercode import check_code
+
+#: What a kept element does: take the next place in out; the last element writes the count.
+_SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
+                 " if (i == n - 1) *count = item;")
+
+#: C types of a flags array, by numpy dtype (nonzero keeps).
+_FLAG_TYPES = {np.dtype(np.bool_): "bool", **{
+    np.dtype(t): element_type(t).c_name
+    for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")}}
+
+
+def _predicate_preamble(c_type: str, predicate: str) -> str:
+    """The predicate as a device function of the element ``x`` and its index ``i``."""
+    check_code(predicate, "predicate", expression=True)
+    return (f"// Is element x (at index i) kept?\n"
+            f"static __device__ __forceinline__ bool scangen_keep(const {c_type} x, long long i)\n"
+            f"{{\n    return (\n// user predicate {{\n{predicate.strip()}\n// }} user predicate\n"
+            f"    );\n}}")
+
+
+class _Compaction:
+    """What the compaction classes share: one ScanKernel, argument checks, the count."""
+
+    def __init__(self, dtype, *, arguments, input_expr, output_statement, preamble="",
+                 title, **scan_options):
+        self.etype = element_type(dtype)
+        self.kernel = ScanKernel(np.int64, "add", arguments=arguments, input_expr=input_expr,
+                                 output_statement=output_statement, preamble=preamble,
+                                 title=title, **scan_options)
+        self._count = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.etype.dtype
+
+    @property
+    def source(self) -> str:
+        """The CUDA of the kernel (no GPU needed)."""
+        return self.kernel.source
+
+    def check_compile(self) -> None:
+        """Compile with the nvcc on PATH (no GPU needed); errors name the piece."""
+        self.kernel.check_compile()
+
+    def _check(self, name, array, dtype, length=None):
+        gpuarray = _gpuarray()
+        if not isinstance(array, gpuarray.GPUArray):
+            raise TypeError(f"{name} must be a pycuda GPUArray, not {type(array).__name__}")
+        if array.dtype != dtype:
+            raise TypeError(f"{name} has dtype {array.dtype}; expected {dtype}")
+        if len(array.shape) != 1 or (array.size > 1 and array.strides[0] != dtype.itemsize):
+            raise ValueError(f"{name} must be a 1-D contiguous array")
+        if length is not None and array.size != length:
+            raise ValueError(f"{name} has {array.size} elements; expected {length}")
+
+    def _output(self, out, n, name="out"):
+        if out is None:
+            return _gpuarray().empty(n, self.dtype)
+        self._check(name, out, self.dtype)
+        if out.size < n:
+            raise ValueError(f"{name} has {out.size} elements; it needs room for {n}")
+        return out
+
+    def _count_buffer(self):
+        if self._count is None:
+            self._count = _gpuarray().zeros(1, np.int64)
+        return self._count
+
+    def _launch(self, values, n, stream):
+        """Run over n elements; the count buffer holds the number kept (0 when n is 0)."""
+        count = self._count_buffer()
+        if n == 0:
+            count.fill(0, stream=stream)
+        else:
+            self.kernel.launch_converted(tuple(np.uintp(v) for v in values) + (
+                np.uintp(count.ptr),), n, stream)
+        return count
+
+    @staticmethod
+    def _read(count, stream) -> int:
+        if stream is not None:
+            stream.synchronize()
+        return int(count.get()[0])
+
+
+class Select(_Compaction):
+    """Keep the elements of x for which ``predicate`` holds, in order (stream compaction).
+
+    Parameters
+    ----------
+    dtype:
+        The element type of x.
+    predicate:
+        A C expression in ``x`` (the element, of the element's C type) and ``i`` (its
+        64-bit index), e.g. ``"x > 0.5f"``. Leave it out and give ``flags`` instead.
+    flags:
+        The dtype of a mask (bool, or any integer type): ``select(x, mask)`` keeps x[i]
+        where mask[i] is nonzero.
+    keep:
+        False keeps the elements the predicate (or mask) rejects (``remove_if``).
+    **scan_options:
+        algorithm, section_size, items_per_thread, strategy, tuning as for Scan.
+
+    Call ``sel(x)`` (or ``sel(x, mask)``) -> the kept elements, a new GPUArray of length
+    count (a view of ``out`` when given). ``count_on_device=True`` returns ``(out,
+    count)`` with the count in a one-element int64 GPUArray and no host synchronisation.
+    """
+
+    def __init__(self, dtype, predicate=None, *, flags=None, keep=True, **scan_options):
+        etype = element_type(dtype)
+        if (predicate is None) == (flags is None):
+            raise ValueError("give a predicate or the dtype of a flags mask (flags=), not both")
+        c = etype.c_name
+        preamble = ""
+        if predicate is not None:
+            preamble = _predicate_preamble(c, predicate)
+            test, mask_argument = "scangen_keep(x[i], i)", ""
+            self.flags_dtype = None
+        else:
+            self.flags_dtype = np.dtype(flags)
+            if self.flags_dtype not in _FLAG_TYPES:
+                raise TypeError(f"flags must be bool or an integer dtype, not {self.flags_dtype}")
+            test = "flags[i] != 0"
+            mask_argument = f"const {_FLAG_TYPES[self.flags_dtype]} *flags, "
+        if not keep:
+            test = f"!({test})"
+        self.predicate = predicate
+        super().__init__(dtype, arguments=f"const {c} *x, {mask_argument}{c} *out, "
+                                          f"long long *count",
+                         input_expr=f"({test}) ? 1 : 0", output_statement=_SCATTER_KEPT,
+                         preamble=preamble, title="select" if keep else "remove_if",
+                         **scan_options)
+
+    def __call__(self, x, flags=None, *, out=None, stream=None, count_on_device=False):
+        self._check("x", x, self.dtype)
+        n = x.size
+        values = [x.ptr]
+        if self.flags_dtype is not None:
+            if flags is None:
+                raise TypeError("this Select keeps elements by a mask: call it as sel(x, flags)")
+            self._check("flags", flags, self.flags_dtype, length=n)
+            values.append(flags.ptr)
+        elif flags is not None:
+            raise TypeError("this Select keeps elements by its predicate; it takes no flags")
+        out = self._output(out, n)
+        count = self._launch(values + [out.ptr], n, stream)
+        if count_on_device:
+            return out, count
+        return out[: self._read(count, stream)]
+
+
+class Partition(_Compaction):
+    """Stable partition: the elements for which ``predicate`` holds, in order, then the
+    others, in order. Call ``part(x)`` -> ``(out, n_true)``. The falses are placed with
+    ``last_item`` (the number of trues), so the strategy is reduce_then_scan or
+    hierarchical ("auto" picks the former)."""
+
+    def __init__(self, dtype, predicate, **scan_options):
+        etype = element_type(dtype)
+        c = etype.c_name
+        self.predicate = predicate
+        super().__init__(
+            dtype, arguments=f"const {c} *x, {c} *out, long long *count",
+            input_expr="scangen_keep(x[i], i) ? 1 : 0",
+            output_statement="if (item != prev_item) out[prev_item] = x[i];"
+                             " else out[last_item + (i - prev_item)] = x[i];"
+                             " if (i == n - 1) *count = item;",
+            preamble=_predicate_preamble(c, predicate), title="partition", **scan_options)
+
+    def __call__(self, x, *, out=None, stream=None, count_on_device=False):
+        self._check("x", x, self.dtype)
+        out = self._output(out, x.size)
+        count = self._launch([x.ptr, out.ptr], x.size, stream)
+        if count_on_device:
+            return out, count
+        return out, self._read(count, stream)
+
+
+#: x[i] starts a run: the first element, or one that differs from its predecessor.
+_RUN_HEAD = "(i == 0 || x[i] != x[i - 1])"
+
+
+class Unique(_Compaction):
+    """Drop consecutive duplicates (std::unique): on sorted data, the distinct values.
+    Elements compare with C's ``!=``, so every NaN is distinct (as in std::unique and
+    torch.unique_consecutive). Call ``u(x)`` -> the kept elements."""
+
+    def __init__(self, dtype, **scan_options):
+        c = element_type(dtype).c_name
+        super().__init__(dtype, arguments=f"const {c} *x, {c} *out, long long *count",
+                         input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_SCATTER_KEPT,
+                         title="unique", **scan_options)
+
+    def __call__(self, x, *, out=None, stream=None, count_on_device=False):
+        self._check("x", x, self.dtype)
+        out = self._output(out, x.size)
+        count = self._launch([x.ptr, out.ptr], x.size, stream)
+        if count_on_device:
+            return out, count
+        return out[: self._read(count, stream)]
+
+
+class RunLengthEncode(_Compaction):
+    """Runs of equal consecutive elements: call ``rle(x)`` -> ``(values, counts)``, counts
+    int64. Elements compare with C's ``!=`` (every NaN is a run of its own)."""
+
+    def __init__(self, dtype, **scan_options):
+        c = element_type(dtype).c_name
+        super().__init__(
+            dtype, arguments=f"const {c} *x, {c} *values, long long *starts, long long *ends, "
+                             f"long long *count",
+            input_expr=f"{_RUN_HEAD} ? 1 : 0",
+            output_statement="if (item != prev_item) { values[prev_item] = x[i];"
+                             " starts[prev_item] = i; }"
+                             " if (i == n - 1 || x[i + 1] != x[i]) ends[item - 1] = i + 1;"
+                             " if (i == n - 1) *count = item;",
+            title="run_length_encode", **scan_options)
+
+    def __call__(self, x, *, stream=None):
+        self._check("x", x, self.dtype)
+        gpuarray, n = _gpuarray(), x.size
+        values = gpuarray.empty(n, self.dtype)
+        starts, ends = gpuarray.empty(n, np.int64), gpuarray.empty(n, np.int64)
+        count = self._launch([x.ptr, values.ptr, starts.ptr, ends.ptr], n, stream)
+        runs = self._read(count, stream)
+        return values[:runs], ends[:runs] - starts[:runs]
+
+
+# --- one-shot functions: cached objects, so a repeated call compiles nothing --------------
+
+@functools.lru_cache(maxsize=128)
+def _select(dtype, predicate, flags, keep):
+    return Select(dtype, predicate, flags=flags, keep=keep)
+
+
+def select(x, predicate=None, *, flags=None, stream=None):
+    """The elements of x for which ``predicate`` (a C expression in x and i) holds, or where
+    ``flags`` (a bool or integer GPUArray of len(x)) is nonzero, in order: a new GPUArray."""
+    flags_dtype = None if flags is None else np.dtype(flags.dtype)
+    return _select(np.dtype(x.dtype), predicate, flags_dtype, True)(x, flags, stream=stream)
+
+
+def remove_if(x, predicate=None, *, flags=None, stream=None):
+    """The complement of select: the elements for which ``predicate`` does not hold."""
+    flags_dtype = None if flags is None else np.dtype(flags.dtype)
+    return _select(np.dtype(x.dtype), predicate, flags_dtype, False)(x, flags, stream=stream)
+
+
+@functools.lru_cache(maxsize=128)
+def _partition(dtype, predicate):
+    return Partition(dtype, predicate)
+
+
+def partition(x, predicate, *, stream=None):
+    """``(out, n_true)``: the elements for which ``predicate`` holds, then the others, each
+    in their original order."""
+    return _partition(np.dtype(x.dtype), predicate)(x, stream=stream)
+
+
+@functools.lru_cache(maxsize=32)
+def _unique(dtype):
+    return Unique(dtype)
+
+
+def unique(x, *, stream=None):
+    """x without consecutive duplicates (on sorted x: its distinct values)."""
+    return _unique(np.dtype(x.dtype))(x, stream=stream)
+
+
+@functools.lru_cache(maxsize=32)
+def _run_length_encode(dtype):
+    return RunLengthEncode(dtype)
+
+
+def run_length_encode(x, *, stream=None):
+    """``(values, counts)`` of the runs of equal consecutive elements of x."""
+    return _run_length_encode(np.dtype(x.dtype))(x, stream=stream)

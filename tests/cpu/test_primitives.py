@@ -1,0 +1,69 @@
+"""The compaction primitives without a GPU: construction checks, the kernels they render,
+nvcc compiling them (where nvcc is on PATH), and errors that name the predicate."""
+import concurrent.futures
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import scangen
+
+NVCC = shutil.which("nvcc")
+
+
+def every_primitive(dtype):
+    return [scangen.Select(dtype, "x > 0 && i % 7 != 3"),
+            scangen.Select(dtype, flags=np.bool_),
+            scangen.Select(dtype, flags=np.int32, keep=False),
+            scangen.Partition(dtype, "x < 0"),
+            scangen.Unique(dtype),
+            scangen.RunLengthEncode(dtype)]
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "uint64", "float32", "float64"])
+def test_kernels_hold_their_hooks(dtype):
+    select, flags, rejected, part, unique, rle = every_primitive(dtype)
+    c = scangen.ELEMENT_TYPES[np.dtype(dtype)].c_name
+    assert f"bool scangen_keep(const {c} x, long long i)" in select.source
+    assert "x > 0 && i % 7 != 3" in select.source
+    assert "const bool *flags" in flags.source and "const int *flags" in rejected.source
+    assert "!(flags[i] != 0)" in rejected.source
+    assert "last_item + (i - prev_item)" in part.source
+    assert part.kernel.plan(1 << 24).strategy == "reduce_then_scan"
+    assert "x[i] != x[i - 1]" in unique.source and "ends[item - 1] = i + 1" in rle.source
+    for primitive in (select, flags, rejected, part, unique, rle):
+        assert primitive.dtype == np.dtype(dtype)
+        assert primitive.kernel.spec.etype.dtype == np.int64  # 64-bit counts
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_every_primitive_compiles():
+    primitives = [p for dtype in ("int8", "uint64", "float32", "float64")
+                  for p in every_primitive(dtype)]
+    with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
+        list(pool.map(lambda p: p.check_compile(), primitives))
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_a_predicate_that_does_not_compile_is_named():
+    with pytest.raises(scangen.ScanCompileError, match="in your predicate") as caught:
+        scangen.Select(np.float32, "x > undefined_name").check_compile()
+    assert "> " in str(caught.value) and "x > undefined_name" in str(caught.value)
+
+
+@pytest.mark.parametrize("make,error,message", [
+    (lambda: scangen.Select(np.float32, "x > 0; x = 1"), scangen.UserCodeError,
+     "predicate must be a single C expression"),
+    (lambda: scangen.Select(np.float32, "(x > 0"), scangen.UserCodeError, "unclosed"),
+    (lambda: scangen.Select(np.float32), ValueError, "give a predicate or the dtype of a flags"),
+    (lambda: scangen.Select(np.float32, "x > 0", flags=np.bool_), ValueError, "not both"),
+    (lambda: scangen.Select(np.float32, flags=np.float32), TypeError,
+     "flags must be bool or an integer dtype"),
+    (lambda: scangen.Select(np.complex64, "x > 0"), TypeError, "unsupported dtype complex64"),
+    (lambda: scangen.Partition(np.int32, "x > 0", strategy="decoupled_lookback"), ValueError,
+     "last_item"),
+])
+def test_bad_requests_are_refused_before_any_gpu_work(make, error, message):
+    with pytest.raises(error, match=message):
+        make()

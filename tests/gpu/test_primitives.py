@@ -1,0 +1,146 @@
+"""The compaction primitives on the GPU against numpy: random data, duplicates, all-equal,
+all-kept and none-kept inputs, sizes around section boundaries, one select past 2^31."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen import compile as scan_compile
+
+from tests.support import poison_values, precompile
+
+DTYPES = ["uint8", "int32", "int64", "float32", "float64"]
+#: Around the default sections (4096 and 2048 elements) and the auto threshold.
+SIZES = [0, 1, 2, 2047, 2048, 2049, 4095, 4096, 4097, 3 * 4096 + 5, 1_000_003, 5_000_011]
+PATTERNS = ["random", "duplicates", "all_equal", "all_kept", "none_kept"]
+
+
+def data(rng, dtype, n, pattern):
+    dtype = np.dtype(dtype)
+    if pattern == "all_equal":
+        return np.full(n, 3, dtype)
+    if pattern == "duplicates":  # long runs of a few values: what unique and RLE meet
+        return np.repeat(rng.integers(0, 4, n // 5 + 1), 5)[:n].astype(dtype)
+    if pattern == "all_kept":
+        return (rng.integers(1, 100, n)).astype(dtype)
+    if pattern == "none_kept":
+        return (-rng.integers(1, 100, n)).astype(dtype) if dtype.kind != "u" \
+            else np.zeros(n, dtype)
+    if dtype.kind == "f":
+        return rng.normal(size=n).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000), n).astype(dtype)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_in_parallel():
+    primitives = []
+    for dtype in DTYPES:
+        primitives += [scangen.Select(dtype, "x > 0"), scangen.Select(dtype, "x > 0", keep=False),
+                       scangen.Select(dtype, flags=np.bool_), scangen.Select(dtype, flags=np.int32),
+                       scangen.Partition(dtype, "x > 0"), scangen.Unique(dtype),
+                       scangen.RunLengthEncode(dtype)]
+    precompile([p.kernel for p in primitives])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_select_remove_if_and_flags(gpu, rng, dtype, pattern):
+    for n in SIZES:
+        x = data(rng, dtype, n, pattern)
+        x_gpu = gpu.to_gpu(x)
+        np.testing.assert_array_equal(scangen.select(x_gpu, "x > 0").get(), x[x > 0])
+        np.testing.assert_array_equal(scangen.remove_if(x_gpu, "x > 0").get(), x[~(x > 0)])
+        mask = rng.random(n) < 0.5
+        np.testing.assert_array_equal(scangen.select(x_gpu, flags=gpu.to_gpu(mask)).get(),
+                                      x[mask])
+        counts = rng.integers(-2, 3, n).astype(np.int32)  # nonzero keeps
+        np.testing.assert_array_equal(scangen.select(x_gpu, flags=gpu.to_gpu(counts)).get(),
+                                      x[counts != 0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_partition(gpu, rng, dtype, pattern):
+    for n in SIZES:
+        x = data(rng, dtype, n, pattern)
+        out, n_true = scangen.partition(gpu.to_gpu(x), "x > 0")
+        assert n_true == int((x > 0).sum())
+        np.testing.assert_array_equal(out.get(), np.concatenate([x[x > 0], x[~(x > 0)]]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_unique_and_run_length_encode(gpu, rng, dtype, pattern):
+    for n in SIZES:
+        x = np.sort(data(rng, dtype, n, pattern)) if pattern == "random" else \
+            data(rng, dtype, n, pattern)
+        heads = np.ones(n, bool)
+        heads[1:] = x[1:] != x[:-1]
+        np.testing.assert_array_equal(scangen.unique(gpu.to_gpu(x)).get(), x[heads])
+        values, counts = scangen.run_length_encode(gpu.to_gpu(x))
+        starts = np.flatnonzero(heads)
+        np.testing.assert_array_equal(values.get(), x[starts])
+        np.testing.assert_array_equal(counts.get(), np.diff(np.append(starts, n)))
+        assert counts.dtype == np.int64
+
+
+def test_nan_is_distinct_in_unique(gpu):
+    x = np.array([1.0, np.nan, np.nan, 2.0, 2.0], np.float32)
+    np.testing.assert_array_equal(scangen.unique(gpu.to_gpu(x)).get(),
+                                  np.array([1.0, np.nan, np.nan, 2.0], np.float32))
+
+
+def test_out_count_on_device_and_stream(gpu, rng):
+    import pycuda.driver as driver
+
+    sel = scangen.Select(np.float32, "x > 0.25f")
+    x = rng.random(100_003).astype(np.float32)
+    out = gpu.to_gpu(poison_values(rng, np.float32, 100_003))
+    stream = driver.Stream()
+    got, count = sel(gpu.to_gpu(x), out=out, stream=stream, count_on_device=True)
+    stream.synchronize()
+    kept = x[x > 0.25]
+    assert got is out and count.get()[0] == kept.size
+    np.testing.assert_array_equal(out.get()[:kept.size], kept)
+    assert np.isnan(out.get()[kept.size:]).all()
+
+
+def test_one_shot_functions_compile_once(gpu, rng):
+    x = gpu.to_gpu(rng.random(1000).astype(np.float32))
+    scangen.select(x, "x > 0.123f")
+    before = scan_compile.compile_count
+    for _ in range(3):
+        scangen.select(x, "x > 0.123f")
+    assert scan_compile.compile_count == before
+
+
+def test_call_validation(gpu):
+    sel = scangen.Select(np.float32, flags=np.bool_)
+    x = gpu.to_gpu(np.ones(10, np.float32))
+    with pytest.raises(TypeError, match="call it as sel\\(x, flags\\)"):
+        sel(x)
+    with pytest.raises(ValueError, match="flags has 9 elements; expected 10"):
+        sel(x, gpu.to_gpu(np.ones(9, bool)))
+    with pytest.raises(TypeError, match="flags has dtype uint8; expected bool"):
+        sel(x, gpu.to_gpu(np.ones(10, np.uint8)))
+    with pytest.raises(TypeError, match="x has dtype float64; expected float32"):
+        sel(gpu.to_gpu(np.ones(10)), gpu.to_gpu(np.ones(10, bool)))
+    with pytest.raises(TypeError, match="x must be a pycuda GPUArray"):
+        sel(np.ones(10, np.float32), gpu.to_gpu(np.ones(10, bool)))
+    with pytest.raises(ValueError, match="out has 5 elements; it needs room for 10"):
+        scangen.Select(np.float32, "x > 0")(x, out=gpu.empty(5, np.float32))
+
+
+def test_select_past_2_to_the_31(gpu):
+    """64-bit counts and indices: one-byte elements past 2^31, checked in full."""
+    import pycuda.driver as driver
+
+    n = (1 << 31) + 4099
+    if driver.mem_get_info()[0] < 3 * n:
+        pytest.fail("not enough free device memory for the 2^31-element test")
+    rng = np.random.default_rng(31)
+    x = np.frombuffer(rng.bytes(n), dtype=np.uint8)
+    got = scangen.select(gpu.to_gpu(x), "x >= 100").get()
+    want = x[x >= 100]
+    assert got.size == want.size
+    np.testing.assert_array_equal(got, want)
