@@ -99,3 +99,16 @@ def test_cli_demo(gpu, capsys, algorithm):
     assert code == 0, out
     assert out.count("OK: matches") == 2
     assert "static __device__ __forceinline__ scan_t combine" in out
+
+
+def test_readme_primitives_section_runs(gpu):
+    blocks = [b for b in readme_python_blocks() if "scangen.select(" in b]
+    assert blocks, "README.md has no primitives example"
+    namespace = {}
+    exec(compile("import pycuda.autoinit\n" + blocks[0], "README.md primitives", "exec"),
+         namespace)
+    x, mask = namespace["x"].get(), namespace["mask"].get()
+    np.testing.assert_array_equal(namespace["positive"].get(), x[x > 0])
+    np.testing.assert_array_equal(namespace["kept"].get(), x[mask])
+    np.testing.assert_array_equal(namespace["negative"].get(), x[~(x > 0)])
+    assert namespace["n_true"] == (x.size + 1) // 2
