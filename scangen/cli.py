@@ -17,6 +17,7 @@ import textwrap
 import numpy as np
 
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
+from . import primitives
 from .bench import parse_size
 from .reference import reference_scan
 from .scan import GPUUnavailableError, Scan, ScanCompileError
@@ -168,17 +169,52 @@ def build_scan(args) -> Scan:
         raise CLIError(str(err)) from None
 
 
+#: What `source` can print besides a scan: name -> (needs a predicate, build(dtype, predicate,
+#: scan options)).
+PRIMITIVES = {
+    "select": (True, lambda d, p, o: primitives.Select(d, p, **o)),
+    "remove_if": (True, lambda d, p, o: primitives.Select(d, p, keep=False, **o)),
+    "partition": (True, lambda d, p, o: primitives.Partition(d, p, **o)),
+    "unique": (False, lambda d, p, o: primitives.Unique(d, **o)),
+    "run_length_encode": (False, lambda d, p, o: primitives.RunLengthEncode(d, **o)),
+}
+
+
+def build_primitive(args):
+    """A primitive from the spec options and --predicate."""
+    needs_predicate, build = PRIMITIVES[args.what]
+    if needs_predicate != (args.predicate is not None):
+        raise CLIError(f"{args.what} needs --predicate" if needs_predicate
+                       else f"{args.what} takes no --predicate")
+    options = dict(algorithm=args.algorithm, section_size=args.section_size,
+                   items_per_thread=args.items_per_thread, strategy=args.strategy)
+    try:
+        return build(args.dtype, args.predicate, options)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
+
+
 # ----------------------------------------------------------------- subcommands
 
-@subcommand("source", "print the CUDA source a scan emits (no GPU needed)",
+@subcommand("source", "print the CUDA source a scan or a primitive emits (no GPU needed)",
+            arg("what", nargs="?", default="scan", choices=["scan", *PRIMITIVES],
+                help="a scan (the default) or a primitive: " + ", ".join(PRIMITIVES)),
+            arg("--predicate", metavar="C_EXPR",
+                help="the predicate of select, remove_if and partition: a C expression in x "
+                "(the element) and i (its index), e.g. 'x > 0.5f'"),
             arg("--check", action="store_true",
                 help="also compile it with the nvcc on PATH (no GPU needed); a C error in "
-                "your operator is reported with the numbered source around it (exit 1)"),
+                "your code is reported with the numbered source around it (exit 1)"),
             spec_options=True,
-            description="Print the CUDA source of every kernel the described scan launches. "
-            "Needs no GPU and no PyCUDA.")
+            description="Print the CUDA source of every kernel the described scan (or "
+            "primitive) launches. Needs no GPU and no PyCUDA.")
 def cmd_source(args) -> int:
-    scan = build_scan(args)
+    if args.what == "scan":
+        if args.predicate is not None:
+            raise CLIError("--predicate belongs to select, remove_if and partition")
+        scan = build_scan(args)
+    else:
+        scan = build_primitive(args)
     print(scan.source, end="")
     if args.check:
         scan.check_compile()

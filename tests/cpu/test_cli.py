@@ -232,3 +232,26 @@ def test_tuning_script_help_needs_no_gpu():
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert "--sizes" in result.stdout
+
+
+@pytest.mark.parametrize("what,predicate", [("select", "x > 0.5f"), ("remove_if", "x > 0.5f"),
+                                            ("partition", "i % 2 == 0"), ("unique", None),
+                                            ("run_length_encode", None)])
+def test_source_of_a_primitive(capsys, what, predicate):
+    argv = ["source", what, "--dtype", "float32"] + (["--predicate", predicate] if predicate else [])
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert f"// scangen: {what};" in out
+    if predicate:
+        assert predicate in out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["source", "select"], "select needs --predicate"),
+    (["source", "unique", "--predicate", "x > 0"], "unique takes no --predicate"),
+    (["source", "--predicate", "x > 0"], "--predicate belongs to select"),
+    (["source", "select", "--predicate", "x > 0; y"], "predicate must be a single C expression"),
+])
+def test_primitive_source_errors(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err
