@@ -32,9 +32,10 @@ C_SCALARS: dict[str, np.dtype] = {
 #: Names the generated code gives a meaning of its own where user code runs (the methods of
 #: UserIO in templates/io.cuh.j2, whose members the arguments become).
 RESERVED_NAMES = frozenset({
-    "i", "n", "item", "prev_item", "last_item", "pair", "item_pair", "prev_pair", "last_pair",
-    "input", "output", "is_segment_start", "scan_t", "acc_t", "combine", "scan_identity",
-    "acc_combine", "acc_identity",
+    "i", "n", "item", "prev_item", "last_item", "pair", "item_acc", "prev_acc", "last_acc",
+    "position", "input", "output", "value_at", "index_at", "is_segment_start", "restarts_at",
+    "scan_t", "acc_t", "combine", "value_combine", "scan_identity", "acc_combine",
+    "acc_identity",
 })
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")

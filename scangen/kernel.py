@@ -15,6 +15,7 @@ import numpy as np
 from .args import Argument, ArgumentError, parse_arguments
 from .kernels import FAMILIES
 from .spec import ScanSpec, make_spec
+from .types import element_type
 from .strategies import Strategy, strategy_for
 from .usercode import UserCodeError, check_code, strip_literals_and_comments
 
@@ -33,11 +34,19 @@ class Hooks:
     title: str = "ScanKernel"
     #: A C bool expression: a new segment starts at i (None: one segment, the whole array).
     is_segment_start_expr: str | None = None
+    #: Scan from the last element to the first (a suffix scan), operands in array order.
+    reverse: bool = False
+    #: The last argument is ``scangen_initial``, combined first (in scan order) into every
+    #: item, prev_item and last_item.
+    initial: bool = False
 
     @property
     def uses_last_item(self) -> bool:
         return bool(_LAST_ITEM.search(strip_literals_and_comments(self.output_statement)))
 
+
+#: The argument that carries ``initial=`` (the scangen_ prefix is refused in user arguments).
+INITIAL_ARGUMENT = "scangen_initial"
 
 #: The parameter names of the kernel families (scangen.kernels), which sit beside the user's
 #: arguments in every user-io entry point.
@@ -45,7 +54,9 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
-               is_segment_start_expr=None):
+               is_segment_start_expr=None, reverse=False, initial_type=None):
+    """Validate the hooks. ``initial_type`` (a C type) appends the ``scangen_initial``
+    argument that carries an initial value."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -62,8 +73,13 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
+    if initial_type is not None:
+        if is_segment_start_expr is not None:
+            raise ValueError("initial= and is_segment_start_expr cannot be combined yet: "
+                             "combine the initial value into your input instead")
+        parsed += (Argument(INITIAL_ARGUMENT, initial_type),)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
-                 is_segment_start_expr)
+                 is_segment_start_expr, bool(reverse), initial_type is not None)
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,15 @@ class ScanKernel:
         start; ``last_item`` is the total of the last segment). The first element always
         starts a segment. Implemented by scanning (value, head) pairs, so every strategy and
         algorithm takes it and non-commutative operators stay in order.
+    reverse:
+        Scan from the last index to the first: ``item`` at i is x[i] op x[i+1] op ... op
+        x[n-1] (operands in array order), ``prev_item`` leaves x[i] out (the identity at
+        n - 1). With segments, the scan restarts at each segment's last element.
+    initial:
+        An initial value, combined first (in scan order) into every ``item``, ``prev_item``
+        and ``last_item``: inclusive ``initial op x0 op ...``, and ``prev_item`` at the
+        start is ``initial``. It may be given again per call (``k(..., initial=v)``), e.g.
+        the carry of a chunked scan. Not yet with ``is_segment_start_expr``.
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 
@@ -132,17 +157,28 @@ class ScanKernel:
     """
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
-                 preamble="", is_segment_start_expr=None, algorithm=None, section_size=None,
-                 items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel"):
+                 preamble="", is_segment_start_expr=None, reverse=False, initial=None,
+                 algorithm=None, section_size=None, items_per_thread=None, strategy="auto",
+                 tuning=None, title="ScanKernel"):
+        etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
-                           is_segment_start_expr)
+                           is_segment_start_expr, reverse,
+                           None if initial is None else etype.c_name)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
                          segmented=is_segment_start_expr is not None)
         self.kernel_spec = KernelSpec(scan, hooks)
+        #: The initial value used when a call gives none (None: the kernel takes none).
+        self.initial = None if initial is None else self._initial_value(initial)
         from .runtime.launcher import Runtime
 
         self._runtime = Runtime(self.kernel_spec)
+
+    def _initial_value(self, value):
+        """``value`` as the scan type, checked exactly as a scalar argument is."""
+        from .runtime.launcher import convert_scalar
+
+        return convert_scalar(self.kernel_spec.hooks.arguments[-1], value)
 
     @property
     def spec(self) -> ScanSpec:
@@ -182,8 +218,14 @@ class ScanKernel:
 
         check_with_nvcc(self.kernel_spec)
 
-    def __call__(self, *args, n=None, stream=None):
-        """Run the scan over ``n`` indices (default: the first array argument's length)."""
+    def __call__(self, *args, n=None, stream=None, initial=None):
+        """Run the scan over ``n`` indices (default: the first array argument's length);
+        ``initial`` replaces the constructor's initial value for this call."""
+        if self.initial is not None:
+            args = args + (self.initial if initial is None else initial,)
+        elif initial is not None:
+            raise TypeError("this kernel was built without initial=; build it with one "
+                            "(any value) to pass one per call")
         self._runtime(args, n=n, stream=stream)
 
     def launch_converted(self, values: tuple, n: int, stream=None) -> None:

@@ -109,6 +109,8 @@ def template_context(kernel_spec) -> dict:
         arguments=[a.declaration for a in hooks.arguments],
         input_expr=hooks.input_expr,
         segmented=spec.segmented,
+        reverse=hooks.reverse,
+        initial=hooks.initial,
         is_segment_start_expr=hooks.is_segment_start_expr,
         acc_size=spec.acc_itemsize,
         output_statement=hooks.output_statement,

@@ -7,6 +7,7 @@ from .compile import GPUUnavailableError, ScanCompileError
 from .kernel import ScanKernel
 from .runtime.launcher import _gpuarray
 from .spec import MODES
+from .types import element_type
 
 __all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
 
@@ -15,17 +16,28 @@ _OUTPUT = {"inclusive": "out[i] = item;", "exclusive": "out[i] = prev_item;"}
 
 
 class Scan:
-    """A reusable scan of 1-D device arrays.
+    """A reusable scan of device arrays: 1-D, or 2-D scanned row by row.
 
     Parameters
     ----------
     dtype:
-        Element type (int8 .. uint64, float32, float64).
+        Element type of the input (int8 .. uint64, float32, float64).
     operator:
         A built-in name (add, mul, min, max, bit_and, bit_or, bit_xor) or a scangen.Operator.
         Must be associative; it need not be commutative (operand order is kept).
     mode:
         "inclusive" (y[i] = x0 op ... op xi) or "exclusive" (y[i] = identity op x0 op ... op x(i-1)).
+    result_dtype:
+        The type scanned and written, as numpy's accumulate ``dtype=``: each input is
+        converted first (``Scan(np.uint8, "add", result_dtype=np.int64)``). It must hold
+        every input value (numpy's "safe" casting). Default: dtype.
+    reverse:
+        A suffix scan: y[i] = x[i] op x[i+1] op ... op x[n-1] (exclusive leaves x[i] out),
+        operands in array order.
+    initial:
+        A value combined first: inclusive ``initial op x0 op ...``; exclusive ``y[0] =
+        initial``. A call may pass another (``scan(x, initial=carry)``). Not with 2-D input
+        yet.
     algorithm:
         How one block scans its section: naive, kogge_stone, kogge_stone_double_buffered,
         brent_kung, coarsened or warp_shuffle (the default, the fast one).
@@ -44,32 +56,50 @@ class Scan:
         of the compile cache key.
 
     Scan is ScanKernel with input ``x[i]`` and output ``out[i] = item`` (inclusive) or
-    ``out[i] = prev_item`` (exclusive); ``scan.kernel`` is that ScanKernel.
+    ``out[i] = prev_item`` (exclusive); ``scan.kernel`` is that ScanKernel. A 2-D
+    C-contiguous array is scanned along its last axis, every row on its own, in the same
+    launches: a second ScanKernel whose segments are the rows.
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
     """
 
-    def __init__(self, dtype, operator="add", *, mode="inclusive", algorithm=None,
-                 section_size=None, items_per_thread=None, strategy="auto", tuning=None):
+    def __init__(self, dtype, operator="add", *, mode="inclusive", result_dtype=None,
+                 reverse=False, initial=None, algorithm=None, section_size=None,
+                 items_per_thread=None, strategy="auto", tuning=None):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
         self.mode = mode
-        self.kernel = ScanKernel(dtype, operator, arguments="const scan_t *x, scan_t *out",
-                                 input_expr="x[i]", output_statement=_OUTPUT[mode],
-                                 algorithm=algorithm, section_size=section_size,
-                                 items_per_thread=items_per_thread, strategy=strategy,
-                                 tuning=tuning, title=f"{mode} scan")
+        self.input_dtype = element_type(dtype).dtype
+        result = self.input_dtype if result_dtype is None else element_type(result_dtype).dtype
+        if not np.can_cast(self.input_dtype, result, "safe"):
+            raise TypeError(f"result_dtype {result} cannot hold every {self.input_dtype} value; "
+                            f"choose a wider one (numpy's safe casting)")
+        in_c = element_type(self.input_dtype).c_name
+        self._options = dict(
+            arguments=f"const {in_c} *x, scan_t *out",
+            input_expr="x[i]" if result == self.input_dtype else "(scan_t)x[i]",
+            output_statement=_OUTPUT[mode], reverse=reverse, initial=initial,
+            algorithm=algorithm, section_size=section_size, items_per_thread=items_per_thread,
+            strategy=strategy, tuning=tuning)
+        self._operator = operator
+        self.kernel = ScanKernel(result, operator, title=f"{mode} scan", **self._options)
         self.spec = self.kernel.spec
+        self._rows_kernel = None
 
     def __repr__(self):
         s = self.spec
-        return (f"Scan({s.etype.name}, {s.operator.name!r}, mode={self.mode!r}, "
+        extra = "".join(
+            [f", result_dtype={self.dtype.name!r}" if self.dtype != self.input_dtype else "",
+             ", reverse=True" if self.kernel.kernel_spec.hooks.reverse else "",
+             f", initial={self.kernel.initial!r}" if self.kernel.initial is not None else ""])
+        return (f"Scan({self.input_dtype.name}, {s.operator.name!r}, mode={self.mode!r}{extra}, "
                 f"algorithm={s.algorithm!r}, section_size={s.section_size}, "
                 f"items_per_thread={s.items_per_thread}, strategy={s.strategy!r})")
 
     @property
     def dtype(self) -> np.dtype:
+        """The scanned (result) type."""
         return self.spec.etype.dtype
 
     @property
@@ -86,20 +116,42 @@ class Scan:
         ScanCompileError with the numbered source around it."""
         self.kernel.check_compile()
 
-    def __call__(self, x, out=None, *, stream=None):
-        """Scan ``x`` (a 1-D contiguous GPUArray) into ``out`` (new if None; may be ``x``)."""
+    @property
+    def rows_kernel(self) -> ScanKernel:
+        """The ScanKernel that scans the rows of a 2-D array (built on first use)."""
+        if self._rows_kernel is None:
+            if self.kernel.initial is not None:
+                raise ValueError("initial= with 2-D (row by row) input is not supported yet")
+            options = dict(self._options, initial=None,
+                           arguments=self._options["arguments"] + ", long long row_length")
+            self._rows_kernel = ScanKernel(self.dtype, self._operator,
+                                           is_segment_start_expr="i % row_length == 0",
+                                           title=f"{self.mode} scan of rows", **options)
+        return self._rows_kernel
+
+    def __call__(self, x, out=None, *, stream=None, initial=None):
+        """Scan ``x`` (a 1-D or 2-D C-contiguous GPUArray) into ``out`` (new if None; of the
+        result dtype; may be ``x`` when the dtypes agree)."""
         gpuarray = self._check_arrays(x, out)
-        n = x.shape[0]
         if out is None:
-            out = gpuarray.empty(n, self.dtype)
+            out = gpuarray.empty(x.shape, self.dtype)
+        n = x.size
         if n == 0:
             return out
-        self.kernel.launch_converted((np.uintp(x.ptr), np.uintp(out.ptr)), n, stream)
+        pointers = (np.uintp(x.ptr), np.uintp(out.ptr))
+        if len(x.shape) == 2:
+            if initial is not None:
+                raise ValueError("initial= with 2-D (row by row) input is not supported yet")
+            self.rows_kernel.launch_converted(pointers + (np.int64(x.shape[1]),), n, stream)
+        elif initial is not None or self.kernel.initial is not None:
+            self.kernel(*pointers, n=n, stream=stream, initial=initial)
+        else:
+            self.kernel.launch_converted(pointers, n, stream)
         return out
 
     def _check_arrays(self, x, out):
         gpuarray = _gpuarray()
-        for name, array in (("x", x), ("out", out)):
+        for name, array, dtype in (("x", x, self.input_dtype), ("out", out, self.dtype)):
             if array is None:
                 continue
             if not isinstance(array, gpuarray.GPUArray):
@@ -107,19 +159,19 @@ class Scan:
                     else ""
                 raise TypeError(f"{name} must be a pycuda GPUArray, not "
                                 f"{type(array).__name__}{hint}")
-            if array.dtype != self.dtype and name == "out":
+            if array.dtype != dtype and name == "out":
                 raise TypeError(f"out has dtype {array.dtype}, but this scan writes "
-                                f"{self.dtype}: pass an out of dtype {self.dtype} (or none, "
+                                f"{dtype}: pass an out of dtype {dtype} (or none, "
                                 f"and get a new array)")
-            if array.dtype != self.dtype:
+            if array.dtype != dtype:
                 raise TypeError(f"x has dtype {array.dtype}, but this scan was built for "
-                                f"{self.dtype}: build Scan({array.dtype.name!r}, ...) or convert "
+                                f"{dtype}: build Scan({array.dtype.name!r}, ...) or convert "
                                 f"with .astype()")
-            if len(array.shape) != 1:
-                raise ValueError(f"{name} must be 1-D, got shape {array.shape} "
-                                 "(flatten it with .ravel() if that is what you mean)")
-            if array.strides[0] != array.dtype.itemsize and array.shape[0] > 1:
-                raise ValueError(f"{name} must be contiguous (a strided view is not)")
+            if len(array.shape) not in (1, 2):
+                raise ValueError(f"{name} must be 1-D (or 2-D, scanned row by row), got shape "
+                                 f"{array.shape}")
+            if not array.flags.c_contiguous:
+                raise ValueError(f"{name} must be C-contiguous (a strided view is not)")
         if out is not None and out is not x:
             if out.shape != x.shape:
                 raise ValueError(f"out has shape {out.shape}, but x has shape {x.shape}")

@@ -133,7 +133,7 @@ def convert_arguments(arguments, scan_dtype, args, n):
                 first_length = length
             values.append(np.uintp(address))
         else:
-            values.append(_scalar(argument, value))
+            values.append(convert_scalar(argument, value))
     if n is None:
         if first_length is None:
             raise TypeError("n= is required: no argument is an array whose length could be "
@@ -170,7 +170,8 @@ def _pointer(argument, value, scan_dtype):
     return address, length
 
 
-def _scalar(argument, value):
+def convert_scalar(argument, value):
+    """A scalar argument's value as the numpy scalar of its C type, or a clear error."""
     dtype = argument.scalar_dtype
     if dtype.kind in "iu":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):

@@ -155,6 +155,25 @@ def expected(x, op, mode):
     return scangen.reference_scan(x, op, mode)
 
 
+def flipped(op):
+    """op with its operands swapped: scanning a reversed array with it is a suffix scan."""
+    return Operator("b", op.identity, name=f"flipped_{op.name}",
+                    reference=lambda a, b: op.reference(b, a))
+
+
+def scan_reference(x, op, mode="inclusive", *, reverse=False, initial=None):
+    """What Scan promises for reverse= and initial=, from reference_scan alone: a suffix scan
+    is a scan of the reversed array with the operands swapped; the initial value is one
+    more element before the first (in scan order)."""
+    x = np.asarray(x)
+    if reverse:
+        return scan_reference(x[::-1], flipped(op), mode, initial=initial)[::-1]
+    if initial is None:
+        return expected(x, op, mode)
+    full = scangen.reference_scan(np.concatenate([np.array([initial], x.dtype), x]), op)
+    return full[1:] if mode == "inclusive" else full[:-1]
+
+
 def segmented_reference(x, heads, op, mode):
     """Scan each segment on its own (a segment starts at 0 and wherever heads is nonzero),
     with the operator itself, in order."""
@@ -179,4 +198,4 @@ def assert_scan_equal(got, want, dtype, n):
 
 __all__ = ["AFFINE", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
-           "poisoned", "precompile", "random_input", "segmented_reference", "type_operator_pairs", "valid"]
+           "poisoned", "precompile", "random_input", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]

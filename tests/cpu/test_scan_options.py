@@ -1,0 +1,102 @@
+"""Scan's result_dtype, reverse, initial and 2-D rows, without a GPU: validation, the kernels
+they render, nvcc compiling them, and the references the GPU tests use."""
+import shutil
+
+import numpy as np
+import pytest
+
+import scangen
+from tests.support import AFFINE, flipped, random_input, scan_reference
+
+NVCC = shutil.which("nvcc")
+
+
+def test_result_dtype_converts_each_input():
+    scan = scangen.Scan(np.uint8, "add", result_dtype=np.int64)
+    assert scan.input_dtype == np.uint8 and scan.dtype == np.int64
+    assert "const unsigned char *x" in scan.source and "(scan_t)x[i]" in scan.source
+    assert "typedef long long scan_t;" in scan.source
+    assert "(scan_t)x[i]" not in scangen.Scan(np.uint8, "add").source
+
+
+@pytest.mark.parametrize("dtype,result", [(np.int64, np.float32), (np.float64, np.float32),
+                                          (np.int32, np.uint32), (np.uint64, np.int64)])
+def test_result_dtype_must_hold_the_input(dtype, result):
+    with pytest.raises(TypeError, match="cannot hold every"):
+        scangen.Scan(dtype, "add", result_dtype=result)
+
+
+def test_reverse_and_initial_render():
+    scan = scangen.Scan(np.int32, scangen.LAST_NONZERO, reverse=True, initial=7)
+    source = scan.source
+    assert "return n - 1 - position;" in source and "combine(later, earlier)" in source
+    assert "int scangen_initial;" in source
+    assert "value_combine(scangen_initial, item_acc)" in source
+    assert scan.kernel.initial == np.int32(7)
+    forward = scangen.Scan(np.int32, scangen.LAST_NONZERO).source
+    assert "return position;" in forward and "scangen_initial" not in forward
+
+
+def test_initial_is_checked_like_an_argument():
+    with pytest.raises(ValueError, match="does not fit int"):
+        scangen.Scan(np.int8, "add", result_dtype=np.int32, initial=1 << 40)
+    with pytest.raises(TypeError, match="needs an int"):
+        scangen.Scan(np.int32, "add", initial=0.5)
+    kernel = scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out",
+                                input_expr="x[i]", output_statement="out[i] = item;")
+    with pytest.raises(TypeError, match="built without initial="):
+        kernel(0x1000, 0x2000, n=4, initial=3)
+    with pytest.raises(ValueError, match="cannot be combined yet"):
+        scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out",
+                           input_expr="x[i]", output_statement="out[i] = item;",
+                           is_segment_start_expr="i % 4 == 0", initial=0)
+
+
+def test_rows_kernel_segments_by_row():
+    scan = scangen.Scan(np.float64, "max", mode="exclusive", reverse=True)
+    rows = scan.rows_kernel
+    assert rows.kernel_spec.hooks.is_segment_start_expr == "i % row_length == 0"
+    assert "long long row_length;" in rows.source
+    assert "return i == n - 1 || is_segment_start(i + 1, n);" in rows.source
+    with pytest.raises(ValueError, match="initial= with 2-D"):
+        scangen.Scan(np.int32, "add", initial=1).rows_kernel
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("strategy", ["auto", "hierarchical", "chained"])
+def test_option_modules_compile(strategy):
+    for scan in (scangen.Scan(np.uint8, "add", result_dtype=np.int64, reverse=True, initial=3,
+                              strategy=strategy),
+                 scangen.Scan(np.uint64, AFFINE, mode="exclusive", reverse=True,
+                              strategy=strategy)):
+        scan.check_compile()
+    scangen.Scan(np.int16, scangen.LAST_NONZERO, reverse=True, strategy=strategy) \
+        .rows_kernel.check_compile()
+
+
+# --- the references themselves, against the definitions, one element at a time ----------
+
+def test_suffix_and_initial_references_follow_the_definitions(rng):
+    for op_name, op, dtype in (("affine_then", AFFINE, np.uint64),
+                               ("last_nonzero", scangen.LAST_NONZERO, np.int32)):
+        x = random_input(rng, dtype, op_name, 57)
+        init = x[3]
+        for mode in ("inclusive", "exclusive"):
+            want_suffix, want_initial = [], []
+            for i in range(x.size):
+                tail = x[i:] if mode == "inclusive" else x[i + 1:]
+                acc = dtype(op.identity)
+                for value in tail:  # x[i] op x[i+1] op ... in array order
+                    acc = op.reference(acc, value)
+                want_suffix.append(acc)
+                head = x[: i + 1] if mode == "inclusive" else x[:i]
+                acc = init
+                for value in head:
+                    acc = op.reference(acc, value)
+                want_initial.append(acc)
+            np.testing.assert_array_equal(scan_reference(x, op, mode, reverse=True),
+                                          np.array(want_suffix, dtype))
+            np.testing.assert_array_equal(scan_reference(x, op, mode, initial=init),
+                                          np.array(want_initial, dtype))
+    assert flipped(AFFINE).reference(np.uint64(5), np.uint64(7)) == \
+        AFFINE.reference(np.uint64(7), np.uint64(5))
