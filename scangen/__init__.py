@@ -13,11 +13,12 @@ from .usercode import UserCodeError
 from .primitives import (Partition, RunLengthEncode, Select, Unique, partition, remove_if,
                          run_length_encode, select, unique)
 from .scan import Scan, ScanCompileError, GPUUnavailableError
+from .segmented import SegmentedScan
 from .tuning import Tuning
 
 __all__ = [
     "ALGORITHMS", "BUILTIN_OPERATORS", "current_context", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
-    "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanKernel", "ScanSpec",
+    "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanKernel", "ScanSpec", "SegmentedScan",
     "Tuning", "UserCodeError", "make_spec", "reference_scan",
     "Partition", "RunLengthEncode", "Select", "Unique", "partition", "remove_if",
     "run_length_encode", "select", "unique",

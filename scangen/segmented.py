@@ -1,0 +1,139 @@
+"""SegmentedScan: scans that restart at every segment head, given as flags, CSR offsets or
+runs of equal keys. Each form is one ScanKernel with an is_segment_start_expr (so every
+strategy and algorithm serves it, and operand order is kept); the kernels are built on first
+use of each form and index dtype."""
+from __future__ import annotations
+
+import numpy as np
+
+from .kernel import ScanKernel
+from .runtime.launcher import _gpuarray
+from .scan import _OUTPUT
+from .spec import MODES
+from .types import element_type
+
+#: How each form finds heads, and the C types its index array may have.
+_INTEGER_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+
+_OFFSET_SEARCH = """// Whether i is one of offsets[0 .. count) (non-decreasing): a binary search.
+static __device__ __forceinline__ bool scangen_is_offset(const {c} *offsets, long long count,
+                                                         long long i)
+{{
+    long long low = 0, high = count;
+    while (low < high) {{
+        const long long middle = low + (high - low) / 2;
+        if ((long long)offsets[middle] < i)
+            low = middle + 1;
+        else
+            high = middle;
+    }}
+    return low < count && (long long)offsets[low] == i;
+}}"""
+
+
+class SegmentedScan:
+    """A scan that restarts at each segment's first element.
+
+    Call it with exactly one of:
+
+    * ``flags=heads``: a bool or integer array of len(x); nonzero marks a segment's first
+      element;
+    * ``offsets=starts``: CSR offsets, int32 or int64, of length segments + 1,
+      non-decreasing, from 0 to len(x) (empty segments allowed); checked on the host;
+    * ``keys=k``: an integer array of len(x); a segment is a run of equal consecutive keys
+      (CUB's scan-by-key).
+
+    The first element always starts a segment. Exclusive mode restarts from the identity at
+    each head. Other keywords (reverse, algorithm, section_size, items_per_thread,
+    strategy, tuning) are as for Scan; with ``reverse=True`` each segment is scanned from
+    its last element to its first.
+    """
+
+    def __init__(self, dtype, operator="add", *, mode="inclusive", **scan_options):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
+        if "initial" in scan_options:
+            raise TypeError("SegmentedScan takes no initial= (yet)")
+        self.etype = element_type(dtype)
+        self.mode, self.operator, self.scan_options = mode, operator, scan_options
+        self._kernels = {}
+        self.kernel("flags", np.dtype(np.bool_))  # validates the operator and options now
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.etype.dtype
+
+    def kernel(self, form: str, index_dtype: np.dtype) -> ScanKernel:
+        """The ScanKernel of one form ("flags", "offsets", "keys") and index dtype."""
+        key = (form, index_dtype)
+        if key not in self._kernels:
+            c = "bool" if index_dtype == np.bool_ else element_type(index_dtype).c_name
+            preamble = ""
+            if form == "flags":
+                arguments, head = f"const {c} *flags", "flags[i] != 0"
+            elif form == "keys":
+                arguments, head = f"const {c} *keys", "i == 0 || keys[i] != keys[i - 1]"
+            else:
+                arguments = f"const {c} *offsets, long long offset_count"
+                head = "scangen_is_offset(offsets, offset_count, i)"
+                preamble = _OFFSET_SEARCH.format(c=c)
+            self._kernels[key] = ScanKernel(
+                self.dtype, self.operator,
+                arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",
+                output_statement=_OUTPUT[self.mode], is_segment_start_expr=head,
+                preamble=preamble, title=f"segmented {self.mode} scan by {form}",
+                **self.scan_options)
+        return self._kernels[key]
+
+    def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None):
+        gpuarray = _gpuarray()
+        given = {name: value for name, value in
+                 (("flags", flags), ("offsets", offsets), ("keys", keys)) if value is not None}
+        if len(given) != 1:
+            raise TypeError("give exactly one of flags=, offsets= or keys=")
+        (form, index), = given.items()
+        _check(gpuarray, "x", x, self.dtype)
+        n = x.size
+        if out is None:
+            out = gpuarray.empty(n, self.dtype)
+        _check(gpuarray, "out", out, self.dtype, length=n)
+        allowed = ("int32", "int64") if form == "offsets" else \
+            (("bool",) if form == "flags" else ()) + _INTEGER_TYPES
+        if not isinstance(index, gpuarray.GPUArray):
+            raise TypeError(f"{form} must be a pycuda GPUArray, not {type(index).__name__}")
+        if index.dtype.name not in allowed:
+            raise TypeError(f"{form} has dtype {index.dtype}; use one of {', '.join(allowed)}")
+        extra = ()
+        if form == "offsets":
+            _check(gpuarray, form, index, index.dtype)
+            _check_offsets(index.get(), n)
+            extra = (np.int64(index.size),)
+        else:
+            _check(gpuarray, form, index, index.dtype, length=n)
+        if n:
+            self.kernel(form, index.dtype).launch_converted(
+                (np.uintp(x.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out.ptr),), n,
+                stream)
+        return out
+
+
+def _check(gpuarray, name, array, dtype, length=None):
+    if not isinstance(array, gpuarray.GPUArray):
+        raise TypeError(f"{name} must be a pycuda GPUArray, not {type(array).__name__}")
+    if array.dtype != dtype:
+        raise TypeError(f"{name} has dtype {array.dtype}; expected {dtype}")
+    if len(array.shape) != 1 or not array.flags.c_contiguous:
+        raise ValueError(f"{name} must be a 1-D contiguous array")
+    if length is not None and array.size != length:
+        raise ValueError(f"{name} has {array.size} elements; expected {length}")
+
+
+def _check_offsets(offsets: np.ndarray, n: int) -> None:
+    """CSR offsets: at least [0, n], non-decreasing, from 0 to n."""
+    if offsets.size < 1 or offsets[0] != 0 or offsets[-1] != n:
+        raise ValueError(f"offsets must run from 0 to len(x) = {n} (CSR starts plus the end), "
+                         f"got {offsets[:1].tolist()} .. {offsets[-1:].tolist()}")
+    if np.any(np.diff(offsets) < 0):
+        where = int(np.flatnonzero(np.diff(offsets) < 0)[0])
+        raise ValueError(f"offsets must be non-decreasing; offsets[{where}] = {offsets[where]} "
+                         f"> offsets[{where + 1}] = {offsets[where + 1]}")
