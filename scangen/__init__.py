@@ -14,12 +14,14 @@ from .primitives import (Partition, RunLengthEncode, Select, Unique, partition, 
                          run_length_encode, select, unique)
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
+from .check import OperatorReport, check_operator
 from .tuning import Tuning
 
 __all__ = [
     "ALGORITHMS", "BUILTIN_OPERATORS", "current_context", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
     "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanKernel", "ScanSpec", "SegmentedScan",
-    "Tuning", "UserCodeError", "make_spec", "reference_scan",
+    "Tuning", "UserCodeError", "make_spec", "reference_scan", "check_operator",
+    "OperatorReport",
     "Partition", "RunLengthEncode", "Select", "Unique", "partition", "remove_if",
     "run_length_encode", "select", "unique",
 ]

@@ -245,6 +245,27 @@ def last_nonzero_numpy(x: np.ndarray) -> np.ndarray:
     return np.where(latest >= 0, x[np.maximum(latest, 0)], 0).astype(x.dtype)
 
 
+@subcommand("check", "check that an operator is associative with an identity (needs PyCUDA)",
+            arg("--samples", type=parse_size, default=100_000, metavar="N",
+                help="random and edge triples to try (default: %(default)s)"),
+            arg("--seed", type=int, default=0, help="random seed (default: %(default)s)"),
+            spec_options=True,
+            description="Evaluate the operator (--op, or --expr with --identity) on random and "
+            "edge triples of --dtype on the GPU, with the code a scan of it compiles: "
+            "(a op b) op c against a op (b op c), and the identity on both sides. Exit 0 "
+            "when the contract holds, 1 with a counterexample when it does not.")
+def cmd_check(args) -> int:
+    from .check import check_operator
+
+    operator = build_operator(args)
+    try:
+        report = check_operator(operator, args.dtype, samples=args.samples, seed=args.seed)
+    except (ValueError, TypeError) as err:
+        raise CLIError(str(err)) from None
+    print(report)
+    return 0 if report.ok else 1
+
+
 @subcommand("demo", "run a non-commutative scan on the GPU and check it (needs PyCUDA)",
             arg("--n", type=parse_size, default=1_000_003, metavar="N",
                 help="number of elements; the default spans two levels of the hierarchy "
