@@ -6,23 +6,28 @@ from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
 from .reference import reference_scan
 from .spec import ALGORITHMS, MODES, STRATEGIES, ScanSpec, make_spec
 from .types import ELEMENT_TYPES
+from .tuning import Tuning
+from .usercode import UserCodeError
 from .render import RenderError
 from .compile import current_context
 from .kernel import ScanKernel
-from .usercode import UserCodeError
-from .primitives import (Partition, RunLengthEncode, Select, Unique, partition, remove_if,
-                         run_length_encode, select, unique)
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
 from .check import OperatorReport, check_operator
-from .tuning import Tuning
+from .primitives import (Partition, RunLengthEncode, Select, Unique, partition, remove_if,
+                         run_length_encode, select, unique)
 
 __all__ = [
-    "ALGORITHMS", "BUILTIN_OPERATORS", "current_context", "ELEMENT_TYPES", "GPUUnavailableError", "LAST_NONZERO",
-    "MODES", "Operator", "RenderError", "STRATEGIES", "Scan", "ScanCompileError", "ScanKernel", "ScanSpec", "SegmentedScan",
-    "Tuning", "UserCodeError", "make_spec", "reference_scan", "check_operator",
-    "OperatorReport",
-    "Partition", "RunLengthEncode", "Select", "Unique", "partition", "remove_if",
-    "run_length_encode", "select", "unique",
+    # scans
+    "Scan", "ScanKernel", "SegmentedScan", "Operator", "BUILTIN_OPERATORS", "LAST_NONZERO",
+    "check_operator", "OperatorReport", "reference_scan",
+    # primitives
+    "Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if", "partition",
+    "unique", "run_length_encode",
+    # specs, tables and tuning
+    "ScanSpec", "make_spec", "Tuning", "ALGORITHMS", "MODES", "STRATEGIES", "ELEMENT_TYPES",
+    # errors and the CUDA context
+    "GPUUnavailableError", "ScanCompileError", "RenderError", "UserCodeError",
+    "current_context",
 ]
 __version__ = "0.1.0"

@@ -112,3 +112,22 @@ def test_readme_primitives_section_runs(gpu):
     np.testing.assert_array_equal(namespace["kept"].get(), x[mask])
     np.testing.assert_array_equal(namespace["negative"].get(), x[~(x > 0)])
     assert namespace["n_true"] == (x.size + 1) // 2
+
+
+def test_readme_more_kinds_of_scan_runs(gpu, capsys):
+    blocks = [b for b in readme_python_blocks() if "SegmentedScan(" in b]
+    assert blocks, "README.md has no 'More kinds of scan' block"
+    namespace = {}
+    exec(compile("import pycuda.autoinit\n" + blocks[0], "README.md more kinds", "exec"),
+         namespace)
+    x = np.arange(1, 13, dtype=np.uint8)
+    np.testing.assert_array_equal(namespace["wide"].get(), np.cumsum(x, dtype=np.int64))
+    np.testing.assert_array_equal(namespace["suffix"].get(),
+                                  np.cumsum(x[::-1], dtype=np.uint8)[::-1])
+    np.testing.assert_array_equal(namespace["carry"].get(), np.cumsum(x, dtype=np.uint8) + 100)
+    np.testing.assert_array_equal(namespace["rows"].get(),
+                                  np.maximum.accumulate(x.reshape(3, 4), axis=1))
+    np.testing.assert_array_equal(namespace["seg"].get(),
+                                  [0, 1, 3, 0, 4, 9, 15, 0, 8, 17, 27, 38])
+    assert not namespace["report"]
+    assert "breaks the operator contract" in capsys.readouterr().out
