@@ -53,8 +53,13 @@ class Operator:
     preamble: str = ""
     reference: Callable | None = None
     integer_only: bool = False
+    #: True for the built-ins, which spell themselves per scalar type.
+    scalar_only: bool = False
 
     def __post_init__(self):
+        if isinstance(self.identity, (np.void, list, tuple, np.ndarray)):
+            # A struct identity: nested tuples keep the operator hashable (a cache key).
+            object.__setattr__(self, "identity", _frozen(self.identity))
         if isinstance(self.expression, str):
             if not self.expression.strip():
                 raise ValueError("operator expression is empty; write a C expression in a "
@@ -85,12 +90,25 @@ class Operator:
     def check_dtype(self, dtype) -> ElementType:
         """Return the element type, or raise saying why this operator cannot take it."""
         etype = element_type(dtype)
+        if self.scalar_only and etype.is_struct:
+            raise TypeError(f"built-in operator {self.name!r} takes scalar types; for "
+                            f"{etype.name} write an Operator over the fields, e.g. "
+                            f"Operator('scan_t{{a.x + b.x}}', identity=(0,))")
         if self.integer_only and not etype.is_integer:
             raise TypeError(
                 f"operator {self.name!r} is bitwise and needs an integer dtype, not {etype.name}"
             )
         self.identity_literal(etype)
         return etype
+
+
+def _frozen(value):
+    """Field values as nested tuples (np.void and arrays included)."""
+    if isinstance(value, np.void):
+        value = value.item()
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 def _wrapping(symbol: str) -> Callable[[ElementType], str]:
@@ -110,15 +128,18 @@ def _bitwise(symbol: str) -> Callable[[ElementType], str]:
     return lambda etype: f"({etype.c_name})(a {symbol} b)"
 
 
-ADD = Operator(_wrapping("+"), 0, name="add", reference=np.add)
-MUL = Operator(_wrapping("*"), 1, name="mul", reference=np.multiply)
-MIN = Operator("b < a ? b : a", ElementType.highest, name="min", reference=np.minimum)
-MAX = Operator("a < b ? b : a", ElementType.lowest, name="max", reference=np.maximum)
+ADD = Operator(_wrapping("+"), 0, name="add", reference=np.add, scalar_only=True)
+MUL = Operator(_wrapping("*"), 1, name="mul", reference=np.multiply, scalar_only=True)
+MIN = Operator("b < a ? b : a", ElementType.highest, name="min", reference=np.minimum,
+               scalar_only=True)
+MAX = Operator("a < b ? b : a", ElementType.lowest, name="max", reference=np.maximum,
+               scalar_only=True)
 BIT_AND = Operator(_bitwise("&"), ElementType.all_ones, name="bit_and",
-                   reference=np.bitwise_and, integer_only=True)
-BIT_OR = Operator(_bitwise("|"), 0, name="bit_or", reference=np.bitwise_or, integer_only=True)
+                   reference=np.bitwise_and, integer_only=True, scalar_only=True)
+BIT_OR = Operator(_bitwise("|"), 0, name="bit_or", reference=np.bitwise_or, integer_only=True,
+                  scalar_only=True)
 BIT_XOR = Operator(_bitwise("^"), 0, name="bit_xor", reference=np.bitwise_xor,
-                   integer_only=True)
+                   integer_only=True, scalar_only=True)
 
 BUILTIN_OPERATORS: dict[str, Operator] = {
     op.name: op for op in (ADD, MUL, MIN, MAX, BIT_AND, BIT_OR, BIT_XOR)

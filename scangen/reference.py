@@ -18,7 +18,7 @@ def sequential_scan(x, op, mode="inclusive"):
     x = np.asarray(x)
     etype = element_type(x.dtype)
     out = np.empty_like(x)
-    acc = x.dtype.type(op.identity_for(etype))
+    acc = etype.numpy_value(op.identity_for(etype))
     for i, value in enumerate(x):
         if mode == "exclusive":
             out[i] = acc
@@ -63,6 +63,6 @@ def reference_scan(x, op, mode="inclusive"):
         return inclusive
     out = np.empty_like(x)
     if x.size:
-        out[0] = x.dtype.type(op.identity_for(etype))
+        out[0] = etype.numpy_value(op.identity_for(etype))
         out[1:] = inclusive[:-1]
     return out

@@ -101,6 +101,7 @@ def template_context(kernel_spec) -> dict:
         title=hooks.title,
         dtype=etype.name,
         c_type=etype.c_name,
+        type_declarations=etype.declarations,
         operator_name=spec.operator.name,
         combine_expression=spec.operator.c_expression(etype),
         identity=spec.identity_literal,

@@ -69,9 +69,10 @@ ALGORITHMS: dict[str, Algorithm] = {
 }
 
 
-def acc_itemsize(itemsize: int, segmented: bool) -> int:
+def acc_itemsize(etype, segmented: bool) -> int:
     """Size of {value; unsigned char head} for a segmented scan, else of the value."""
-    return -(-(itemsize + 1) // itemsize) * itemsize if segmented else itemsize
+    size, alignment = etype.itemsize, etype.alignment
+    return -(-(size + 1) // alignment) * alignment if segmented else size
 
 
 def _as_int(name: str, value) -> int:
@@ -107,7 +108,7 @@ class ScanSpec:
         """Bytes of what the scan machinery combines (shared memory, shuffles, tile status):
         the value, or for a segmented scan the struct {value; unsigned char head}, padded
         to the value's alignment."""
-        return acc_itemsize(self.etype.itemsize, self.segmented)
+        return acc_itemsize(self.etype, self.segmented)
 
     @property
     def block_size(self) -> int:
@@ -156,7 +157,7 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
         algorithm = tuning_table.DEFAULT_ALGORITHM
     named_section = section_size is not None
     if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
-        fast = tuning_table.fast_path(acc_itemsize(etype.itemsize, segmented))
+        fast = tuning_table.fast_path(acc_itemsize(etype, segmented))
         section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
             fast.items_per_thread
     if section_size is None:
@@ -171,7 +172,7 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if items_per_thread is None and algo.coarsening_is_parameter and named_section:
         # A named section keeps the tuned block size; the items per thread follow from it.
         section = _as_int("section_size", section_size)
-        block = tuning_table.fast_path(acc_itemsize(etype.itemsize, segmented)).block_size
+        block = tuning_table.fast_path(acc_itemsize(etype, segmented)).block_size
         items_per_thread = max(1, section // block) if _is_power_of_two(section) else 1
     if items_per_thread is None:
         items_per_thread = algo.default_items_per_thread

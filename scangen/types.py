@@ -1,10 +1,12 @@
-"""The one table of element types: numpy dtype -> C type, literals and limits.
+"""The one table of element types: numpy dtype -> C type, literals and limits; and struct
+types, built from numpy structured dtypes, whose fields are such types.
 
 Everything that needs to know about a dtype (validation, operators, templates, the CLI)
-asks this table, so adding a type means adding one row.
+asks this module, so adding a scalar type means adding one row.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +37,18 @@ class ElementType:
     @property
     def name(self) -> str:
         return self.dtype.name
+
+    @property
+    def alignment(self) -> int:
+        return self.dtype.itemsize
+
+    #: Scalars need no declaration before use.
+    declarations = ""
+    is_struct = False
+
+    def numpy_value(self, value):
+        """``value`` as a numpy scalar of this type (for references and poison)."""
+        return self.dtype.type(value)
 
     def literal(self, value) -> str:
         """A C literal of this type holding ``value`` exactly (inf included for floats)."""
@@ -103,6 +117,156 @@ ELEMENT_TYPES: dict[np.dtype, ElementType] = {
 }
 
 
+@dataclass(frozen=True)
+class StructField:
+    name: str
+    type: object  # ElementType or StructType
+    offset: int
+    #: Sub-array shape (a C array of the field type), () for one value.
+    shape: tuple = ()
+    #: Whether an explicit padding array precedes the field (numpy's offset is past where C
+    #: would put it).
+    padded: bool = False
+
+    @property
+    def count(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+@dataclass(frozen=True)
+class StructType:
+    """A C struct laid out exactly as a numpy structured dtype: the same field names, offsets
+    and size, with the padding written out as byte arrays, and checked by static_assert in
+    the generated code."""
+
+    dtype: np.dtype
+    c_name: str
+    fields: tuple
+    alignment: int
+    #: The struct declarations (nested ones first) to emit before the struct is used.
+    declarations: str
+    #: Whether an explicit padding array ends the struct.
+    tail_padded: bool = False
+
+    is_struct = True
+    is_float = False
+    is_integer = False
+    wrap_c_name = None
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def name(self) -> str:
+        return str(self.dtype)
+
+    def literal(self, value) -> str:
+        """An aggregate initializer from a tuple (or np.void) of field values."""
+        if isinstance(value, np.void):
+            value = value.item()
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"{value!r} is not a tuple of field values")
+        if len(value) != len(self.fields):
+            names = ", ".join(f.name for f in self.fields)
+            raise ValueError(f"{len(value)} values for {len(self.fields)} fields ({names})")
+        parts = []
+        for field, item in zip(self.fields, value):
+            if field.padded:
+                parts.append("{}")  # a padding array, zeroed
+            if field.shape:
+                items = np.asarray(item).ravel().tolist()
+                if len(items) != field.count:
+                    raise ValueError(f"field {field.name!r} holds {field.count} values, "
+                                     f"got {len(items)}")
+                parts.append("{" + ", ".join(_field_literal(field, v) for v in items) + "}")
+            else:
+                parts.append(_field_literal(field, item))
+        if self.tail_padded:
+            parts.append("{}")
+        return f"{self.c_name}{{{', '.join(parts)}}}"
+
+    def numpy_value(self, value):
+        return np.array(value.item() if isinstance(value, np.void) else tuple(value),
+                        dtype=self.dtype)[()]
+
+
+def _field_literal(field, value) -> str:
+    try:
+        return field.type.literal(value)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise ValueError(f"field {field.name!r}: {err}") from None
+
+
+def _struct_type(dtype: np.dtype, names: dict) -> StructType:
+    """The StructType of a structured dtype; ``names`` numbers the structs of one tree."""
+    declarations, fields, lines, position, alignment = [], [], [], 0, 1
+    for name in dtype.names:
+        field_dtype, offset = dtype.fields[name][:2]
+        shape = ()
+        if field_dtype.subdtype is not None:
+            field_dtype, shape = field_dtype.subdtype
+        if not name.isidentifier() or name.startswith("_"):
+            raise TypeError(f"field {name!r} of {dtype} is not a C identifier (or starts "
+                            "with '_', which scangen keeps for padding)")
+        if field_dtype.fields is not None:
+            member = _struct_type(field_dtype, names)
+            declarations.append(member.declarations)
+        else:
+            try:
+                member = _scalar_type(field_dtype)
+            except TypeError:
+                raise TypeError(f"field {name!r} of {dtype} has type {field_dtype}, which "
+                                "scangen cannot put in a struct; supported: "
+                                + ", ".join(t.name for t in ELEMENT_TYPES.values())) from None
+        if offset % member.alignment:
+            raise TypeError(f"field {name!r} of {dtype} sits at offset {offset}, not a "
+                            f"multiple of its alignment {member.alignment}: build the dtype "
+                            f"with align=True")
+        if offset < position:
+            raise TypeError(f"field {name!r} of {dtype} overlaps the field before it")
+        # C places the field at the next multiple of its alignment; numpy's explicit offsets
+        # may put it further, and only then is a padding array written out.
+        natural = -(-position // member.alignment) * member.alignment
+        padded = offset > natural
+        if padded:
+            lines.append(f"    unsigned char _pad{len(lines)}[{offset - position}];")
+        array = "".join(f"[{d}]" for d in shape)
+        lines.append(f"    {member.c_name} {name}{array};")
+        fields.append(StructField(name, member, offset, tuple(shape), padded))
+        position = offset + member.itemsize * (int(np.prod(shape)) if shape else 1)
+        alignment = max(alignment, member.alignment)
+    if dtype.itemsize % alignment:
+        raise TypeError(f"{dtype} is {dtype.itemsize} bytes, not a multiple of its alignment "
+                        f"{alignment}: build it with align=True")
+    tail_padded = dtype.itemsize > -(-position // alignment) * alignment
+    if tail_padded:
+        lines.append(f"    unsigned char _pad{len(lines)}[{dtype.itemsize - position}];")
+    c_name = f"scangen_struct{len(names)}"
+    names[c_name] = dtype
+    checks = [f"static_assert(sizeof({c_name}) == {dtype.itemsize}, "
+              f"\"{c_name} must match numpy's itemsize\");"]
+    checks += [f"static_assert(__builtin_offsetof({c_name}, {f.name}) == {f.offset}, "
+               f"\"{c_name}.{f.name} must sit at numpy's offset\");" for f in fields]
+    body = "\n".join(lines)
+    declarations.append(f"// numpy dtype {dtype}\nstruct {c_name}\n{{\n{body}\n}};\n"
+                        + "\n".join(checks))
+    return StructType(dtype, c_name, tuple(fields), alignment, "\n\n".join(declarations),
+                      tail_padded)
+
+
+def _scalar_type(key: np.dtype) -> ElementType:
+    if not key.isnative:
+        raise TypeError(f"dtype {key.str} is not in the machine's byte order; use "
+                        f"{key.newbyteorder('=').name}")
+    try:
+        return ELEMENT_TYPES[key]
+    except KeyError:
+        supported = ", ".join(t.name for t in ELEMENT_TYPES.values())
+        raise TypeError(f"unsupported dtype {key.name}; scangen supports {supported}, and "
+                        "structured dtypes of those") from None
+
+
 def element_type(dtype) -> ElementType:
     """Look ``dtype`` up in the table, with an error that lists what is supported."""
     if dtype is None:  # np.dtype(None) would quietly mean float64
@@ -111,15 +275,16 @@ def element_type(dtype) -> ElementType:
         key = np.dtype(dtype)
     except TypeError as err:
         raise TypeError(f"not a numpy dtype: {dtype!r}") from err
-    if key.fields is not None or key.subdtype is not None:
-        raise TypeError(f"structured and sub-array dtypes ({key}) are not supported yet; "
-                        "scangen scans one numeric value per element (a segmented scan "
-                        "pairs a value with a flag: ScanKernel's is_segment_start_expr)")
-    if not key.isnative:
-        raise TypeError(f"dtype {key.str} is not in the machine's byte order; use "
-                        f"{key.newbyteorder('=').name}")
-    try:
-        return ELEMENT_TYPES[key]
-    except KeyError:
-        supported = ", ".join(t.name for t in ELEMENT_TYPES.values())
-        raise TypeError(f"unsupported dtype {key.name}; scangen supports {supported}") from None
+    if key.subdtype is not None:
+        raise TypeError(f"a sub-array dtype ({key}) is not an element type; put the array in "
+                        "a structured dtype's field")
+    if key.fields is not None:
+        return struct_type(key)
+    return _scalar_type(key)
+
+
+@functools.lru_cache(maxsize=None)
+def struct_type(dtype: np.dtype) -> StructType:
+    """The StructType of a numpy structured dtype (fields of the scalar types, nested
+    structured dtypes, or fixed-size sub-arrays of those)."""
+    return _struct_type(dtype, {})

@@ -288,9 +288,9 @@ def test_operator_name_must_be_a_c_identifier(name):
     (np.complex128, "unsupported dtype complex128"),
     (bool, "unsupported dtype bool"),
     (np.bool_, "unsupported dtype bool"),
-    (np.dtype([("m", np.float64), ("c", np.float64)]), "structured and sub-array dtypes "
-                                                       r"\(.*\) are not supported yet"),
-    (np.dtype((np.float32, 4)), "structured and sub-array dtypes"),
+    (np.dtype([("m", np.float64), ("z", np.complex64)]), "field 'z' .* has type complex64"),
+    (np.dtype([("o", object)]), "field 'o' .* has type object"),
+    (np.dtype((np.float32, 4)), "a sub-array dtype .* is not an element type"),
     (object, "unsupported dtype object"),
     ("float16", "unsupported dtype float16"),
     ("int128", "not a numpy dtype: 'int128'"),

@@ -60,6 +60,65 @@ TABLE_LOOKUP = Operator(
              "static __device__ __forceinline__ int pick(int a, int b) "
              "{ return b != 0 ? b : a + kTable[0][0]; }")
 
+# Struct operators (numpy structured dtypes; references work on structured arrays).
+
+#: x -> m*x + c over float64 (m, c) pairs; combine(a, b) applies a, then b.
+AFFINE_PAIR = np.dtype([("m", np.float64), ("c", np.float64)])
+
+
+def _affine_pair_reference(a, b):
+    out = np.empty_like(a)
+    out["m"] = b["m"] * a["m"]
+    out["c"] = b["m"] * a["c"] + b["c"]
+    return out
+
+
+AFFINE_PAIRS = Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0),
+                        name="affine_pairs", reference=_affine_pair_reference)
+
+#: A running maximum with the index where it was first reached (ties keep the first).
+VALUE_INDEX = np.dtype([("value", np.int32), ("index", np.int64)], align=True)
+
+
+def _argmax_reference(a, b):
+    return np.where(b["value"] > a["value"], b, a)
+
+
+ARGMAX = Operator("b.value > a.value ? b : a", (np.iinfo(np.int32).min, -1), name="argmax",
+                  reference=_argmax_reference)
+
+#: Running (count, mean, M2) statistics, Chan et al.'s parallel combination.
+STATS = np.dtype([("count", np.float64), ("mean", np.float64), ("m2", np.float64)])
+STATS_PREAMBLE = """
+static __device__ __forceinline__ scan_t merge_stats(scan_t a, scan_t b)
+{
+    const double count = a.count + b.count;
+    if (count == 0.0)
+        return a;
+    const double delta = b.mean - a.mean;
+    scan_t r;
+    r.count = count;
+    r.mean = a.mean + delta * (b.count / count);
+    r.m2 = a.m2 + b.m2 + delta * delta * (a.count * b.count / count);
+    return r;
+}"""
+
+
+def _stats_reference(a, b):
+    out = np.empty_like(a)
+    count = a["count"] + b["count"]
+    safe = np.where(count == 0, 1, count)
+    delta = b["mean"] - a["mean"]
+    out["count"] = count
+    out["mean"] = np.where(count == 0, a["mean"], a["mean"] + delta * (b["count"] / safe))
+    out["m2"] = np.where(count == 0, a["m2"],
+                         a["m2"] + b["m2"] + delta * delta * (a["count"] * b["count"] / safe))
+    return out
+
+
+RUNNING_STATS = Operator("merge_stats(a, b)", (0.0, 0.0, 0.0), name="running_stats",
+                         preamble=STATS_PREAMBLE, reference=_stats_reference)
+
 #: Operators with a numpy twin, by name: the built-ins, then the non-commutative ones.
 OPERATORS = {**BUILTIN_OPERATORS, "last_nonzero": LAST_NONZERO}
 
@@ -196,6 +255,7 @@ def assert_scan_equal(got, want, dtype, n):
         np.testing.assert_array_equal(got, want)
 
 
-__all__ = ["AFFINE", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
+__all__ = ["AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
+           "VALUE_INDEX", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
            "poisoned", "precompile", "random_input", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
