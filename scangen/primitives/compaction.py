@@ -100,6 +100,17 @@ class _Compaction:
             stream.synchronize()
         return int(count.get()[0])
 
+    def _compact(self, x, out, stream, count_on_device, *, trimmed):
+        """The kernel over x into out: ``(out, count on the device)``, or on the host
+        ``out[:count]`` (trimmed) or ``(out, count)``."""
+        self._check("x", x, self.dtype)
+        out = self._output(out, x.size)
+        count = self._launch([x.ptr, out.ptr], x.size, stream)
+        if count_on_device:
+            return out, count
+        kept = self._read(count, stream)
+        return out[:kept] if trimmed else (out, kept)
+
 
 class Select(_Compaction):
     """Keep the elements of x for which ``predicate`` holds, in order (stream compaction).
@@ -186,12 +197,7 @@ class Partition(_Compaction):
             preamble=_predicate_preamble(c, predicate), title="partition", **scan_options)
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):
-        self._check("x", x, self.dtype)
-        out = self._output(out, x.size)
-        count = self._launch([x.ptr, out.ptr], x.size, stream)
-        if count_on_device:
-            return out, count
-        return out, self._read(count, stream)
+        return self._compact(x, out, stream, count_on_device, trimmed=False)
 
 
 #: x[i] starts a run: the first element, or one that differs from its predecessor.
@@ -210,12 +216,7 @@ class Unique(_Compaction):
                          title="unique", **scan_options)
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):
-        self._check("x", x, self.dtype)
-        out = self._output(out, x.size)
-        count = self._launch([x.ptr, out.ptr], x.size, stream)
-        if count_on_device:
-            return out, count
-        return out[: self._read(count, stream)]
+        return self._compact(x, out, stream, count_on_device, trimmed=True)
 
 
 class RunLengthEncode(_Compaction):

@@ -33,8 +33,8 @@ from scangen.kernels import FAMILIES
 from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
-from tests.support import (AFFINE, DTYPES, OPERATORS, SATURATING_ADD, TABLE_LOOKUP,
-                           type_operator_pairs)
+from tests.support import (AFFINE, AFFINE_MAPS, COMPACTION, DTYPES, OPERATORS, PARTITION,
+                           SATURATING_ADD, TABLE_LOOKUP, type_operator_pairs)
 
 NVCC = shutil.which("nvcc")
 ARCH = "sm_90"
@@ -73,20 +73,6 @@ TYPED_MAX = Operator(lambda t: "(a < b ? b : a)", lambda t: t.lowest(), name="ty
 
 # --- ScanKernel hooks -----------------------------------------------------------------------
 
-#: Stream compaction: keep x[i] > 0.5 in order; the count of the last index is how many.
-COMPACTION = dict(arguments="const float *x, float *out, long long *count",
-                  input_expr="x[i] > 0.5f ? 1 : 0",
-                  output_statement="if (prev_item != item) out[prev_item] = x[i]; "
-                                   "if (i == n - 1) *count = item;")
-#: Stable partition: the elements below the pivot first, then the others; needs the total.
-PARTITION = dict(arguments="const int *x, int pivot, int *out",
-                 input_expr="x[i] < pivot ? 1 : 0",
-                 output_statement="if (item != prev_item) out[prev_item] = x[i]; "
-                                  "else out[last_item + (i - prev_item)] = x[i];")
-#: Affine maps x -> m*x + c as two arrays, packed into the uint64 AFFINE composes.
-AFFINE_MAPS = dict(arguments="const unsigned int *m, const unsigned int *c, scan_t *out",
-                   input_expr="((scan_t)m[i] << 32) | (scan_t)c[i]",
-                   output_statement="out[i] = item;")
 #: The same, each map composed with everything before it, and the whole composition.
 AFFINE_TOTAL = dict(arguments="const unsigned int *m, const unsigned int *c, scan_t *out, "
                               "scan_t *total",

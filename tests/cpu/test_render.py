@@ -22,28 +22,14 @@ from scangen import (ALGORITHMS, BUILTIN_OPERATORS, LAST_NONZERO, MODES, STRATEG
 from scangen.args import c_parameters
 from scangen.kernels import FAMILIES, IOS
 from scangen.render import ModuleSource, render
-from tests.support import (AFFINE, DTYPES, OPERATORS, SATURATING_ADD, TABLE_LOOKUP,
-                           type_operator_pairs)
+from tests.support import (AFFINE, AFFINE_MAPS, COMPACTION, DTYPES, OPERATORS, PARTITION,
+                           SATURATING_ADD, TABLE_LOOKUP, type_operator_pairs)
 
 REPO = Path(__file__).resolve().parents[2]
 SINGLE_PASS = ("chained", "decoupled_lookback")
 #: Strategies that know the total before the output pass (output may use last_item).
 WITH_LAST_ITEM = ("auto", "hierarchical", "reduce_then_scan")
 
-#: Stream compaction: keep x[i] > 0.5 in order; the count of the last index is how many.
-COMPACTION = dict(arguments="const float *x, float *out, long long *count",
-                  input_expr="x[i] > 0.5f ? 1 : 0",
-                  output_statement="if (prev_item != item) out[prev_item] = x[i]; "
-                                   "if (i == n - 1) *count = item;")
-#: Stable partition: the elements below the pivot first, then the others; needs the total.
-PARTITION = dict(arguments="const int *x, int pivot, int *out",
-                 input_expr="x[i] < pivot ? 1 : 0",
-                 output_statement="if (item != prev_item) out[prev_item] = x[i]; "
-                                  "else out[last_item + (i - prev_item)] = x[i];")
-#: Affine maps x -> m*x + c, packed into the uint64 AFFINE composes (not commutative).
-AFFINE_MAPS = dict(arguments="const unsigned int *m, const unsigned int *c, scan_t *out",
-                   input_expr="((scan_t)m[i] << 32) | (scan_t)c[i]",
-                   output_statement="out[i] = item;")
 #: A hooks preamble with a nested aggregate initializer: "{{" is valid C and is data.
 TABLE_PREAMBLE = dict(arguments="const int *x, int *out",
                       input_expr="kFlip[x[i] & 1][0]", output_statement="out[i] = item;",

@@ -137,6 +137,24 @@ def type_operator_pairs():
     return [(d, o) for d, o in itertools.product(DTYPES, OPERATORS) if valid(d, OPERATORS[o])]
 
 
+# --- ScanKernel hooks the tests share -------------------------------------------------------
+
+#: Stream compaction: keep x[i] > 0.5 in order; the count of the last index is how many.
+COMPACTION = dict(arguments="const float *x, float *out, long long *count",
+                  input_expr="x[i] > 0.5f ? 1 : 0",
+                  output_statement="if (prev_item != item) out[prev_item] = x[i]; "
+                                   "if (i == n - 1) *count = item;")
+#: Stable partition: the elements below the pivot first, then the others; needs the total.
+PARTITION = dict(arguments="const int *x, int pivot, int *out",
+                 input_expr="x[i] < pivot ? 1 : 0",
+                 output_statement="if (item != prev_item) out[prev_item] = x[i]; "
+                                  "else out[last_item + (i - prev_item)] = x[i];")
+#: Affine maps x -> m*x + c as two arrays, packed into the uint64 AFFINE composes.
+AFFINE_MAPS = dict(arguments="const unsigned int *m, const unsigned int *c, scan_t *out",
+                   input_expr="((scan_t)m[i] << 32) | (scan_t)c[i]",
+                   output_statement="out[i] = item;")
+
+
 # --- data --------------------------------------------------------------------------------
 
 def boundary_sizes(section, rng, levels=3):
@@ -255,7 +273,7 @@ def assert_scan_equal(got, want, dtype, n):
         np.testing.assert_array_equal(got, want)
 
 
-__all__ = ["AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
+__all__ = ["AFFINE_MAPS", "COMPACTION", "PARTITION", "AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
            "VALUE_INDEX", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
            "poisoned", "precompile", "random_input", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
