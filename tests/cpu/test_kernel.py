@@ -8,11 +8,7 @@ import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
 from scangen.kernel import UserCodeError
 from scangen.runtime import launcher
-
-COMPACTION = dict(arguments="const float *x, float *out, long long *count",
-                  input_expr="x[i] > 0.5f ? 1 : 0",
-                  output_statement="if (prev_item != item) out[prev_item] = x[i];"
-                                   " if (i == n - 1) *count = item;")
+from tests.support import COMPACTION
 
 
 def compaction(**kwargs):
