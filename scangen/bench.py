@@ -12,8 +12,10 @@ import argparse
 import json
 import statistics
 import sys
+import os
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -150,6 +152,44 @@ def contenders(args, dtype, op_name, gpuarray, driver):
     return out
 
 
+#: CUB's DeviceScan as a peer: a C++ program in the repository, built with the toolkit's nvcc.
+CUB_SOURCE = Path(__file__).resolve().parent.parent / "benchmarks" / "cub_scan.cu"
+CUB_DTYPES = ("float32", "float64", "int32", "int64", "uint32")
+
+
+def cub_results(args, arch: str) -> list[Result]:
+    """Build benchmarks/cub_scan.cu (once per run) and time CUB the bench's way."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None or not CUB_SOURCE.is_file():
+        _progress(f"  cub: skipped (needs nvcc and {CUB_SOURCE})\n")
+        return []
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = Path(tmp) / "cub_scan"
+        _progress("building the CUB peer ...")
+        subprocess.run([nvcc, "-O3", "-std=c++17", f"-arch={arch}", "-o", str(binary),
+                        str(CUB_SOURCE)], check=True, capture_output=True)
+        for dtype in args.dtypes:
+            for op_name in args.ops:
+                if dtype not in CUB_DTYPES or op_name not in ("add", "last_nonzero"):
+                    continue
+                _progress(f"{dtype} {op_name} cub.DeviceScan ...")
+                lines = subprocess.run(
+                    [str(binary), dtype, op_name, *map(str, args.sizes)], check=True,
+                    capture_output=True, text=True,
+                    env={**os.environ, "CUB_SCAN_TRIALS": str(args.trials)}).stdout
+                for line in lines.splitlines():
+                    r = json.loads(line)
+                    n_bytes = 2 * r["n"] * np.dtype(dtype).itemsize
+                    results.append(Result(r["contender"], dtype, op_name, r["n"],
+                                          r["seconds"], n_bytes / r["seconds"] / 1e9, False))
+    return results
+
+
 def run(args) -> list[Result]:
     from .compile import current_context, require_pycuda
 
@@ -190,6 +230,10 @@ def run(args) -> list[Result]:
                     results.append(Result(name, str(dtype), op_name, n, seconds,
                                           n_bytes / seconds / 1e9, checked))
                 del x, y
+    if args.cub:
+        context = current_context()
+        major, minor = context.get_device().compute_capability()
+        results += cub_results(args, f"sm_{major}{minor}")
     _progress("done.\n")
     return results
 
@@ -205,7 +249,7 @@ def table(results: list[Result]) -> str:
     groups = {}
     for r in results:
         groups.setdefault((r.dtype, r.op, r.n), []).append(r)
-    peers = ("torch.cumsum", "cupy.cumsum", "pycuda.InclusiveScanKernel")
+    peers = ("torch.cumsum", "cupy.cumsum", "pycuda.InclusiveScanKernel", "cub.DeviceScan")
     header = (f"{'contender':34} {'time us':>10} {'GB/s':>8} {'% copy':>7} "
               + " ".join(f"{'x ' + p.split('.')[0]:>8}" for p in peers))
     for (dtype, op, n), group in groups.items():
@@ -271,6 +315,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "e.g. 256x16 128x32 (for tuning)")
     parser.add_argument("--no-peers", action="store_true",
                         help="skip torch, cupy and pycuda even if installed")
+    parser.add_argument("--cub", action="store_true",
+                        help="also time CUB's DeviceScan (benchmarks/cub_scan.cu, built with "
+                             "the nvcc on PATH; add and last_nonzero)")
     parser.add_argument("--trials", type=int, default=7, help="timed trials (median is kept)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     parser.add_argument("--check-limit", type=int, default=1 << 22,

@@ -1,0 +1,145 @@
+// CUB's DeviceScan, timed the way scangen's bench times every contender (scangen/bench.py):
+// CUDA events on the default stream around a batch of back-to-back calls with preallocated
+// buffers, after a warm-up, median of several trials, on random non-zero input. A peer for
+// `python -m scangen bench --cub`, which builds and runs this file on the GPU machine.
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_scan benchmarks/cub_scan.cu
+//   ./cub_scan float32 add 1048576 268435456     # one JSON line per size
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#define CHECK(call)                                                                      \
+    do {                                                                                 \
+        cudaError_t error_ = (call);                                                     \
+        if (error_ != cudaSuccess) {                                                     \
+            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                      \
+                         cudaGetErrorString(error_));                                    \
+            std::exit(1);                                                                \
+        }                                                                                \
+    } while (0)
+
+// "last non-zero wins": associative, not commutative (the operator scangen's tests use).
+struct LastNonzero
+{
+    template <class T>
+    __host__ __device__ T operator()(const T &a, const T &b) const
+    {
+        return b != T(0) ? b : a;
+    }
+};
+
+template <class T>
+std::vector<T> random_input(size_t n, bool sparse)
+{
+    std::mt19937_64 rng(2026);
+    std::vector<T> host(n);
+    for (size_t i = 0; i < n; ++i) {
+        const T value = std::is_floating_point<T>::value
+            ? T(0.5 + double(rng() % 1000000) / 1000000.0) : T(1 + rng() % 99);
+        host[i] = sparse && rng() % 10 < 7 ? T(0) : value;
+    }
+    return host;
+}
+
+// Seconds per call: the median over trials of (batch time / batch size).
+template <class Call>
+double seconds_per_call(Call call, size_t bytes, int trials, int warmup)
+{
+    for (int i = 0; i < warmup; ++i)
+        call();
+    CHECK(cudaDeviceSynchronize());
+    const int batch = int(std::max<size_t>(1, std::min<size_t>(200, size_t(2e8) / std::max<size_t>(bytes, 1))));
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    std::vector<double> times;
+    for (int t = 0; t < trials; ++t) {
+        CHECK(cudaEventRecord(start));
+        for (int i = 0; i < batch; ++i)
+            call();
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, start, stop));
+        times.push_back(ms / 1e3 / batch);
+    }
+    CHECK(cudaGetLastError());
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+}
+
+template <class T, class Op>
+void run(const char *dtype, const char *op_name, Op op, size_t n, int trials, int warmup)
+{
+    const std::vector<T> host = random_input<T>(n, std::strcmp(op_name, "add") != 0);
+    T *in = nullptr, *out = nullptr;
+    CHECK(cudaMalloc(&in, n * sizeof(T)));
+    CHECK(cudaMalloc(&out, n * sizeof(T)));
+    CHECK(cudaMemcpy(in, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    size_t temp_bytes = 0;
+    CHECK(cub::DeviceScan::InclusiveScan(nullptr, temp_bytes, in, out, op, n));
+    void *temp = nullptr;
+    CHECK(cudaMalloc(&temp, temp_bytes));
+    auto call = [&] { cub::DeviceScan::InclusiveScan(temp, temp_bytes, in, out, op, n); };
+    const double seconds = seconds_per_call(call, 2 * n * sizeof(T), trials, warmup);
+    // Spot-check the last element against a sequential scan on the host.
+    T last;
+    CHECK(cudaMemcpy(&last, out + n - 1, sizeof(T), cudaMemcpyDeviceToHost));
+    T want = host[0];
+    for (size_t i = 1; i < n; ++i)
+        want = op(want, host[i]);
+    const double error = std::is_floating_point<T>::value
+        ? double(last - want) / double(want == T(0) ? T(1) : want) : double(last != want);
+    std::printf("{\"contender\": \"cub.DeviceScan\", \"dtype\": \"%s\", \"op\": \"%s\", "
+                "\"n\": %zu, \"seconds\": %.9g, \"last_element_error\": %.3g}\n",
+                dtype, op_name, n, seconds, error);
+    std::fflush(stdout);
+    CHECK(cudaFree(temp));
+    CHECK(cudaFree(in));
+    CHECK(cudaFree(out));
+}
+
+template <class T>
+void run_op(const char *dtype, const char *op, size_t n, int trials, int warmup)
+{
+    if (std::strcmp(op, "add") == 0)
+        run<T>(dtype, op, cuda::std::plus<T>(), n, trials, warmup);
+    else if (std::strcmp(op, "last_nonzero") == 0)
+        run<T>(dtype, op, LastNonzero(), n, trials, warmup);
+    else {
+        std::fprintf(stderr, "unknown op %s (add, last_nonzero)\n", op);
+        std::exit(2);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        std::fprintf(stderr, "usage: %s DTYPE OP N [N ...]  (DTYPE: float32 float64 int32 "
+                     "int64 uint32; OP: add last_nonzero)\n", argv[0]);
+        return 2;
+    }
+    const char *trials_env = std::getenv("CUB_SCAN_TRIALS");
+    const int trials = trials_env ? std::atoi(trials_env) : 7, warmup = 3;
+    const std::string dtype = argv[1];
+    for (int k = 3; k < argc; ++k) {
+        const size_t n = std::strtoull(argv[k], nullptr, 10);
+        if (dtype == "float32") run_op<float>(argv[1], argv[2], n, trials, warmup);
+        else if (dtype == "float64") run_op<double>(argv[1], argv[2], n, trials, warmup);
+        else if (dtype == "int32") run_op<int>(argv[1], argv[2], n, trials, warmup);
+        else if (dtype == "int64") run_op<long long>(argv[1], argv[2], n, trials, warmup);
+        else if (dtype == "uint32") run_op<unsigned>(argv[1], argv[2], n, trials, warmup);
+        else {
+            std::fprintf(stderr, "unknown dtype %s\n", argv[1]);
+            return 2;
+        }
+    }
+    return 0;
+}
