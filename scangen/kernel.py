@@ -161,6 +161,9 @@ class ScanKernel:
                  algorithm=None, section_size=None, items_per_thread=None, strategy="auto",
                  tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
+        if initial is not None and etype.is_struct:
+            raise TypeError("initial= with a struct type is not supported yet; combine it "
+                            "into the first element instead")
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse,
                            None if initial is None else etype.c_name)

@@ -75,7 +75,7 @@ class Scan:
         if not np.can_cast(self.input_dtype, result, "safe"):
             raise TypeError(f"result_dtype {result} cannot hold every {self.input_dtype} value; "
                             f"choose a wider one (numpy's safe casting)")
-        in_c = element_type(self.input_dtype).c_name
+        in_c = "scan_t" if result == self.input_dtype else element_type(self.input_dtype).c_name
         self._options = dict(
             arguments=f"const {in_c} *x, scan_t *out",
             input_expr="x[i]" if result == self.input_dtype else "(scan_t)x[i]",

@@ -105,3 +105,8 @@ def test_struct_scans_compile_on_every_strategy():
                                 strategy="decoupled_lookback"))
     with concurrent.futures.ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
         list(pool.map(lambda k: k.check_compile(), kernels))
+
+
+def test_initial_with_a_struct_is_refused():
+    with pytest.raises(TypeError, match="initial= with a struct type is not supported yet"):
+        scangen.Scan(AFFINE_PAIR, AFFINE_PAIRS, initial=(1.0, 0.0))
