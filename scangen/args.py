@@ -25,7 +25,7 @@ C_SCALARS: dict[str, np.dtype] = {
         ("int8_t", "int8"), ("uint8_t", "uint8"), ("int16_t", "int16"), ("uint16_t", "uint16"),
         ("int32_t", "int32"), ("uint32_t", "uint32"), ("int64_t", "int64"),
         ("uint64_t", "uint64"),
-        ("float", "float32"), ("double", "float64"), ("bool", "bool"),
+        ("float", "float32"), ("double", "float64"), ("bool", "bool"), ("__half", "float16"),
     )
 }
 

@@ -55,6 +55,8 @@ class Operator:
     integer_only: bool = False
     #: True for the built-ins, which spell themselves per scalar type.
     scalar_only: bool = False
+    #: min, max and comparisons with 0 need real values.
+    real_only: bool = False
 
     def __post_init__(self):
         if isinstance(self.identity, (np.void, list, tuple, np.ndarray)):
@@ -94,6 +96,9 @@ class Operator:
             raise TypeError(f"built-in operator {self.name!r} takes scalar types; for "
                             f"{etype.name} write an Operator over the fields, e.g. "
                             f"Operator('scan_t{{a.x + b.x}}', identity=(0,))")
+        if self.real_only and getattr(etype, "is_complex", False):
+            raise TypeError(f"operator {self.name!r} needs real values; {etype.name} is "
+                            "complex")
         if self.integer_only and not etype.is_integer:
             raise TypeError(
                 f"operator {self.name!r} is bitwise and needs an integer dtype, not {etype.name}"
@@ -111,10 +116,17 @@ def _frozen(value):
     return value
 
 
+#: Complex add and mul on the (re, im) struct.
+_COMPLEX = {"+": "scan_t{a.re + b.re, a.im + b.im}",
+            "*": "scan_t{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re}"}
+
+
 def _wrapping(symbol: str) -> Callable[[ElementType], str]:
     """Integer add/mul computed in an unsigned type: wraps like numpy, no signed overflow UB."""
 
     def spell(etype: ElementType) -> str:
+        if etype.is_complex:
+            return _COMPLEX[symbol]
         if etype.is_float:
             return f"a {symbol} b"
         wide = etype.wrap_c_name
@@ -131,9 +143,9 @@ def _bitwise(symbol: str) -> Callable[[ElementType], str]:
 ADD = Operator(_wrapping("+"), 0, name="add", reference=np.add, scalar_only=True)
 MUL = Operator(_wrapping("*"), 1, name="mul", reference=np.multiply, scalar_only=True)
 MIN = Operator("b < a ? b : a", ElementType.highest, name="min", reference=np.minimum,
-               scalar_only=True)
+               scalar_only=True, real_only=True)
 MAX = Operator("a < b ? b : a", ElementType.lowest, name="max", reference=np.maximum,
-               scalar_only=True)
+               scalar_only=True, real_only=True)
 BIT_AND = Operator(_bitwise("&"), ElementType.all_ones, name="bit_and",
                    reference=np.bitwise_and, integer_only=True, scalar_only=True)
 BIT_OR = Operator(_bitwise("|"), 0, name="bit_or", reference=np.bitwise_or, integer_only=True,
@@ -152,7 +164,13 @@ def last_nonzero_reference(a, b):
 
 
 #: A non-commutative operator: "the latest non-zero value wins". Tests use it everywhere.
-LAST_NONZERO = Operator("b != 0 ? b : a", 0, name="last_nonzero",
+def _last_nonzero(etype: ElementType) -> str:
+    # __half compares with an int ambiguously: compare it with a half zero.
+    zero = etype.literal(0) if etype.dtype == np.float16 else "0"
+    return f"b != {zero} ? b : a"
+
+
+LAST_NONZERO = Operator(_last_nonzero, 0, name="last_nonzero", real_only=True,
                         reference=last_nonzero_reference)
 
 

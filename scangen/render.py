@@ -102,6 +102,7 @@ def template_context(kernel_spec) -> dict:
         dtype=etype.name,
         c_type=etype.c_name,
         type_declarations=etype.declarations,
+        includes=list(etype.includes),
         operator_name=spec.operator.name,
         combine_expression=spec.operator.c_expression(etype),
         identity=spec.identity_literal,

@@ -21,10 +21,18 @@ class ElementType:
     #: Unsigned type wide enough to do wrapping add/mul in; signed overflow is undefined
     #: behaviour in C++, and 8/16-bit operands would otherwise promote to (signed) int.
     wrap_c_name: str | None
+    #: Headers the type needs (float16: cuda_fp16.h).
+    includes: tuple = ()
+    #: C declarations the type needs before use (complex: its struct).
+    declarations: str = ""
 
     @property
     def is_float(self) -> bool:
         return self.dtype.kind == "f"
+
+    @property
+    def is_complex(self) -> bool:
+        return self.dtype.kind == "c"
 
     @property
     def is_integer(self) -> bool:
@@ -40,10 +48,8 @@ class ElementType:
 
     @property
     def alignment(self) -> int:
-        return self.dtype.itemsize
+        return self.dtype.alignment
 
-    #: Scalars need no declaration before use.
-    declarations = ""
     is_struct = False
 
     def numpy_value(self, value):
@@ -52,8 +58,24 @@ class ElementType:
 
     def literal(self, value) -> str:
         """A C literal of this type holding ``value`` exactly (inf included for floats)."""
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(
+                value, (int, float, complex, np.number)):
             raise TypeError(f"{value!r} is not a number")
+        if self.is_complex:
+            part = ELEMENT_TYPES[np.dtype(f"float{4 * self.itemsize}")]
+            value = complex(value)
+            return f"{self.c_name}{{{part.literal(value.real)}, {part.literal(value.imag)}}}"
+        if isinstance(value, (complex, np.complexfloating)):
+            raise TypeError(f"{value!r} is complex; {self.name} is not")
+        if self.is_float and self.itemsize == 2:
+            value = float(value)
+            with np.errstate(over="ignore"):
+                half = np.float16(value)
+            if np.isnan(value):
+                raise ValueError("NaN cannot be an identity")
+            if float(half) != value:
+                raise ValueError(f"{value!r} is not exactly representable as float16")
+            return f"__ushort_as_half((unsigned short)0x{int(half.view(np.uint16)):04X})"
         if self.is_float:
             value = float(value)
             if np.isnan(value):
@@ -99,6 +121,14 @@ class ElementType:
         return -1 if self.dtype.kind == "i" else int(np.iinfo(self.dtype).max)
 
 
+#: complex64/complex128: two floats, numpy's layout.
+_COMPLEX = """// numpy {name}: real and imaginary parts
+struct {c_name}
+{{
+    {part} re;
+    {part} im;
+}};"""
+
 _ROWS = [
     ("int8", "signed char", "unsigned int"),
     ("uint8", "unsigned char", "unsigned int"),
@@ -115,6 +145,12 @@ _ROWS = [
 ELEMENT_TYPES: dict[np.dtype, ElementType] = {
     np.dtype(name): ElementType(np.dtype(name), c_name, wrap) for name, c_name, wrap in _ROWS
 }
+ELEMENT_TYPES[np.dtype("float16")] = ElementType(np.dtype("float16"), "__half", None,
+                                                 includes=("cuda_fp16.h",))
+for _name, _part in (("complex64", "float"), ("complex128", "double")):
+    ELEMENT_TYPES[np.dtype(_name)] = ElementType(
+        np.dtype(_name), f"scangen_{_name}", None,
+        declarations=_COMPLEX.format(name=_name, c_name=f"scangen_{_name}", part=_part))
 
 
 @dataclass(frozen=True)
@@ -147,6 +183,8 @@ class StructType:
     declarations: str
     #: Whether an explicit padding array ends the struct.
     tail_padded: bool = False
+    #: Headers its fields need.
+    includes: tuple = ()
 
     is_struct = True
     is_float = False
@@ -201,6 +239,7 @@ def _field_literal(field, value) -> str:
 def _struct_type(dtype: np.dtype, names: dict) -> StructType:
     """The StructType of a structured dtype; ``names`` numbers the structs of one tree."""
     declarations, fields, lines, position, alignment = [], [], [], 0, 1
+    includes = []
     for name in dtype.names:
         field_dtype, offset = dtype.fields[name][:2]
         shape = ()
@@ -211,7 +250,6 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
                             "with '_', which scangen keeps for padding)")
         if field_dtype.fields is not None:
             member = _struct_type(field_dtype, names)
-            declarations.append(member.declarations)
         else:
             try:
                 member = _scalar_type(field_dtype)
@@ -219,6 +257,9 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
                 raise TypeError(f"field {name!r} of {dtype} has type {field_dtype}, which "
                                 "scangen cannot put in a struct; supported: "
                                 + ", ".join(t.name for t in ELEMENT_TYPES.values())) from None
+        if member.declarations and member.declarations not in declarations:
+            declarations.append(member.declarations)
+        includes += [i for i in member.includes if i not in includes]
         if offset % member.alignment:
             raise TypeError(f"field {name!r} of {dtype} sits at offset {offset}, not a "
                             f"multiple of its alignment {member.alignment}: build the dtype "
@@ -252,7 +293,7 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
     declarations.append(f"// numpy dtype {dtype}\nstruct {c_name}\n{{\n{body}\n}};\n"
                         + "\n".join(checks))
     return StructType(dtype, c_name, tuple(fields), alignment, "\n\n".join(declarations),
-                      tail_padded)
+                      tail_padded, tuple(includes))
 
 
 def _scalar_type(key: np.dtype) -> ElementType:

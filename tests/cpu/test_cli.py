@@ -124,7 +124,7 @@ def test_plan_of_zero_elements(capsys):
     (["source", "--dtype", "uint8", "--expr", "a + b", "--identity", "300"], "does not fit uint8"),
     (["source", "--dtype", "int32", "--expr", "a + b", "--identity", "-inf"], "does not fit int32"),
     (["source", "--dtype", "float32", "--op", "bit_xor"], "needs an integer dtype"),
-    (["source", "--dtype", "complex64"], "unsupported dtype complex64"),
+    (["source", "--dtype", "bool"], "unsupported dtype bool"),
     (["source", "--expr", "a + b"], "--expr needs --identity"),
     (["source", "--identity", "0"], "needs --expr"),
     (["source", "--op", "add", "--expr", "a + b", "--identity", "0"], "not both"),

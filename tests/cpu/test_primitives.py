@@ -60,7 +60,7 @@ def test_a_predicate_that_does_not_compile_is_named():
     (lambda: scangen.Select(np.float32, "x > 0", flags=np.bool_), ValueError, "not both"),
     (lambda: scangen.Select(np.float32, flags=np.float32), TypeError,
      "flags must be bool or an integer dtype"),
-    (lambda: scangen.Select(np.complex64, "x > 0"), TypeError, "unsupported dtype complex64"),
+    (lambda: scangen.Select(np.bool_, "x > 0"), TypeError, "unsupported dtype bool"),
     (lambda: scangen.Partition(np.int32, "x > 0", strategy="decoupled_lookback"), ValueError,
      "last_item"),
 ])

@@ -81,7 +81,8 @@ def c_float_value(literal: str, itemsize: int) -> float:
 # --- the table ----------------------------------------------------------------------------
 
 def test_table_covers_exactly_the_supported_types():
-    assert sorted(np.dtype(d).name for d in ELEMENT_TYPES) == sorted(ALL_NAMES)
+    assert sorted(np.dtype(d).name for d in ELEMENT_TYPES) == sorted(
+        ALL_NAMES + ["float16", "complex64", "complex128"])
     for key, etype in ELEMENT_TYPES.items():
         assert key == etype.dtype
         assert etype.name == key.name
@@ -115,9 +116,9 @@ def test_element_type_accepts_every_numpy_spelling(spelling, name):
 
 
 @pytest.mark.parametrize("bad,message", [
-    ("int128", "not a numpy dtype"), ("complex64", "unsupported dtype complex64"),
+    ("int128", "not a numpy dtype"), ("clongdouble", "unsupported dtype complex"),
     (bool, "unsupported dtype bool"), (object, "unsupported dtype object"),
-    ("float16", "unsupported dtype float16"), ("U4", "unsupported dtype"),
+    ("longdouble", "unsupported dtype float"), ("U4", "unsupported dtype"),
 ])
 def test_element_type_rejects_others_and_lists_supported(bad, message):
     with pytest.raises(TypeError, match=message) as info:
@@ -359,3 +360,25 @@ def test_operators_are_hashable_values():
     two = Operator("a + b", 0, name="plus")
     assert one == two and hash(one) == hash(two)
     assert one != Operator("a + b", 1, name="plus")
+
+
+def test_half_and_complex_types():
+    half = element_type("float16")
+    assert half.c_name == "__half" and half.includes == ("cuda_fp16.h",) and half.is_float
+    assert half.literal(1.0) == "__ushort_as_half((unsigned short)0x3C00)"
+    assert half.literal(float("-inf")) == "__ushort_as_half((unsigned short)0xFC00)"
+    with pytest.raises(ValueError, match="not exactly representable as float16"):
+        half.literal(0.1)
+    for name, part in (("complex64", "float"), ("complex128", "double")):
+        c = element_type(name)
+        assert c.is_complex and not c.is_float and c.alignment == np.dtype(name).alignment
+        assert f"{part} re;" in c.declarations and f"{part} im;" in c.declarations
+    assert element_type("complex64").literal(1 + 2j) == "scangen_complex64{1.0f, 2.0f}"
+    with pytest.raises(TypeError, match="is complex; float32 is not"):
+        element_type("float32").literal(1j)
+    with pytest.raises(TypeError, match="needs real values; complex64 is complex"):
+        BUILTIN_OPERATORS["max"].check_dtype("complex64")
+    with pytest.raises(TypeError, match="needs real values"):
+        LAST_NONZERO.check_dtype("complex128")
+    assert "scan_t{a.re * b.re - a.im * b.im" in BUILTIN_OPERATORS["mul"].c_expression(
+        element_type("complex64"))
