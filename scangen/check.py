@@ -54,7 +54,10 @@ class OperatorReport:
 
 def sample_values(rng, dtype: np.dtype, count: int) -> np.ndarray:
     """Random values of dtype, with the edges (0, 1, the limits) mixed in."""
-    if dtype.kind == "f":
+    if dtype.kind == "c":
+        edges = np.array([0, 1, -1, 1j, -1j, 0.5 + 0.5j], dtype)
+        values = (rng.standard_normal(count) + 1j * rng.standard_normal(count)).astype(dtype)
+    elif dtype.kind == "f":
         edges = np.array([0.0, -0.0, 1.0, -1.0, 0.5, 1e-3, 1e3], dtype)
         values = (rng.standard_normal(count) * 10).astype(dtype)
     else:
@@ -99,11 +102,13 @@ def check_operator(operator, dtype, *, samples=100_000, seed=0, rtol=None) -> Op
 
 
 def _agree(one, other, dtype, rtol, operands):
-    if dtype.kind != "f":
+    if dtype.kind not in "fc":
         return one == other
     if rtol is None:
         rtol = 64 * np.finfo(dtype).eps
-    scale = np.maximum.reduce([np.abs(v.astype(np.float64)) for v in (one, other, *operands)])
+    wide = np.complex128 if dtype.kind == "c" else np.float64
+    # Relative to the largest magnitude involved: rounding scales with the operands.
+    scale = np.maximum.reduce([np.abs(v.astype(wide)) for v in (one, other, *operands)])
     both_nan = np.isnan(one) & np.isnan(other)
-    close = np.abs(one.astype(np.float64) - other.astype(np.float64)) <= rtol * np.maximum(scale, 1)
+    close = np.abs(one.astype(wide) - other.astype(wide)) <= rtol * np.maximum(scale, 1)
     return close | both_nan | (one == other)

@@ -8,13 +8,14 @@ from scangen.check import OperatorReport, _agree, sample_values
 from scangen.cli import main
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint16", "int64", "float32", "float64"])
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int64", "float16", "float32", "float64",
+                                   "complex64", "complex128"])
 def test_samples_hold_the_edges_and_random_values(dtype):
     dtype = np.dtype(dtype)
     values = sample_values(np.random.default_rng(0), dtype, 1000)
     assert values.dtype == dtype and values.size == 1000
     assert 0 in values and 1 in values
-    if dtype.kind == "f":
+    if dtype.kind in "fc":
         assert np.isfinite(values).all() and np.unique(values).size > 900
     else:
         info = np.iinfo(dtype)
@@ -57,3 +58,11 @@ def test_check_command_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
     code = main(["check", "--dtype", "int32", "--expr", "a - b", "--identity", "0"])
     err = capsys.readouterr().err
     assert code == 2 and err == "error: running a scan needs PyCUDA (simulated: no GPU)\n"
+
+
+def test_complex_agreement_uses_both_parts():
+    one = np.array([1 + 1j, 2 + 0j], np.complex64)
+    assert _agree(one, one * np.complex64(1 + 1e-7), np.dtype(np.complex64), None,
+                  (one,)).all()
+    assert not _agree(one, one + np.complex64(0.5j), np.dtype(np.complex64), None,
+                      (one,)).any()
