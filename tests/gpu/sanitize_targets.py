@@ -10,6 +10,9 @@ result too.
 """
 import itertools
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests.support, run as a script
 
 import numpy as np
 
@@ -39,8 +42,39 @@ def main() -> int:
                 if not np.array_equal(got, want):
                     failures += 1
                     print(f"MISMATCH {strategy} {algorithm} {mode} {dtype} {op_name} n={n}")
-    print(f"sanitize_targets: {len(cases) * len(ALGORITHMS) * 6} scans, {failures} mismatches")
+    failures += hooks_and_values(rng, gpuarray)
+    print(f"sanitize_targets: {len(cases) * len(ALGORITHMS) * 6} scans and the hook, segment "
+          f"and struct cases, {failures} mismatches")
     return 1 if failures else 0
+
+
+def hooks_and_values(rng, gpuarray) -> int:
+    """Compaction, a reversed scan with an initial value, a segmented scan and a struct
+    scan on every strategy: the kernels ScanKernel's hooks and acc_t pairs produce."""
+    from tests.support import AFFINE_PAIR, AFFINE_PAIRS
+
+    failures = 0
+    for strategy in STRATEGIES:
+        x = rng.random(64 * 9 + 5).astype(np.float32)
+        kept = scangen.select(gpuarray.to_gpu(x), "x > 0.5f")
+        failures += not np.array_equal(kept.get(), x[x > 0.5])
+        ints = rng.integers(0, 5, 64 * 9 + 5).astype(np.int32)
+        scan = scangen.Scan(np.int32, "add", reverse=True, initial=3, strategy=strategy,
+                            section_size=64)
+        want = (np.cumsum(ints[::-1]) + 3)[::-1]
+        failures += not np.array_equal(scan(gpuarray.to_gpu(ints)).get(), want)
+        heads = (rng.random(ints.size) < 0.1).astype(np.uint8)
+        seg = scangen.SegmentedScan(np.int32, "add", strategy=strategy, section_size=64)
+        got = seg(gpuarray.to_gpu(ints), flags=gpuarray.to_gpu(heads)).get()
+        starts = sorted({0, *np.flatnonzero(heads).tolist()})
+        want = np.concatenate([np.cumsum(ints[a:b]) for a, b in zip(starts, starts[1:] + [ints.size])])
+        failures += not np.array_equal(got, want)
+        maps = np.zeros(64 * 9 + 5, AFFINE_PAIR)
+        maps["m"], maps["c"] = 1.0, rng.integers(0, 5, maps.size)
+        got = scangen.Scan(AFFINE_PAIR, AFFINE_PAIRS, strategy=strategy,
+                           section_size=64)(gpuarray.to_gpu(maps)).get()
+        failures += not np.array_equal(got["c"], np.cumsum(maps["c"]))
+    return failures
 
 
 if __name__ == "__main__":
