@@ -77,6 +77,9 @@ def check_operator(operator, dtype, *, samples=100_000, seed=0, rtol=None) -> Op
     must agree exactly; floats within ``rtol`` (default 64 ulps) of the larger magnitude
     involved. Returns an OperatorReport naming a counterexample when a law fails."""
     op = resolve_operator(operator)
+    if np.dtype(dtype).fields is not None:
+        raise TypeError("check_operator samples scalar types; for a struct type, check the "
+                        "operator with reference_scan on structured arrays you choose")
     kernel = ScanKernel(dtype, op, arguments="const scan_t *a, const scan_t *b, "
                         "const scan_t *c, scan_t *left, scan_t *right, scan_t *identity_left, "
                         "scan_t *identity_right", input_expr="a[i]",

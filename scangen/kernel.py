@@ -161,8 +161,9 @@ class ScanKernel:
                  algorithm=None, section_size=None, items_per_thread=None, strategy="auto",
                  tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
-        if initial is not None and etype.is_struct:
-            raise TypeError("initial= with a struct type is not supported yet; combine it "
+        if initial is not None and (etype.is_struct or getattr(etype, "is_complex", False)):
+            raise TypeError(f"initial= with {etype.name} values is not supported yet (only "
+                            "real scalar types are passed as launch arguments); combine it "
                             "into the first element instead")
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse,

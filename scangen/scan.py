@@ -75,6 +75,11 @@ class Scan:
         if not np.can_cast(self.input_dtype, result, "safe"):
             raise TypeError(f"result_dtype {result} cannot hold every {self.input_dtype} value; "
                             f"choose a wider one (numpy's safe casting)")
+        if result != self.input_dtype and ({self.input_dtype.kind, result.kind} & {"c", "V"}
+                                           or self.input_dtype == np.float16):
+            raise TypeError(f"result_dtype {result} from {self.input_dtype} is not supported "
+                            "yet (conversions from float16 and to or from complex and struct "
+                            "types); convert the input first")
         in_c = "scan_t" if result == self.input_dtype else element_type(self.input_dtype).c_name
         self._options = dict(
             arguments=f"const {in_c} *x, scan_t *out",

@@ -213,7 +213,10 @@ class StructType:
             if field.padded:
                 parts.append("{}")  # a padding array, zeroed
             if field.shape:
-                items = np.asarray(item).ravel().tolist()
+                try:
+                    items = _elements(item, field.shape)
+                except ValueError as err:
+                    raise ValueError(f"field {field.name!r}: {err}") from None
                 if len(items) != field.count:
                     raise ValueError(f"field {field.name!r} holds {field.count} values, "
                                      f"got {len(items)}")
@@ -227,6 +230,20 @@ class StructType:
     def numpy_value(self, value):
         return np.array(value.item() if isinstance(value, np.void) else tuple(value),
                         dtype=self.dtype)[()]
+
+
+def _elements(value, shape) -> list:
+    """The elements of a sub-array value in C order, unpacking only the array's own levels
+    (an element may itself be a struct's tuple)."""
+    if not shape:
+        return [value]
+    try:
+        parts = list(value)
+    except TypeError:
+        raise ValueError(f"{value!r} is not a sequence of {shape[0]} elements") from None
+    if len(parts) != shape[0]:
+        raise ValueError(f"{len(parts)} elements where the sub-array has {shape[0]}")
+    return [element for part in parts for element in _elements(part, shape[1:])]
 
 
 def _field_literal(field, value) -> str:

@@ -27,6 +27,10 @@ _FLAG_TYPES = {np.dtype(np.bool_): "bool", **{
     for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")}}
 
 
+def _overlaps(a, b) -> bool:
+    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+
 def _predicate_preamble(c_type: str, predicate: str) -> str:
     """The predicate as a device function of the element ``x`` and its index ``i``."""
     check_code(predicate, "predicate", expression=True)
@@ -71,12 +75,15 @@ class _Compaction:
         if length is not None and array.size != length:
             raise ValueError(f"{name} has {array.size} elements; expected {length}")
 
-    def _output(self, out, n, name="out"):
+    def _output(self, out, n, x=None, name="out"):
         if out is None:
             return _gpuarray().empty(n, self.dtype)
         self._check(name, out, self.dtype)
         if out.size < n:
             raise ValueError(f"{name} has {out.size} elements; it needs room for {n}")
+        if x is not None and x.size and out.size and _overlaps(x, out):
+            # Kept elements move to earlier places that other blocks may still read.
+            raise ValueError(f"{name} overlaps x; compaction cannot work in place")
         return out
 
     def _count_buffer(self):
@@ -104,7 +111,7 @@ class _Compaction:
         """The kernel over x into out: ``(out, count on the device)``, or on the host
         ``out[:count]`` (trimmed) or ``(out, count)``."""
         self._check("x", x, self.dtype)
-        out = self._output(out, x.size)
+        out = self._output(out, x.size, x)
         count = self._launch([x.ptr, out.ptr], x.size, stream)
         if count_on_device:
             return out, count
@@ -171,7 +178,7 @@ class Select(_Compaction):
             values.append(flags.ptr)
         elif flags is not None:
             raise TypeError("this Select keeps elements by its predicate; it takes no flags")
-        out = self._output(out, n)
+        out = self._output(out, n, x)
         count = self._launch(values + [out.ptr], n, stream)
         if count_on_device:
             return out, count

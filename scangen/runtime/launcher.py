@@ -23,10 +23,11 @@ def cached_plan(kernel_spec, n):
 class Launcher:
     """A plan bound to one context's kernels and one stream's scratch."""
 
-    def __init__(self, plan, functions: dict, scratch: StreamScratch):
+    def __init__(self, plan, functions: dict, scratch: StreamScratch, stream=None):
         self.scratch = scratch
+        bindings = scratch.bind(plan, stream)
+        # Read after bind, which bumps the generation when it replaces an allocation.
         self.generation = scratch.generation
-        bindings = scratch.bind(plan)
         self.tiles = plan.single_pass_tiles
         self.steps = []
         for launch in plan.launches:
@@ -96,7 +97,7 @@ class Runtime:
                 scratch = StreamScratch(self.kernel_spec.scan.acc_itemsize)
                 self._scratch[(stream_key, context.handle)] = scratch
             launcher = Launcher(self.plan(n), compile_kernel(self.kernel_spec).functions,
-                                scratch)
+                                scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
             self._launchers[key] = launcher

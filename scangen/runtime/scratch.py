@@ -25,8 +25,10 @@ class StreamScratch:
         #: Bumped whenever an allocation is replaced, so launchers bound to it rebind.
         self.generation = 0
 
-    def bind(self, plan) -> dict:
-        """Addresses of the plan's temporaries, growing the allocations if needed."""
+    def bind(self, plan, stream=None) -> dict:
+        """Addresses of the plan's temporaries, growing the allocations if needed. New
+        single-pass state is zeroed on ``stream``, ahead of the call's kernels (a memset on
+        the legacy stream would not order against a non-blocking stream)."""
         driver = require_pycuda()
         bindings = {}
         per_call = [t for t in plan.temporaries if not t.persistent]
@@ -48,7 +50,7 @@ class StreamScratch:
                 capacity = max(tiles, 2 * self.state[1] if self.state else 0)
                 nbytes = self.tile_state.allocation_bytes(capacity)
                 allocation = driver.mem_alloc(nbytes)
-                driver.memset_d8(allocation, 0, nbytes)
+                driver.memset_d8_async(allocation, 0, nbytes, stream)
                 self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
                 self.generation += 1
             allocation, capacity = self.state

@@ -100,3 +100,22 @@ def test_suffix_and_initial_references_follow_the_definitions(rng):
                                           np.array(want_initial, dtype))
     assert flipped(AFFINE).reference(np.uint64(5), np.uint64(7)) == \
         AFFINE.reference(np.uint64(7), np.uint64(5))
+
+
+@pytest.mark.parametrize("dtype,result", [(np.float16, np.float32), (np.complex64, np.complex128),
+                                          (np.float32, np.complex64), (np.int8, np.complex128)])
+def test_result_dtype_conversions_not_spelled_yet_are_refused(dtype, result):
+    with pytest.raises(TypeError, match="is not supported yet"):
+        scangen.Scan(dtype, "add", result_dtype=result)
+
+
+@pytest.mark.parametrize("dtype,initial", [(np.complex64, 1 + 2j), (np.complex128, 0j)])
+def test_initial_with_complex_values_is_refused(dtype, initial):
+    with pytest.raises(TypeError, match="initial= with complex.* is not supported yet"):
+        scangen.Scan(dtype, "add", initial=initial)
+
+
+def test_initial_with_half_values_is_a_launch_argument():
+    scan = scangen.Scan(np.float16, "add", initial=1.5)
+    assert "__half scangen_initial;" in scan.source
+    assert scan.kernel.initial == np.float16(1.5) and scan.kernel.initial.dtype == np.float16

@@ -108,5 +108,23 @@ def test_struct_scans_compile_on_every_strategy():
 
 
 def test_initial_with_a_struct_is_refused():
-    with pytest.raises(TypeError, match="initial= with a struct type is not supported yet"):
+    with pytest.raises(TypeError, match="initial= with .* values is not supported yet"):
         scangen.Scan(AFFINE_PAIR, AFFINE_PAIRS, initial=(1.0, 0.0))
+
+
+def test_sub_arrays_of_structs_and_of_two_dimensions():
+    points = np.dtype([("p", [("x", "f4"), ("y", "f4")], (2,)), ("q", "i4")])
+    value = np.array(([(1, 2), (3, 4)], 5), points)[()]
+    literal = "scangen_struct1{{scangen_struct0{1.0f, 2.0f}, scangen_struct0{3.0f, 4.0f}}, ((int)5)}"
+    assert element_type(points).literal(value) == literal
+    assert element_type(points).literal((((1, 2), (3, 4)), 5)) == literal
+    grid = element_type(np.dtype([("v", np.float32, (2, 3))]))
+    assert grid.literal(([[1, 2, 3], [4, 5, 6]],)) == \
+        "scangen_struct0{{1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}}"
+    with pytest.raises(ValueError, match="field 'v': 6 elements where the sub-array has 2"):
+        grid.literal(([1, 2, 3, 4, 5, 6],))
+
+
+def test_check_operator_refuses_structs_before_any_gpu_work():
+    with pytest.raises(TypeError, match="check_operator samples scalar types"):
+        scangen.check_operator(AFFINE_PAIRS, AFFINE_PAIR)

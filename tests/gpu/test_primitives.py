@@ -129,6 +129,10 @@ def test_call_validation(gpu):
         sel(np.ones(10, np.float32), gpu.to_gpu(np.ones(10, bool)))
     with pytest.raises(ValueError, match="out has 5 elements; it needs room for 10"):
         scangen.Select(np.float32, "x > 0")(x, out=gpu.empty(5, np.float32))
+    with pytest.raises(ValueError, match="out overlaps x; compaction cannot work in place"):
+        scangen.Select(np.float32, "x > 0")(x, out=x)
+    with pytest.raises(ValueError, match="out overlaps x"):
+        scangen.Unique(np.float32)(x, out=x)
 
 
 def test_select_past_2_to_the_31(gpu):
