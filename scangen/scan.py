@@ -5,7 +5,7 @@ import numpy as np
 
 from .compile import GPUUnavailableError, ScanCompileError
 from .kernel import ScanKernel
-from .runtime.launcher import _gpuarray
+from .runtime.launcher import _gpuarray, overlaps
 from .spec import MODES
 from .types import element_type
 
@@ -180,11 +180,7 @@ class Scan:
         if out is not None and out is not x:
             if out.shape != x.shape:
                 raise ValueError(f"out has shape {out.shape}, but x has shape {x.shape}")
-            if x.size and _overlaps(x, out):
+            if x.size and overlaps(x, out):
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")
         return gpuarray
 
-
-def _overlaps(a, b) -> bool:
-    a_start, b_start = a.ptr, b.ptr
-    return a_start < b_start + b.nbytes and b_start < a_start + a.nbytes

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel import ScanKernel
-from .runtime.launcher import _gpuarray
+from .runtime.launcher import _gpuarray, check_array
 from .scan import _OUTPUT
 from .spec import MODES
-from .types import element_type
+from .types import MASK_C_TYPES, element_type
 
-#: How each form finds heads, and the C types its index array may have.
-_INTEGER_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
+#: The dtypes CSR offsets may have.
+_OFFSET_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 _OFFSET_SEARCH = """// Whether i is one of offsets[0 .. count) (non-decreasing): a binary search.
 static __device__ __forceinline__ bool scangen_is_offset(const {c} *offsets, long long count,
@@ -67,7 +67,7 @@ class SegmentedScan:
         """The ScanKernel of one form ("flags", "offsets", "keys") and index dtype."""
         key = (form, index_dtype)
         if key not in self._kernels:
-            c = "bool" if index_dtype == np.bool_ else element_type(index_dtype).c_name
+            c = MASK_C_TYPES[index_dtype]
             preamble = ""
             if form == "flags":
                 arguments, head = f"const {c} *flags", "flags[i] != 0"
@@ -92,40 +92,30 @@ class SegmentedScan:
         if len(given) != 1:
             raise TypeError("give exactly one of flags=, offsets= or keys=")
         (form, index), = given.items()
-        _check(gpuarray, "x", x, self.dtype)
+        check_array("x", x, self.dtype)
         n = x.size
         if out is None:
             out = gpuarray.empty(n, self.dtype)
-        _check(gpuarray, "out", out, self.dtype, length=n)
-        allowed = ("int32", "int64") if form == "offsets" else \
-            (("bool",) if form == "flags" else ()) + _INTEGER_TYPES
+        check_array("out", out, self.dtype, length=n)
+        allowed = _OFFSET_TYPES if form == "offsets" else \
+            [d for d in MASK_C_TYPES if form == "flags" or d != np.bool_]
         if not isinstance(index, gpuarray.GPUArray):
             raise TypeError(f"{form} must be a pycuda GPUArray, not {type(index).__name__}")
-        if index.dtype.name not in allowed:
-            raise TypeError(f"{form} has dtype {index.dtype}; use one of {', '.join(allowed)}")
+        if index.dtype not in allowed:
+            raise TypeError(f"{form} has dtype {index.dtype}; use one of "
+                            f"{', '.join(d.name for d in allowed)}")
         extra = ()
         if form == "offsets":
-            _check(gpuarray, form, index, index.dtype)
+            check_array(form, index, index.dtype)
             _check_offsets(index.get(), n)
             extra = (np.int64(index.size),)
         else:
-            _check(gpuarray, form, index, index.dtype, length=n)
+            check_array(form, index, index.dtype, length=n)
         if n:
             self.kernel(form, index.dtype).launch_converted(
                 (np.uintp(x.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out.ptr),), n,
                 stream)
         return out
-
-
-def _check(gpuarray, name, array, dtype, length=None):
-    if not isinstance(array, gpuarray.GPUArray):
-        raise TypeError(f"{name} must be a pycuda GPUArray, not {type(array).__name__}")
-    if array.dtype != dtype:
-        raise TypeError(f"{name} has dtype {array.dtype}; expected {dtype}")
-    if len(array.shape) != 1 or not array.flags.c_contiguous:
-        raise ValueError(f"{name} must be a 1-D contiguous array")
-    if length is not None and array.size != length:
-        raise ValueError(f"{name} has {array.size} elements; expected {length}")
 
 
 def _check_offsets(offsets: np.ndarray, n: int) -> None:

@@ -325,6 +325,11 @@ def _scalar_type(key: np.dtype) -> ElementType:
                         "structured dtypes of those") from None
 
 
+#: C types of a mask or key array (flags, keys), by numpy dtype: bool and the integers.
+MASK_C_TYPES = {np.dtype(np.bool_): "bool", **{
+    key: etype.c_name for key, etype in ELEMENT_TYPES.items() if etype.is_integer}}
+
+
 def element_type(dtype) -> ElementType:
     """Look ``dtype`` up in the table, with an error that lists what is supported."""
     if dtype is None:  # np.dtype(None) would quietly mean float64

@@ -13,22 +13,14 @@ import functools
 import numpy as np
 
 from ..kernel import ScanKernel
-from ..runtime.launcher import _gpuarray
-from ..types import element_type
+from ..runtime.launcher import _gpuarray, check_array, overlaps
+from ..types import MASK_C_TYPES, element_type
 from ..usercode import check_code
 
 #: What a kept element does: take the next place in out; the last element writes the count.
 _SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
                  " if (i == n - 1) *count = item;")
 
-#: C types of a flags array, by numpy dtype (nonzero keeps).
-_FLAG_TYPES = {np.dtype(np.bool_): "bool", **{
-    np.dtype(t): element_type(t).c_name
-    for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")}}
-
-
-def _overlaps(a, b) -> bool:
-    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
 
 
 def _predicate_preamble(c_type: str, predicate: str) -> str:
@@ -64,24 +56,13 @@ class _Compaction:
         """Compile with the nvcc on PATH (no GPU needed); errors name the piece."""
         self.kernel.check_compile()
 
-    def _check(self, name, array, dtype, length=None):
-        gpuarray = _gpuarray()
-        if not isinstance(array, gpuarray.GPUArray):
-            raise TypeError(f"{name} must be a pycuda GPUArray, not {type(array).__name__}")
-        if array.dtype != dtype:
-            raise TypeError(f"{name} has dtype {array.dtype}; expected {dtype}")
-        if len(array.shape) != 1 or (array.size > 1 and array.strides[0] != dtype.itemsize):
-            raise ValueError(f"{name} must be a 1-D contiguous array")
-        if length is not None and array.size != length:
-            raise ValueError(f"{name} has {array.size} elements; expected {length}")
-
     def _output(self, out, n, x=None, name="out"):
         if out is None:
             return _gpuarray().empty(n, self.dtype)
-        self._check(name, out, self.dtype)
+        check_array(name, out, self.dtype)
         if out.size < n:
             raise ValueError(f"{name} has {out.size} elements; it needs room for {n}")
-        if x is not None and x.size and out.size and _overlaps(x, out):
+        if x is not None and x.size and out.size and overlaps(x, out):
             # Kept elements move to earlier places that other blocks may still read.
             raise ValueError(f"{name} overlaps x; compaction cannot work in place")
         return out
@@ -110,7 +91,7 @@ class _Compaction:
     def _compact(self, x, out, stream, count_on_device, *, trimmed):
         """The kernel over x into out: ``(out, count on the device)``, or on the host
         ``out[:count]`` (trimmed) or ``(out, count)``."""
-        self._check("x", x, self.dtype)
+        check_array("x", x, self.dtype)
         out = self._output(out, x.size, x)
         count = self._launch([x.ptr, out.ptr], x.size, stream)
         if count_on_device:
@@ -154,10 +135,10 @@ class Select(_Compaction):
             self.flags_dtype = None
         else:
             self.flags_dtype = np.dtype(flags)
-            if self.flags_dtype not in _FLAG_TYPES:
+            if self.flags_dtype not in MASK_C_TYPES:
                 raise TypeError(f"flags must be bool or an integer dtype, not {self.flags_dtype}")
             test = "flags[i] != 0"
-            mask_argument = f"const {_FLAG_TYPES[self.flags_dtype]} *flags, "
+            mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *flags, "
         if not keep:
             test = f"!({test})"
         self.predicate = predicate
@@ -168,13 +149,13 @@ class Select(_Compaction):
                          **scan_options)
 
     def __call__(self, x, flags=None, *, out=None, stream=None, count_on_device=False):
-        self._check("x", x, self.dtype)
+        check_array("x", x, self.dtype)
         n = x.size
         values = [x.ptr]
         if self.flags_dtype is not None:
             if flags is None:
                 raise TypeError("this Select keeps elements by a mask: call it as sel(x, flags)")
-            self._check("flags", flags, self.flags_dtype, length=n)
+            check_array("flags", flags, self.flags_dtype, length=n)
             values.append(flags.ptr)
         elif flags is not None:
             raise TypeError("this Select keeps elements by its predicate; it takes no flags")
@@ -243,7 +224,7 @@ class RunLengthEncode(_Compaction):
             title="run_length_encode", **scan_options)
 
     def __call__(self, x, *, stream=None):
-        self._check("x", x, self.dtype)
+        check_array("x", x, self.dtype)
         gpuarray, n = _gpuarray(), x.size
         values = gpuarray.empty(n, self.dtype)
         starts, ends = gpuarray.empty(n, np.int64), gpuarray.empty(n, np.int64)

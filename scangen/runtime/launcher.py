@@ -192,6 +192,24 @@ def convert_scalar(argument, value):
     return dtype.type(value)
 
 
+def check_array(name, array, dtype, length=None) -> None:
+    """A 1-D contiguous GPUArray of ``dtype`` (and ``length`` elements), or a clear error."""
+    gpuarray = _gpuarray()
+    if not isinstance(array, gpuarray.GPUArray):
+        raise TypeError(f"{name} must be a pycuda GPUArray, not {type(array).__name__}")
+    if array.dtype != dtype:
+        raise TypeError(f"{name} has dtype {array.dtype}; expected {dtype}")
+    if len(array.shape) != 1 or not array.flags.c_contiguous:
+        raise ValueError(f"{name} must be a 1-D contiguous array")
+    if length is not None and array.size != length:
+        raise ValueError(f"{name} has {array.size} elements; expected {length}")
+
+
+def overlaps(a, b) -> bool:
+    """Whether two GPUArrays share any byte."""
+    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+
 _gpuarray_module = None
 
 
