@@ -17,7 +17,7 @@ from .kernels import FAMILIES
 from .spec import ScanSpec, make_spec
 from .types import element_type
 from .strategies import Strategy, strategy_for
-from .usercode import UserCodeError, check_code, strip_literals_and_comments
+from .usercode import check_code, strip_literals_and_comments
 
 _LAST_ITEM = re.compile(r"\blast_item\b")
 

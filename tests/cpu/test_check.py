@@ -3,7 +3,6 @@ the command line without a GPU. The GPU run is tests/gpu/test_check.py."""
 import numpy as np
 import pytest
 
-import scangen
 from scangen.check import OperatorReport, _agree, sample_values
 from scangen.cli import main
 

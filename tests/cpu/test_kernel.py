@@ -6,7 +6,7 @@ import pytest
 
 import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
-from scangen.kernel import UserCodeError
+from scangen import UserCodeError
 from scangen.runtime import launcher
 from tests.support import COMPACTION
 

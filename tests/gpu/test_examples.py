@@ -70,6 +70,16 @@ def readme_python_blocks():
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+def run_readme_block(marker, what):
+    """Run, as written, the first README python block containing ``marker``; return its
+    namespace."""
+    blocks = [b for b in readme_python_blocks() if marker in b]
+    assert blocks, f"README.md has no {what} block"
+    namespace = {}
+    exec(compile(blocks[0], f"README.md {what}", "exec"), namespace)
+    return namespace
+
+
 def test_readme_quick_start_runs(gpu, capsys):
     blocks = readme_python_blocks()
     assert blocks, "README.md has no python block"
@@ -81,11 +91,7 @@ def test_readme_quick_start_runs(gpu, capsys):
 
 
 def test_readme_scan_kernel_section_runs(gpu):
-    blocks = [b for b in readme_python_blocks() if "ScanKernel(" in b]
-    assert blocks, "README.md has no ScanKernel example"
-    namespace = {}
-    exec(compile("import pycuda.autoinit\n" + blocks[0], "README.md ScanKernel", "exec"),
-         namespace)
+    namespace = run_readme_block("ScanKernel(", "ScanKernel")
     x = namespace["x"].get()
     np.testing.assert_array_equal(namespace["kept"].get(), x[x > 0.5])
 
@@ -102,11 +108,7 @@ def test_cli_demo(gpu, capsys, algorithm):
 
 
 def test_readme_primitives_section_runs(gpu):
-    blocks = [b for b in readme_python_blocks() if "scangen.select(" in b]
-    assert blocks, "README.md has no primitives example"
-    namespace = {}
-    exec(compile("import pycuda.autoinit\n" + blocks[0], "README.md primitives", "exec"),
-         namespace)
+    namespace = run_readme_block("scangen.select(", "primitives")
     x, mask = namespace["x"].get(), namespace["mask"].get()
     np.testing.assert_array_equal(namespace["positive"].get(), x[x > 0])
     np.testing.assert_array_equal(namespace["kept"].get(), x[mask])
@@ -115,11 +117,7 @@ def test_readme_primitives_section_runs(gpu):
 
 
 def test_readme_more_kinds_of_scan_runs(gpu, capsys):
-    blocks = [b for b in readme_python_blocks() if "SegmentedScan(" in b]
-    assert blocks, "README.md has no 'More kinds of scan' block"
-    namespace = {}
-    exec(compile("import pycuda.autoinit\n" + blocks[0], "README.md more kinds", "exec"),
-         namespace)
+    namespace = run_readme_block("SegmentedScan(", "'More kinds of scan'")
     x = np.arange(1, 13, dtype=np.uint8)
     np.testing.assert_array_equal(namespace["wide"].get(), np.cumsum(x, dtype=np.int64))
     np.testing.assert_array_equal(namespace["suffix"].get(),
