@@ -23,6 +23,11 @@ _SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
 
 
 
+def _leading(array, count):
+    """The first count elements of a GPUArray (pycuda cannot slice an empty one)."""
+    return array if count == array.size else array[:count]
+
+
 def _predicate_preamble(c_type: str, predicate: str) -> str:
     """The predicate as a device function of the element ``x`` and its index ``i``."""
     check_code(predicate, "predicate", expression=True)
@@ -72,14 +77,16 @@ class _Compaction:
             self._count = _gpuarray().zeros(1, np.int64)
         return self._count
 
-    def _launch(self, values, n, stream):
-        """Run over n elements; the count buffer holds the number kept (0 when n is 0)."""
+    def _launch(self, arrays, n, stream):
+        """Run over n elements of ``arrays`` (the kernel's array arguments before the count);
+        the count buffer holds the number kept (0 when n is 0, and nothing is launched: an
+        empty GPUArray has no address)."""
         count = self._count_buffer()
         if n == 0:
             count.fill(0, stream=stream)
         else:
-            self.kernel.launch_converted(tuple(np.uintp(v) for v in values) + (
-                np.uintp(count.ptr),), n, stream)
+            self.kernel.launch_converted(tuple(np.uintp(a.ptr) for a in (*arrays, count)),
+                                         n, stream)
         return count
 
     @staticmethod
@@ -93,11 +100,11 @@ class _Compaction:
         ``out[:count]`` (trimmed) or ``(out, count)``."""
         check_array("x", x, self.dtype)
         out = self._output(out, x.size, x)
-        count = self._launch([x.ptr, out.ptr], x.size, stream)
+        count = self._launch([x, out], x.size, stream)
         if count_on_device:
             return out, count
         kept = self._read(count, stream)
-        return out[:kept] if trimmed else (out, kept)
+        return _leading(out, kept) if trimmed else (out, kept)
 
 
 class Select(_Compaction):
@@ -151,19 +158,19 @@ class Select(_Compaction):
     def __call__(self, x, flags=None, *, out=None, stream=None, count_on_device=False):
         check_array("x", x, self.dtype)
         n = x.size
-        values = [x.ptr]
+        arrays = [x]
         if self.flags_dtype is not None:
             if flags is None:
                 raise TypeError("this Select keeps elements by a mask: call it as sel(x, flags)")
             check_array("flags", flags, self.flags_dtype, length=n)
-            values.append(flags.ptr)
+            arrays.append(flags)
         elif flags is not None:
             raise TypeError("this Select keeps elements by its predicate; it takes no flags")
         out = self._output(out, n, x)
-        count = self._launch(values + [out.ptr], n, stream)
+        count = self._launch(arrays + [out], n, stream)
         if count_on_device:
             return out, count
-        return out[: self._read(count, stream)]
+        return _leading(out, self._read(count, stream))
 
 
 class Partition(_Compaction):
@@ -228,9 +235,11 @@ class RunLengthEncode(_Compaction):
         gpuarray, n = _gpuarray(), x.size
         values = gpuarray.empty(n, self.dtype)
         starts, ends = gpuarray.empty(n, np.int64), gpuarray.empty(n, np.int64)
-        count = self._launch([x.ptr, values.ptr, starts.ptr, ends.ptr], n, stream)
+        count = self._launch([x, values, starts, ends], n, stream)
         runs = self._read(count, stream)
-        return values[:runs], ends[:runs] - starts[:runs]
+        if runs == 0:  # pycuda neither slices nor subtracts empty arrays
+            return values, gpuarray.empty(0, np.int64)
+        return _leading(values, runs), _leading(ends, runs) - _leading(starts, runs)
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------
