@@ -61,7 +61,7 @@ def main(n=300_000, seed=2):
     print("OK: matches the reference scan")
     print("--- the emitted combine function and its preamble ---")
     lines = scan.source.splitlines()
-    start = lines.index("// operator preamble")
+    start = lines.index("// user operator preamble {")
     end = next(i for i, line in enumerate(lines) if "scan_identity()" in line)
     print("\n".join(lines[start:end]).rstrip())
     return result
