@@ -5,7 +5,7 @@ import numpy as np
 
 from .compile import GPUUnavailableError, ScanCompileError
 from .kernel import ScanKernel
-from .runtime.launcher import _gpuarray, overlaps
+from .runtime.launcher import _gpuarray, c_contiguous, overlaps
 from .spec import MODES
 from .types import element_type
 
@@ -175,7 +175,7 @@ class Scan:
             if len(array.shape) not in (1, 2):
                 raise ValueError(f"{name} must be 1-D (or 2-D, scanned row by row), got shape "
                                  f"{array.shape}")
-            if not array.flags.c_contiguous:
+            if not c_contiguous(array):
                 raise ValueError(f"{name} must be C-contiguous (a strided view is not)")
         if out is not None and out is not x:
             if out.shape != x.shape:
