@@ -14,8 +14,9 @@ from .kernel import ScanKernel
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
 from .check import OperatorReport, check_operator
-from .primitives import (Partition, RunLengthEncode, Select, Unique, partition, remove_if,
-                         run_length_encode, select, unique)
+from .primitives import (Histogram, Partition, RadixDigitOffsets, RadixSort, RunLengthEncode,
+                         Select, Unique, argsort, histogram, partition, radix_digit_offsets,
+                         radix_sort, remove_if, run_length_encode, select, unique)
 
 __all__ = [
     # scans
@@ -23,7 +24,8 @@ __all__ = [
     "check_operator", "OperatorReport", "reference_scan",
     # primitives
     "Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if", "partition",
-    "unique", "run_length_encode",
+    "unique", "run_length_encode", "RadixDigitOffsets", "RadixSort", "Histogram",
+    "radix_digit_offsets", "radix_sort", "argsort", "histogram",
     # specs, tables and tuning
     "ScanSpec", "make_spec", "Tuning", "ALGORITHMS", "MODES", "STRATEGIES", "ELEMENT_TYPES",
     # errors and the CUDA context

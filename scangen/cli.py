@@ -177,7 +177,25 @@ PRIMITIVES = {
     "partition": (True, lambda d, p, o: primitives.Partition(d, p, **o)),
     "unique": (False, lambda d, p, o: primitives.Unique(d, **o)),
     "run_length_encode": (False, lambda d, p, o: primitives.RunLengthEncode(d, **o)),
+    "radix_sort": (False, lambda d, p, o: _fixed_shape("radix_sort", o)
+                   and primitives.RadixSort(d)),
+    "argsort": (False, lambda d, p, o: _fixed_shape("argsort", o)
+                and primitives.RadixSort(d, np.int64, _index_values=True)),
+    "radix_digit_offsets": (False, lambda d, p, o: _fixed_shape("radix_digit_offsets", o)
+                            and primitives.RadixDigitOffsets(d)),
+    "histogram": (False, lambda d, p, o: _fixed_shape("histogram", o)
+                  and primitives.Histogram(d)),
 }
+
+
+def _fixed_shape(name, options) -> bool:
+    """The radix and histogram kernels have their own tile shape: scan options do not apply
+    (the digit-offset scan inside radix passes takes the defaults)."""
+    given = [f"--{k.replace('_', '-')}" for k, v in options.items()
+             if v is not None and not (k == "strategy" and v == "auto")]
+    if given:
+        raise CLIError(f"{name} takes no {', '.join(given)}")
+    return True
 
 
 def build_primitive(args):

@@ -4,6 +4,11 @@ Nothing outside this module and scangen.runtime imports pycuda, so spec, plan, r
 the CLI work on any machine; the first step that needs a GPU raises GPUUnavailableError
 saying what is missing. The text compiled is exactly the rendered text (C++, with
 ``extern "C"`` entry points), the same that ``check_with_nvcc`` and the CPU tests compile.
+
+What is compiled is a *module spec*: a hashable object with ``module_source()`` (the
+rendered ModuleSource), ``entry_points()`` (each ``__global__`` function's name and its
+parameters, as scangen.args.Argument) and ``description`` (what to call it in an error).
+A ScanKernel's KernelSpec is one; the radix sort's module is another.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import threading
 from pathlib import Path
 
 from .args import launch_format
-from .render import ModuleSource, render
+from .render import ModuleSource
 
 
 class GPUUnavailableError(RuntimeError):
@@ -95,17 +100,12 @@ def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
             f"{source.numbered(around=line)}")
 
 
-def _what(kernel_spec) -> str:
-    spec = kernel_spec.scan
-    return f"{kernel_spec.hooks.title} ({spec.operator.name!r} on {spec.etype.name})"
-
-
-def check_with_nvcc(kernel_spec, arch: str = "sm_90") -> None:
+def check_with_nvcc(module_spec, arch: str = "sm_90") -> None:
     """Compile the module with the nvcc on PATH, without a GPU or PyCUDA."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise GPUUnavailableError("check_compile needs nvcc (the CUDA toolkit) on PATH")
-    source = render(kernel_spec)
+    source = module_spec.module_source()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "module.cu"
         path.write_text(source.text)
@@ -113,7 +113,7 @@ def check_with_nvcc(kernel_spec, arch: str = "sm_90") -> None:
             ".cubin")), str(path)], capture_output=True, text=True)
     if result.returncode != 0:
         log = (result.stderr + result.stdout).replace(str(path), "module.cu")
-        raise ScanCompileError(describe_compile_error(source, log, _what(kernel_spec)))
+        raise ScanCompileError(describe_compile_error(source, log, module_spec.description))
 
 
 # ------------------------------------------------------------------ compile and load
@@ -121,13 +121,13 @@ def check_with_nvcc(kernel_spec, arch: str = "sm_90") -> None:
 class CompiledModule:
     """The prepared kernels of one module, in one context, by kernel name."""
 
-    def __init__(self, module, kernel_spec):
+    def __init__(self, module, module_spec):
         self.module = module
         self.functions = {}
-        for kernel in kernel_spec.kernels:
-            function = module.get_function(kernel.name)
-            function.prepare(launch_format(kernel.parameters(kernel_spec.hooks.arguments)))
-            self.functions[kernel.name] = function
+        for name, parameters in module_spec.entry_points():
+            function = module.get_function(name)
+            function.prepare(launch_format(parameters))
+            self.functions[name] = function
 
 
 _cache: dict = {}
@@ -141,40 +141,40 @@ def _arch(context) -> str:
     return f"sm_{major}{minor}"
 
 
-def _cubin(kernel_spec, arch: str) -> bytes:
+def _cubin(module_spec, arch: str) -> bytes:
     """nvcc through PyCUDA, whose on-disk cache is keyed by source, options, arch and nvcc."""
     from pycuda.compiler import compile as nvcc_compile
     from pycuda.driver import CompileError
 
-    source = render(kernel_spec)
+    source = module_spec.module_source()
     try:
         return nvcc_compile(source.text, arch=arch, no_extern_c=True)
     except CompileError as err:
         raise ScanCompileError(describe_compile_error(
-            source, str(err.stderr or err), _what(kernel_spec))) from None
+            source, str(err.stderr or err), module_spec.description)) from None
 
 
-def compile_kernel(kernel_spec) -> CompiledModule:
-    """Compile (or fetch from the in-memory cache) the module of ``kernel_spec`` in the
-    current context."""
+def compile_module(module_spec) -> CompiledModule:
+    """Compile (or fetch from the in-memory cache) ``module_spec``'s module in the current
+    context."""
     global compile_count
     context = current_context()
-    key = (kernel_spec, context.handle)
+    key = (module_spec, context.handle)
     with _lock:
         compiled = _cache.get(key)
         if compiled is not None:
             return compiled
-        cubin = _cubin(kernel_spec, _arch(context))
+        cubin = _cubin(module_spec, _arch(context))
         compile_count += 1
         from pycuda.driver import module_from_buffer
 
-        compiled = CompiledModule(module_from_buffer(cubin), kernel_spec)
+        compiled = CompiledModule(module_from_buffer(cubin), module_spec)
         _cache[key] = compiled
         return compiled
 
 
-def precompile(kernel_specs, workers: int | None = None) -> None:
-    """Run nvcc for many kernel specs in parallel threads, filling PyCUDA's disk cache.
+def precompile(module_specs, workers: int | None = None) -> None:
+    """Run nvcc for many module specs in parallel threads, filling PyCUDA's disk cache.
 
     Loading still happens lazily (and cheaply) on first use in each context; this only
     takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.
@@ -182,7 +182,7 @@ def precompile(kernel_specs, workers: int | None = None) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     arch = _arch(current_context())
-    unique = list(dict.fromkeys(kernel_specs))
+    unique = list(dict.fromkeys(module_specs))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for _ in pool.map(lambda s: _cubin(s, arch), unique):
             pass

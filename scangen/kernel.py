@@ -104,6 +104,20 @@ class KernelSpec:
         """Every kernel of the module, in the order the source defines them."""
         return self.strategy.kernels()
 
+    # The module spec protocol of scangen.compile.
+
+    def module_source(self):
+        from .render import render
+
+        return render(self)
+
+    def entry_points(self):
+        return tuple((k.name, k.parameters(self.hooks.arguments)) for k in self.kernels)
+
+    @property
+    def description(self) -> str:
+        return f"{self.hooks.title} ({self.scan.operator.name!r} on {self.scan.etype.name})"
+
 
 class ScanKernel:
     """A generic scan with input and output hooks (PyOpenCL's GenericScanKernel, for CUDA).

@@ -134,13 +134,18 @@ def template_context(kernel_spec) -> dict:
     )
 
 
+def render_template(name: str, context: dict, what) -> str:
+    """Render one module template; a failure names the template and what it was for."""
+    try:
+        return environment().get_template(name).render(**context)
+    except jinja2.TemplateError as err:
+        raise RenderError(f"rendering {name} for {what} failed: {err}\n"
+                          f"context: {context}") from err
+
+
 @functools.lru_cache(maxsize=256)
 def render(kernel_spec) -> ModuleSource:
     """Render the module for ``kernel_spec``. Pure text; works with no GPU and no pycuda."""
     context = template_context(kernel_spec)
-    try:
-        text = environment().get_template("module.cu.j2").render(**context)
-    except jinja2.TemplateError as err:
-        raise RenderError(f"rendering module.cu.j2 for {kernel_spec} failed: {err}\n"
-                          f"context: {context}") from err
+    text = render_template("module.cu.j2", context, kernel_spec)
     return ModuleSource(text, tuple(k["name"] for k in context["kernels"]))

@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from ..compile import compile_kernel, current_context, require_pycuda
+from ..compile import compile_module, current_context, require_pycuda
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from .scratch import StreamScratch
 
@@ -96,7 +96,7 @@ class Runtime:
             if scratch is None:
                 scratch = StreamScratch(self.kernel_spec.scan.acc_itemsize)
                 self._scratch[(stream_key, context.handle)] = scratch
-            launcher = Launcher(self.plan(n), compile_kernel(self.kernel_spec).functions,
+            launcher = Launcher(self.plan(n), compile_module(self.kernel_spec).functions,
                                 scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough

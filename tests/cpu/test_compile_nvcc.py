@@ -25,10 +25,12 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scangen import (ALGORITHMS, LAST_NONZERO, MODES, STRATEGIES, Operator, Scan,
                      ScanCompileError, ScanKernel, make_spec)
+from scangen.kernel import KernelSpec
 from scangen.kernels import FAMILIES
 from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
@@ -97,7 +99,8 @@ SEGMENTED = dict(arguments="const scan_t *x, const unsigned char *heads, scan_t 
 
 @dataclass
 class Entry:
-    """One module to compile: a label saying what it is, and its kernel spec."""
+    """One module to compile: a label saying what it is, and its module spec (a ScanKernel's
+    KernelSpec, or another module such as the radix passes')."""
 
     label: str
     kernel_spec: object
@@ -273,6 +276,25 @@ def batch_scan_kernels():
     return entries
 
 
+def batch_radix_histogram():
+    """The radix passes (keys only, with values of 1 to 16 bytes and structs, argsort's index
+    values, destinations with narrow digits) and the histogram kernel."""
+    from scangen.primitives.histogram import HistogramModule
+    from scangen.primitives.radix import KEY_DTYPES, RadixModule
+
+    pair = np.dtype([("x", np.float32), ("count", np.int16)], align=True)
+    entries = []
+    values = itertools.cycle([None, np.dtype("uint8"), np.dtype("float64"),
+                              np.dtype("complex128"), pair])
+    for key in KEY_DTYPES:
+        modules = [RadixModule(key, next(values)), RadixModule(key, np.dtype("int64"),
+                                                                index_values=True),
+                   RadixModule(key, output="dest", radix_bits=1 + key.itemsize % 8),
+                   HistogramModule(key)]
+        entries += [Entry(f"{m.description} {getattr(m, 'output', '')}", m) for m in modules]
+    return entries
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -281,6 +303,7 @@ BATCHES = {
     "types_strategies": batch_types_strategies,
     "user_operators": batch_user_operators,
     "scan_kernels": batch_scan_kernels,
+    "radix_histogram": batch_radix_histogram,
 }
 
 
@@ -339,7 +362,7 @@ def cubin_functions(data: bytes) -> list:
 
 
 def compile_entry(entry: Entry, path: Path) -> Compiled:
-    source = render(entry.kernel_spec)
+    source = entry.kernel_spec.module_source()
     text = source.text if entry.text is None else entry.text
     path.write_text(text)
     cubin = path.with_suffix(".cubin")
@@ -438,7 +461,8 @@ def results(compiled, name):
 # --- the matrix covers what it claims ---------------------------------------------------------
 
 def test_batches_cover_the_matrix():
-    entries = [e for build in BATCHES.values() for e in build()]
+    entries = [e for build in BATCHES.values() for e in build()
+               if isinstance(e.kernel_spec, KernelSpec)]
     specs = [e.kernel_spec.scan for e in entries]
     scans = [e for e in entries if e.mode]
     assert {(e.kernel_spec.scan.algorithm, e.mode) for e in scans} == \
@@ -482,7 +506,7 @@ def test_modules_are_compiled_as_rendered(compiled):
         for result in results(compiled, name):
             assert result.entry.text is None
             assert result.path.read_text() == result.source.text
-            assert result.source == render(result.entry.kernel_spec)
+            assert result.source == result.entry.kernel_spec.module_source()
 
 
 # --- every module compiles cleanly ------------------------------------------------------------
@@ -505,7 +529,7 @@ def test_batch_has_no_warnings(compiled, name):
 def test_every_kernel_is_in_the_cubin(compiled, name):
     for result in results(compiled, name):
         assert result.returncode == 0, f"[{result.label}] did not compile"
-        promised = [k.name for k in result.entry.kernel_spec.kernels]
+        promised = [name for name, _ in result.entry.kernel_spec.entry_points()]
         assert len(set(promised)) == len(promised), promised
         # ptxas compiled each entry point once, and the cubin exports each unmangled
         assert sorted(result.shared) == sorted(promised), f"[{result.label}] ptxas"
@@ -517,10 +541,12 @@ def test_static_shared_memory_fits(compiled, name):
     over = []
     for result in results(compiled, name):
         assert result.returncode == 0, f"[{result.label}] did not compile"
-        claimed = result.entry.kernel_spec.scan.shared_bytes
+        spec = result.entry.kernel_spec
+        # make_spec validated a scan's spec.shared_bytes; other modules have the static limit
+        claimed = spec.scan.shared_bytes if isinstance(spec, KernelSpec) \
+            else MAX_STATIC_SHARED_BYTES
         assert claimed <= MAX_STATIC_SHARED_BYTES
         for kernel, used in result.shared.items():
-            # make_spec validated spec.shared_bytes; no kernel may use more than that
             if used > claimed or used > MAX_STATIC_SHARED_BYTES:
                 over.append(f"[{result.label}] {kernel}: {used} B, spec says {claimed} B")
     assert not over, "\n".join(over[:30])

@@ -219,16 +219,18 @@ def poisoned(gpuarray, rng, n, dtype):
 # --- GPU ---------------------------------------------------------------------------------
 
 def precompile(kernels):
-    """nvcc the modules of many Scans/ScanKernels up front, in parallel threads (PyCUDA's
-    disk cache keeps them), instead of one at a time as tests first touch them. Does nothing
-    without a GPU: the ``gpu`` fixture reports that (skip or failure) per test."""
+    """nvcc the modules of many Scans/ScanKernels (or other module specs) up front, in
+    parallel threads (PyCUDA's disk cache keeps them), instead of one at a time as tests
+    first touch them. Does nothing without a GPU: the ``gpu`` fixture reports that (skip or
+    failure) per test."""
     from scangen import compile as scan_compile
 
     try:
         scan_compile.current_context()
     except Exception:
         return
-    specs = [getattr(k, "kernel", k).kernel_spec for k in kernels]
+    specs = [k if hasattr(k, "entry_points") else getattr(k, "kernel", k).kernel_spec
+             for k in kernels]
     scan_compile.precompile(specs, workers=16)
 
 

@@ -1,0 +1,169 @@
+"""Time scangen's primitives next to their peers (torch, cupy) and a copy of the same bytes.
+
+    python benchmarks/primitives.py [--sizes 2^20 2^26] [--json out.json]
+
+Every contender is timed the way ``python -m scangen bench`` times scans (scangen.bench.Timer:
+CUDA events on the default stream around back-to-back calls, warm-up first, median of the
+trials). A primitive whose result size is data-dependent (select, unique) reads its count on
+the host, as torch.masked_select does; ``count_on_device`` rows leave it on the GPU. The
+"copy" row of each table moves the bytes the primitive must move at least (reads plus
+writes) with one device-to-device copy, the roof the issue's targets are stated against.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import scangen  # noqa: E402
+from scangen.bench import Timer, parse_size  # noqa: E402
+
+
+def _peers():
+    found = {}
+    for name in ("torch", "cupy"):
+        try:
+            found[name] = __import__(name)
+        except ImportError:
+            pass
+    return found
+
+
+def cases(n, rng, gpuarray, driver, peers):
+    """(primitive, bytes it must move, [(contender, call)]) for each benchmark at size n."""
+    torch, cupy = peers.get("torch"), peers.get("cupy")
+    out = []
+
+    x = rng.random(n, dtype=np.float32)
+    mask = rng.random(n) < 0.5
+    kept = int(mask.sum())
+    xg, mg = gpuarray.to_gpu(x), gpuarray.to_gpu(mask)
+    select = scangen.Select(np.float32, flags=np.bool_)
+    selected = gpuarray.empty(n, np.float32)
+    calls = [("scangen.Select(flags)", lambda: select(xg, mg, out=selected)),
+             ("scangen.Select(flags), count on device",
+              lambda: select(xg, mg, out=selected, count_on_device=True))]
+    predicate = scangen.Select(np.float32, "x < 0.5f")
+    calls.append(("scangen.Select('x < 0.5f')", lambda: predicate(xg, out=selected)))
+    if torch is not None:
+        tx, tm = torch.from_numpy(x).cuda(), torch.from_numpy(mask).cuda()
+        calls.append(("torch.masked_select", lambda: torch.masked_select(tx, tm)))
+    if cupy is not None:
+        cx, cm = cupy.asarray(x), cupy.asarray(mask)
+        calls.append(("cupy.compress", lambda: cupy.compress(cm, cx)))
+    out.append(("select float32, half kept, mask given", 5 * n + 4 * kept, calls))
+
+    keys = rng.integers(0, 2 ** 32, n, dtype=np.uint32)
+    values = rng.integers(0, 2 ** 32, n, dtype=np.uint32)
+    kg, vg = gpuarray.to_gpu(keys), gpuarray.to_gpu(values)
+    sort_keys, sort_pairs = scangen.RadixSort(np.uint32), scangen.RadixSort(np.uint32, np.uint32)
+    key_calls = [("scangen.RadixSort", lambda: sort_keys(kg))]
+    pair_calls = [("scangen.RadixSort(pairs)", lambda: sort_pairs(kg, vg))]
+    if torch is not None:
+        # torch has no uint32 sort on every version; int64 holds the same keys in order
+        tk = torch.from_numpy(keys.astype(np.int64)).cuda()
+        tv = torch.from_numpy(values.astype(np.int64)).cuda()
+        key_calls.append(("torch.sort (int64 keys)", lambda: torch.sort(tk)))
+        pair_calls.append(("torch.sort + gather (int64)",
+                           lambda: tv[torch.sort(tk).indices]))
+    if cupy is not None:
+        ck, cv = cupy.asarray(keys), cupy.asarray(values)
+        key_calls.append(("cupy.sort", lambda: cupy.sort(ck)))
+        pair_calls.append(("cupy.argsort + take", lambda: cv[cupy.argsort(ck)]))
+    out.append(("radix_sort uint32 keys", 8 * n, key_calls))
+    out.append(("radix_sort uint32 keys + uint32 values", 16 * n, pair_calls))
+
+    offsets = scangen.RadixDigitOffsets(np.uint32, 8)
+    out.append(("radix_digit_offsets uint32, 8 bits", 12 * n,
+                [("scangen.RadixDigitOffsets", lambda: offsets(kg, 8))]))
+
+    runs = np.repeat(rng.integers(0, 1000, n // 4 + 1), 4)[:n].astype(np.int32)
+    rg = gpuarray.to_gpu(runs)
+    unique, rle = scangen.Unique(np.int32), scangen.RunLengthEncode(np.int32)
+    unique_out = gpuarray.empty(n, np.int32)
+    calls = [("scangen.Unique", lambda: unique(rg, out=unique_out))]
+    rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg))]
+    if torch is not None:
+        tr = torch.from_numpy(runs).cuda()
+        calls.append(("torch.unique_consecutive", lambda: torch.unique_consecutive(tr)))
+        rle_calls.append(("torch.unique_consecutive(return_counts)",
+                          lambda: torch.unique_consecutive(tr, return_counts=True)))
+    out.append(("unique int32, runs of 4", 4 * n + n, calls))
+    out.append(("run_length_encode int32, runs of 4", 4 * n + 3 * n, rle_calls))
+
+    part = scangen.Partition(np.float32, "x < 0.5f")
+    parted = gpuarray.empty(n, np.float32)
+    out.append(("partition float32, half true", 8 * n,
+                [("scangen.Partition", lambda: part(xg, out=parted))]))
+
+    hist = scangen.Histogram(np.float32)
+    calls = [("scangen.Histogram(256 bins)", lambda: hist(xg, 256, (0.0, 1.0)))]
+    if torch is not None:
+        tx = torch.from_numpy(x).cuda()
+        calls.append(("torch.histc(256 bins)", lambda: torch.histc(tx, 256, 0.0, 1.0)))
+    if cupy is not None:
+        cx = cupy.asarray(x)
+        calls.append(("cupy.histogram(256 bins)", lambda: cupy.histogram(cx, 256, (0.0, 1.0))))
+    out.append(("histogram float32, 256 bins", 4 * n, calls))
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", type=parse_size, default=[1 << 20, 1 << 26])
+    parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", help="write every result here")
+    args = parser.parse_args(argv)
+
+    from scangen.compile import current_context, require_pycuda
+
+    driver = require_pycuda()
+    current_context()
+    from pycuda import gpuarray
+
+    device = driver.Context.get_device().name()
+    peers = _peers()
+    timer = Timer(driver, args.trials, args.warmup)
+    rng = np.random.default_rng(2026)
+    results = []
+    for n in args.sizes:
+        for primitive, n_bytes, calls in cases(n, rng, gpuarray, driver, peers):
+            source = gpuarray.empty(max(n_bytes // 2, 1), np.uint8)
+            target = gpuarray.empty_like(source)
+            copy = ("copy of the same bytes",
+                    lambda: driver.memcpy_dtod_async(target.gpudata, source.gpudata,
+                                                     source.nbytes))
+            rows = []
+            for name, call in [copy, *calls]:
+                print(f"{primitive} n={n:,} {name} ...", file=sys.stderr, flush=True)
+                try:
+                    seconds = timer.seconds_per_call(call, n_bytes)
+                except Exception as err:  # a peer missing a feature: report, go on
+                    print(f"  {name} failed: {err}", file=sys.stderr)
+                    continue
+                rows.append((name, seconds))
+                results.append(dict(primitive=primitive, n=n, contender=name,
+                                    seconds=seconds, device=device))
+            copy_seconds = rows[0][1]
+            print(f"\n**{primitive}, n = {n:,}** ({device})\n")
+            print("| contender | time (us) | % of copy | time / first scangen row |")
+            print("|---|---:|---:|---:|")
+            first = rows[1][1] if len(rows) > 1 else None
+            for name, seconds in rows:
+                ratio = f"{seconds / first:.2f}x" if first else ""
+                print(f"| {name} | {seconds * 1e6:.1f} | {100 * copy_seconds / seconds:.0f}% | "
+                      f"{ratio} |")
+            del source, target
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""One radix sort pass's kernels, for a profiler: ``ncu python benchmarks/profile_radix.py``
+runs a warm-up sort and then one sort of 2^26 uint32 keys (N= to change the size)."""
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import scangen  # noqa: E402
+from scangen.compile import current_context  # noqa: E402
+
+current_context()
+from pycuda import gpuarray  # noqa: E402
+import pycuda.driver as driver  # noqa: E402
+
+n = int(eval(os.environ.get("N", "2**26")))
+keys = gpuarray.to_gpu(np.random.default_rng(1).integers(0, 2 ** 32, n, dtype=np.uint32))
+sort = scangen.RadixSort(np.uint32)
+if "TILE" in os.environ:  # THREADSxITEMS, to try another tile shape
+    from scangen.primitives.radix import RadixModule, _RadixPasses
+
+    threads, items = (int(v) for v in os.environ["TILE"].split("x"))
+    sort._passes = _RadixPasses(RadixModule(np.dtype(np.uint32), block_size=threads,
+                                            max_items=items))
+sort(keys)
+driver.Context.synchronize()
+start, stop = driver.Event(), driver.Event()
+start.record()
+sort(keys)
+stop.record()
+stop.synchronize()
+tile = sort._passes.module
+print(f"sort of {n} uint32 keys ({tile.block_size}x{tile.items_per_thread}): "
+      f"{stop.time_since(start) * 1e3:.1f} us")

@@ -1,0 +1,218 @@
+"""Radix digit offsets, radix sort, argsort and histogram on the GPU against numpy: random
+keys, duplicates, all-equal, sorted and reversed keys, floats with -0.0, inf and NaN, sizes
+around tile boundaries, values carried along (structs too), and one sort past 2^31 keys."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen import compile as scan_compile
+from scangen.primitives.radix import KEY_DTYPES, RadixModule, digit_offsets_scan
+
+from tests.support import precompile
+
+#: Around warp runs, tiles (2048 and 4096 keys, by key and value width) and many tiles.
+SIZES = [0, 1, 2, 31, 33, 255, 257, 2047, 2048, 2049, 4095, 4096, 4097, 3 * 4096 + 5,
+         100_003, 1_000_003]
+PATTERNS = ["random", "duplicates", "all_equal", "sorted", "reversed"]
+FLOAT_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0]
+
+
+def keys_for(rng, dtype, n, pattern):
+    dtype = np.dtype(dtype)
+    if pattern == "all_equal":
+        return np.full(n, 7, dtype)
+    if dtype.kind == "f":
+        x = rng.normal(scale=1e3, size=n).astype(dtype)
+        specials = rng.random(n) < 0.05
+        x[specials] = rng.choice(np.array(FLOAT_SPECIALS, dtype), specials.sum())
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    if pattern == "duplicates":  # few distinct keys: stability shows
+        x = rng.choice(x[:5] if n else x, n) if n else x
+    elif pattern == "sorted":
+        x = np.sort(x, kind="stable")
+    elif pattern == "reversed":
+        x = np.sort(x, kind="stable")[::-1].copy()
+    return x
+
+
+def descending_order(keys):
+    """Stable descending order, independent of scangen's bit patterns: ranks from numpy's
+    sort (NaN greatest, -0.0 == 0.0), ties in input order."""
+    _, rank = np.unique(keys, return_inverse=True)
+    return np.lexsort((np.arange(keys.size), -rank.reshape(-1)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_in_parallel(gpu):
+    modules = [RadixModule(k) for k in KEY_DTYPES]
+    modules += [RadixModule(k, np.dtype(np.int64), index_values=True) for k in KEY_DTYPES]
+    modules += [RadixModule(k, output="dest") for k in KEY_DTYPES]
+    precompile(modules + [digit_offsets_scan()])
+
+
+@pytest.mark.parametrize("dtype", [str(k) for k in KEY_DTYPES])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_radix_sort_and_argsort(gpu, rng, dtype, pattern):
+    for n in SIZES:
+        keys = keys_for(rng, dtype, n, pattern)
+        order = np.argsort(keys, kind="stable")
+        got = scangen.radix_sort(gpu.to_gpu(keys)).get()
+        np.testing.assert_array_equal(got.view(f"u{keys.itemsize}"),
+                                      keys[order].view(f"u{keys.itemsize}"))  # -0.0 kept
+        np.testing.assert_array_equal(scangen.argsort(gpu.to_gpu(keys)).get(), order)
+        down = descending_order(keys)
+        np.testing.assert_array_equal(
+            scangen.argsort(gpu.to_gpu(keys), descending=True).get(), down)
+
+
+@pytest.mark.parametrize("key,value", [("uint32", "uint32"), ("float32", "int64"),
+                                       ("int64", "float64"), ("uint16", "complex128"),
+                                       ("float64", "uint8")])
+def test_values_move_with_their_keys(gpu, rng, key, value):
+    sort = scangen.RadixSort(key, value)
+    for n in SIZES:
+        keys = keys_for(rng, key, n, "duplicates")
+        values = (np.arange(n) * 3 + 1).astype(value)
+        got_keys, got_values = sort(gpu.to_gpu(keys), gpu.to_gpu(values))
+        order = np.argsort(keys, kind="stable")
+        np.testing.assert_array_equal(got_keys.get(), keys[order])
+        np.testing.assert_array_equal(got_values.get(), values[order])
+
+
+def test_struct_values(gpu, rng):
+    pair = np.dtype([("weight", np.float32), ("cell", np.int16)], align=True)
+    n = 50_001
+    keys = rng.integers(0, 100, n).astype(np.int32)
+    values = np.zeros(n, pair)
+    values["weight"] = rng.random(n)
+    values["cell"] = np.arange(n) % 1000
+    got_keys, got_values = scangen.radix_sort(gpu.to_gpu(keys), gpu.to_gpu(values))
+    order = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(got_keys.get(), keys[order])
+    np.testing.assert_array_equal(got_values.get(), values[order])
+
+
+@pytest.mark.parametrize("begin,end", [(0, 8), (4, 12), (8, 32), (3, 4), (5, 5), (0, 17)])
+def test_bit_range(gpu, rng, begin, end):
+    keys = rng.integers(0, 2 ** 32, 100_003, dtype=np.uint32)
+    got = scangen.radix_sort(gpu.to_gpu(keys), begin_bit=begin, end_bit=end).get()
+    part = (keys >> np.uint32(begin)) & np.uint32((1 << (end - begin)) - 1)
+    np.testing.assert_array_equal(got, keys[np.argsort(part, kind="stable")])
+
+
+def _ordered_bits(keys):
+    """What RadixDigitOffsets documents for integers: the key, or its sign bit flipped."""
+    bits = keys.view(f"u{keys.itemsize}").astype(np.uint64)
+    return bits ^ np.uint64(1 << (8 * keys.itemsize - 1)) if keys.dtype.kind == "i" else bits
+
+
+@pytest.mark.parametrize("dtype,shift,bits", [("uint32", 0, 8), ("uint32", 24, 8),
+                                              ("int32", 28, 4), ("uint8", 0, 1),
+                                              ("int64", 56, 8), ("uint16", 12, 8)])
+def test_radix_digit_offsets(gpu, rng, dtype, shift, bits):
+    for n in SIZES:
+        keys = keys_for(rng, dtype, n, "random")
+        digit = (_ordered_bits(keys) >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+        dest, digit_start = scangen.radix_digit_offsets(gpu.to_gpu(keys), shift, bits)
+        want = np.empty(n, np.int64)
+        want[np.argsort(digit, kind="stable")] = np.arange(n)
+        np.testing.assert_array_equal(dest.get(), want)
+        counts = np.bincount(digit.astype(np.int64), minlength=1 << bits)
+        np.testing.assert_array_equal(digit_start.get(),
+                                      np.concatenate([[0], np.cumsum(counts)[:-1]]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint8", "int64"])
+@pytest.mark.parametrize("bins", [1, 10, 256, 8192, 8193, 100_000])
+def test_histogram_matches_numpy(gpu, rng, dtype, bins):
+    low, high = (-3.0, 3.0) if np.dtype(dtype).kind == "f" else (10, 200)
+    for n in [0, 1, 1000, 1_000_003]:
+        if np.dtype(dtype).kind == "f":
+            x = rng.normal(size=n).astype(dtype) * 2
+            x[rng.random(n) < 0.01] = np.nan
+            # the edges themselves, and values just either side of them
+            edges = np.linspace(low, high, bins + 1).astype(dtype)
+            x[:min(n, edges.size)] = edges[:n]
+        else:
+            x = rng.integers(0, 256, n).astype(dtype)
+        counts, edges = scangen.histogram(gpu.to_gpu(x), bins, (low, high))
+        want, want_edges = np.histogram(x, bins, (low, high))
+        np.testing.assert_array_equal(counts.get(), want)
+        np.testing.assert_array_equal(edges, want_edges)
+        assert edges.dtype == want_edges.dtype
+        assert counts.dtype == np.int64
+
+
+def test_one_shot_functions_compile_once(gpu, rng):
+    keys = gpu.to_gpu(rng.random(1000).astype(np.float32))
+    scangen.radix_sort(keys)
+    scangen.argsort(keys)
+    scangen.histogram(keys, 10, (0, 1))
+    ints = gpu.to_gpu(rng.integers(0, 99, 1000).astype(np.uint32))
+    scangen.radix_digit_offsets(ints, 0)
+    before = scan_compile.compile_count
+    for _ in range(3):
+        scangen.radix_sort(keys)
+        scangen.argsort(keys)
+        scangen.histogram(keys, 10, (0, 1))
+        scangen.radix_digit_offsets(ints, 0)
+    assert scan_compile.compile_count == before
+
+
+def test_stream_and_scratch_reuse(gpu, rng):
+    import pycuda.driver as driver
+
+    sort = scangen.RadixSort(np.uint32, np.uint32)
+    stream = driver.Stream()
+    for n in [100_000, 3_000, 250_000]:  # scratch grows, then is reused
+        keys = rng.integers(0, 2 ** 32, n, dtype=np.uint32)
+        values = rng.integers(0, 2 ** 32, n, dtype=np.uint32)
+        got_keys, got_values = sort(gpu.to_gpu(keys), gpu.to_gpu(values), stream=stream)
+        stream.synchronize()
+        order = np.argsort(keys, kind="stable")
+        np.testing.assert_array_equal(got_keys.get(), keys[order])
+        np.testing.assert_array_equal(got_values.get(), values[order])
+
+
+def test_inputs_are_left_as_they_are(gpu, rng):
+    keys = rng.integers(0, 1000, 10_000).astype(np.int32)
+    values = rng.random(10_000)
+    k, v = gpu.to_gpu(keys), gpu.to_gpu(values)
+    scangen.radix_sort(k, v)
+    np.testing.assert_array_equal(k.get(), keys)
+    np.testing.assert_array_equal(v.get(), values)
+
+
+def test_bad_input(gpu):
+    keys = gpu.to_gpu(np.arange(10, dtype=np.uint32))
+    with pytest.raises(TypeError, match="cannot be radix sorted"):
+        scangen.radix_sort(gpu.to_gpu(np.ones(4, np.complex64)))
+    with pytest.raises(ValueError, match="outside the key's 32 bits"):
+        scangen.radix_sort(keys, end_bit=33)
+    with pytest.raises(ValueError, match="past end_bit"):
+        scangen.radix_sort(keys, begin_bit=9, end_bit=8)
+    with pytest.raises(ValueError, match="expected 10"):
+        scangen.radix_sort(keys, gpu.to_gpu(np.ones(9, np.float32)))
+    with pytest.raises(ValueError, match="1..8 bits"):
+        scangen.radix_digit_offsets(keys, 0, bits=0)
+    with pytest.raises(ValueError, match="range"):
+        scangen.histogram(keys, 4, (3, 1))
+    with pytest.raises(TypeError, match="must be a pycuda GPUArray"):
+        scangen.radix_sort(np.arange(4, dtype=np.uint32))
+
+
+def test_sort_past_2_to_the_31_keys(gpu, rng):
+    n = 2 ** 31 + 5
+    keys = rng.integers(0, 256, n, dtype=np.uint8)
+    counts = np.bincount(keys, minlength=256)
+    got = scangen.radix_sort(gpu.to_gpu(keys))
+    del keys
+    host = got.get()
+    del got
+    # A sorted uint8 array is its counts, one run per value.
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    assert (host[starts[counts > 0]] == np.flatnonzero(counts)).all()
+    assert (np.diff(host) >= 0).all()
+    np.testing.assert_array_equal(np.bincount(host, minlength=256), counts)
