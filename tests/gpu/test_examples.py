@@ -58,8 +58,35 @@ def test_linear_recurrence(gpu, capsys, n):
     assert capsys.readouterr().out.count("OK") == 1
 
 
+@pytest.mark.parametrize("n", [1000, 4097, 200_003])
+def test_particles(gpu, capsys, n):
+    sorted_particles = load_example("particles").main(n=n, seed=n)
+    assert capsys.readouterr().out.count("OK") == 1
+    cells = sorted_particles.get()
+    assert cells.size <= n
+
+
+def test_readme_sorting_section_runs(gpu):
+    namespace = run_readme_block("scangen.radix_sort(", "sorting")
+    keys, ids = namespace["keys"].get(), np.arange(1_000_000, dtype=np.int32)
+    order = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(namespace["ordered"].get(), keys[order])
+    np.testing.assert_array_equal(namespace["ids_by_key"].get(), ids[order])
+    _, rank = np.unique(keys, return_inverse=True)
+    np.testing.assert_array_equal(namespace["order"].get(),
+                                  np.lexsort((np.arange(keys.size), -rank.reshape(-1))))
+    cells = namespace["cells"].get()
+    digit = cells >> 24
+    dest = np.empty(cells.size, np.int64)
+    dest[np.argsort(digit, kind="stable")] = np.arange(cells.size)
+    np.testing.assert_array_equal(namespace["dest"].get(), dest)
+    np.testing.assert_array_equal(namespace["counts"].get(),
+                                  np.histogram(keys, 100, (-4.0, 4.0))[0])
+
+
 def test_examples_run_with_their_defaults(gpu, capsys):
-    names = ("sandwich", "running_max", "custom_operator", "compaction", "linear_recurrence")
+    names = ("sandwich", "running_max", "custom_operator", "compaction", "linear_recurrence",
+             "particles")
     for name in names:
         load_example(name).main()
     assert capsys.readouterr().out.count("OK") == len(names)
