@@ -4,6 +4,7 @@ generators, poisoned outputs, the reference with its tolerance, boundary sizes.
 Import from here instead of copying a helper into a test file.
 """
 import itertools
+import re
 
 import numpy as np
 
@@ -262,6 +263,25 @@ def simulate_device(monkeypatch, device=0, context=0xC0):
     monkeypatch.setattr(streams, "stream_context", lambda handle: context)
 
 
+# --- README blocks ------------------------------------------------------------------------
+
+def readme_python_blocks():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def run_readme_block(marker, what):
+    """Run, as written, the first README python block containing ``marker``; return its
+    namespace."""
+    blocks = [b for b in readme_python_blocks() if marker in b]
+    assert blocks, f"README.md has no {what} block"
+    namespace = {}
+    exec(compile(blocks[0], f"README.md {what}", "exec"), namespace)
+    return namespace
+
+
 # --- reference ---------------------------------------------------------------------------
 
 def expected(x, op, mode):
@@ -319,4 +339,4 @@ def assert_scan_equal(got, want, dtype, n):
 __all__ = ["AFFINE_MAPS", "COMPACTION", "FakeDeviceArray", "simulate_device", "PARTITION", "AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
            "VALUE_INDEX", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
-           "poisoned", "precompile", "random_input", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
+           "poisoned", "precompile", "random_input", "readme_python_blocks", "run_readme_block", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
