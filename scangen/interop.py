@@ -301,7 +301,8 @@ class Call:
         """A host copy of one argument, after the work queued on the call's stream."""
         view = self.views[name]
         host = np.empty(view.shape, view.dtype)
-        _streams().copy_to_host(host, view.ptr, self.stream)
+        if view.size:  # an empty GPUArray has no address
+            _streams().copy_to_host(host, view.ptr, self.stream)
         return host
 
 

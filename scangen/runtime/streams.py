@@ -120,10 +120,9 @@ def copy_to_host(host, address: int, stream) -> None:
     """Copy device memory at ``address`` into the numpy array ``host``, after the work
     queued on ``stream``."""
     before_host_read(stream)
-    if host.size:
-        import pycuda.driver as driver
+    import pycuda.driver as driver
 
-        driver.memcpy_dtoh(host, address)
+    driver.memcpy_dtoh(host, address)
 
 
 def stream_context(handle: int) -> int:

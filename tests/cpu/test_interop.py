@@ -515,6 +515,24 @@ def test_segmented_scan_and_two_dimensional_rows(launches):
     assert "rows" in title and values == (0x4000, 0x5000, 3) and n == 6
 
 
+def test_segmented_offsets_are_read_after_the_call_stream(monkeypatch, launches):
+    reads = []
+
+    def copy_to_host(host, address, stream):
+        reads.append((address, stream.handle))
+        host[:] = [0, 2, 6]
+
+    monkeypatch.setattr(streams, "copy_to_host", copy_to_host)
+    x, out = FakeDeviceArray(6, np.int32, 0x1000), FakeDeviceArray(6, np.int32, 0x2000)
+    offsets = FakeDeviceArray(3, np.int64, 0x3000)
+    scangen.SegmentedScan(np.int32, "add")(x, out, offsets=offsets, stream=0x4444)
+    assert reads == [(0x3000, 0x4444)]
+    assert launches[-1][1] == (0x1000, 0x3000, 3, 0x2000) and launches[-1][3].handle == 0x4444
+    with pytest.raises(ValueError, match="offsets must run from 0 to len"):
+        scangen.SegmentedScan(np.int32, "add")(x, out, offsets=FakeDeviceArray(0, np.int64, 0))
+    assert len(reads) == 1  # nothing to read from an empty array
+
+
 def test_select_with_the_count_on_the_device(fake_cupy, launches):
     select = scangen.Select(np.float32, flags=np.bool_)
     x, mask = FakeCupyArray(5, np.float32, 0x1000), FakeCupyArray(5, np.bool_, 0x2000)
