@@ -78,8 +78,9 @@ class _Kind:
         """The stream work on ``value`` is ordered on when the call names none."""
         return None
 
-    def empty(self, shape, dtype, like, stream):
-        """A new native array (of the library scangen returns to this kind's callers)."""
+    def empty(self, shape, dtype, like, stream, current):
+        """A new native array (of the library scangen returns to this kind's callers),
+        written on ``stream``; ``current``: that is the library's current stream."""
         from .runtime.launcher import _gpuarray
 
         return _gpuarray().empty(shape, dtype)
@@ -107,9 +108,9 @@ class _CuPy(_Kind):
     def default_stream(self, value):
         return sys.modules["cupy"].cuda.get_current_stream()
 
-    def empty(self, shape, dtype, like, stream):
+    def empty(self, shape, dtype, like, stream, current):
         cupy = sys.modules["cupy"]
-        if _same_stream(stream, cupy.cuda.get_current_stream().ptr):
+        if current or _same_stream(stream, cupy.cuda.get_current_stream().ptr):
             return cupy.empty(shape, dtype)
         # CuPy's pool hands memory back to the stream it was allocated on: allocate on the
         # stream that writes it, or a freed block could be reused while the scan still runs.
@@ -139,13 +140,13 @@ class _Torch(_Kind):
             return None  # refused by view(), with a message that says what to do
         return sys.modules["torch"].cuda.current_stream(value.device)
 
-    def empty(self, shape, dtype, like, stream):
+    def empty(self, shape, dtype, like, stream, current):
         torch = sys.modules["torch"]
         torch_dtype = getattr(torch, dtype.name, None) if dtype.kind != "V" else None
         if not isinstance(torch_dtype, torch.dtype):
             raise TypeError(f"torch has no dtype for {dtype}; pass CuPy arrays or pycuda "
                             "GPUArrays for this scan")
-        if _same_stream(stream, torch.cuda.current_stream(like.device).cuda_stream):
+        if current or _same_stream(stream, torch.cuda.current_stream(like.device).cuda_stream):
             return torch.empty(shape, dtype=torch_dtype, device=like.device)
         # The caching allocator ties a block to the stream current at allocation: allocate
         # on the stream that writes it (see _CuPy.empty).
@@ -258,7 +259,7 @@ class Call:
     gets one view.
     """
 
-    __slots__ = ("kind", "like", "stream", "views")
+    __slots__ = ("kind", "like", "stream", "views", "_default_stream")
 
     def __init__(self, stream, arrays: dict, writes=()):
         kind = like = first = None
@@ -276,6 +277,7 @@ class Call:
                                 "torch.as_tensor wrap other CUDA arrays without a copy)")
         self.kind = kind = PYCUDA if kind is None else kind
         self.like = like
+        self._default_stream = stream is None
         self.stream = as_stream(kind.default_stream(like) if stream is None and like is not None
                                 else stream, check_device=stream is not None)
         views, by_object = {}, {}
@@ -294,7 +296,7 @@ class Call:
     def empty(self, shape, dtype):
         """``(native, view)``: a new array of the call's kind, and the view kernels write."""
         dtype = np.dtype(dtype)
-        native = self.kind.empty(shape, dtype, self.like, self.stream)
+        native = self.kind.empty(shape, dtype, self.like, self.stream, self._default_stream)
         return native, self.kind.view(native, "out", self.stream)
 
     def to_host(self, name) -> np.ndarray:
