@@ -14,6 +14,7 @@ from .kernel import ScanKernel
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
 from .check import OperatorReport, check_operator
+from .one_shot import exclusive_scan, inclusive_scan
 from .primitives import (Histogram, Partition, RadixDigitOffsets, RadixSort, RunLengthEncode,
                          Select, Unique, argsort, histogram, partition, radix_digit_offsets,
                          radix_sort, remove_if, run_length_encode, select, unique)
@@ -21,7 +22,7 @@ from .primitives import (Histogram, Partition, RadixDigitOffsets, RadixSort, Run
 __all__ = [
     # scans
     "Scan", "ScanKernel", "SegmentedScan", "Operator", "BUILTIN_OPERATORS", "LAST_NONZERO",
-    "check_operator", "OperatorReport", "reference_scan",
+    "check_operator", "OperatorReport", "reference_scan", "inclusive_scan", "exclusive_scan",
     # primitives
     "Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if", "partition",
     "unique", "run_length_encode", "RadixDigitOffsets", "RadixSort", "Histogram",
@@ -32,4 +33,5 @@ __all__ = [
     "GPUUnavailableError", "ScanCompileError", "RenderError", "UserCodeError",
     "current_context",
 ]
+#: The one place the version is written (setup.cfg reads it; python -m scangen --version).
 __version__ = "0.1.0"

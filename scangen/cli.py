@@ -373,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
             Run '{PROG} COMMAND --help' for a command's options.
             """),
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (func, help, description, arguments, spec_options, configure) in COMMANDS.items():
         sub = subparsers.add_parser(

@@ -121,13 +121,26 @@ def check_with_nvcc(module_spec, arch: str = "sm_90") -> None:
 class CompiledModule:
     """The prepared kernels of one module, in one context, by kernel name."""
 
-    def __init__(self, module, module_spec):
+    def __init__(self, module, module_spec, cubin: bytes = b""):
         self.module = module
+        self.cubin = cubin
+        self._raw = None
         self.functions = {}
         for name, parameters in module_spec.entry_points():
             function = module.get_function(name)
             function.prepare(launch_format(parameters))
             self.functions[name] = function
+
+    def raw_functions(self):
+        """The same kernels loaded a second time through the driver API, for launches on
+        streams pycuda did not make (scangen.runtime.streams explains why)."""
+        if self._raw is None:
+            from .runtime.streams import RawFunctions
+
+            with _lock:
+                if self._raw is None:
+                    self._raw = RawFunctions(self.cubin)
+        return self._raw
 
 
 _cache: dict = {}
@@ -168,7 +181,7 @@ def compile_module(module_spec) -> CompiledModule:
         compile_count += 1
         from pycuda.driver import module_from_buffer
 
-        compiled = CompiledModule(module_from_buffer(cubin), module_spec)
+        compiled = CompiledModule(module_from_buffer(cubin), module_spec, cubin)
         _cache[key] = compiled
         return compiled
 

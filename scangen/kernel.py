@@ -166,8 +166,11 @@ class ScanKernel:
         As for scangen.Scan.
 
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
-    ``arguments`` (pycuda GPUArrays or integer device addresses for pointers, numbers for
-    scalars); ``n`` defaults to the length of the first array argument.
+    ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
+    CuPy arrays, torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``
+    (scangen.interop), or integer device addresses; numbers for scalars); ``n`` defaults to
+    the length of the first array argument; ``stream`` (a pycuda, CuPy or torch stream, or
+    a raw handle) defaults to the arrays' library's current stream.
     """
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
@@ -248,6 +251,7 @@ class ScanKernel:
 
     def launch_converted(self, values: tuple, n: int, stream=None) -> None:
         """Launch with argument values already converted (device addresses as np.uintp,
-        scalars as numpy scalars of their C type): for clients such as Scan that validate
-        their own arrays and want the per-call cost of nothing more."""
+        scalars as numpy scalars of their C type) on a stream already resolved by
+        scangen.interop (None, a pycuda Stream or a RawStream): for clients such as Scan
+        that validate their own arrays and want the per-call cost of nothing more."""
         self._runtime.launch(values, n, stream)

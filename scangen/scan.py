@@ -5,7 +5,8 @@ import numpy as np
 
 from .compile import GPUUnavailableError, ScanCompileError
 from .kernel import ScanKernel
-from .runtime.launcher import _gpuarray, c_contiguous, overlaps
+from .interop import Call
+from .runtime.launcher import overlaps
 from .spec import MODES
 from .types import element_type
 
@@ -135,35 +136,40 @@ class Scan:
         return self._rows_kernel
 
     def __call__(self, x, out=None, *, stream=None, initial=None):
-        """Scan ``x`` (a 1-D or 2-D C-contiguous GPUArray) into ``out`` (new if None; of the
-        result dtype; may be ``x`` when the dtypes agree)."""
-        gpuarray = self._check_arrays(x, out)
+        """Scan ``x`` into ``out`` (new if None; of the result dtype; may be ``x`` when the
+        dtypes agree) and return ``out``.
+
+        ``x`` is a 1-D or 2-D C-contiguous device array: a pycuda GPUArray, a CuPy array, a
+        torch tensor, or any object with ``__cuda_array_interface__`` or ``__dlpack__``;
+        ``out`` is of the same kind, and a new ``out`` is allocated by that library (see
+        scangen.interop). ``stream`` (a pycuda, CuPy or torch stream, or a raw handle)
+        defaults to the array library's current stream."""
+        call = Call(stream, {"x": x, "out": out}, writes=("out",))
+        x_view, out_view = call.views["x"], call.views["out"]
+        self._check_arrays(x_view, out_view, out is x)
         if out is None:
-            out = gpuarray.empty(x.shape, self.dtype)
-        n = x.size
+            out, out_view = call.empty(x_view.shape, self.dtype)
+        n = x_view.size
         if n == 0:
             return out
-        pointers = (np.uintp(x.ptr), np.uintp(out.ptr))
-        if len(x.shape) == 2:
+        stream = call.stream
+        pointers = (np.uintp(x_view.ptr), np.uintp(out_view.ptr))
+        if len(x_view.shape) == 2:
             if initial is not None:
                 raise ValueError("initial= with 2-D (row by row) input is not supported yet")
-            self.rows_kernel.launch_converted(pointers + (np.int64(x.shape[1]),), n, stream)
+            self.rows_kernel.launch_converted(pointers + (np.int64(x_view.shape[1]),), n,
+                                              stream)
         elif initial is not None or self.kernel.initial is not None:
             self.kernel(*pointers, n=n, stream=stream, initial=initial)
         else:
             self.kernel.launch_converted(pointers, n, stream)
         return out
 
-    def _check_arrays(self, x, out):
-        gpuarray = _gpuarray()
+    def _check_arrays(self, x, out, in_place):
+        """Views (scangen.interop) of the input and of out (None: a new one)."""
         for name, array, dtype in (("x", x, self.input_dtype), ("out", out, self.dtype)):
             if array is None:
                 continue
-            if not isinstance(array, gpuarray.GPUArray):
-                hint = " (copy it with pycuda.gpuarray.to_gpu)" if isinstance(array, np.ndarray) \
-                    else ""
-                raise TypeError(f"{name} must be a pycuda GPUArray, not "
-                                f"{type(array).__name__}{hint}")
             if array.dtype != dtype and name == "out":
                 raise TypeError(f"out has dtype {array.dtype}, but this scan writes "
                                 f"{dtype}: pass an out of dtype {dtype} (or none, "
@@ -175,12 +181,8 @@ class Scan:
             if len(array.shape) not in (1, 2):
                 raise ValueError(f"{name} must be 1-D (or 2-D, scanned row by row), got shape "
                                  f"{array.shape}")
-            if not c_contiguous(array):
-                raise ValueError(f"{name} must be C-contiguous (a strided view is not)")
-        if out is not None and out is not x:
+        if out is not None and not in_place:
             if out.shape != x.shape:
                 raise ValueError(f"out has shape {out.shape}, but x has shape {x.shape}")
             if x.size and overlaps(x, out):
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")
-        return gpuarray
-

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel import ScanKernel
-from .runtime.launcher import _gpuarray, check_array
+from .interop import Call
+from .runtime.launcher import check_array
 from .scan import _OUTPUT
 from .spec import MODES
 from .types import MASK_C_TYPES, element_type
@@ -86,35 +87,39 @@ class SegmentedScan:
         return self._kernels[key]
 
     def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None):
-        gpuarray = _gpuarray()
+        """Scan ``x`` segment by segment into ``out`` (new if None) and return ``out``.
+        Arrays are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, ...; see
+        Scan); ``stream`` defaults to the array library's current stream."""
         given = {name: value for name, value in
                  (("flags", flags), ("offsets", offsets), ("keys", keys)) if value is not None}
         if len(given) != 1:
             raise TypeError("give exactly one of flags=, offsets= or keys=")
         (form, index), = given.items()
-        check_array("x", x, self.dtype)
-        n = x.size
+        call = Call(stream, {"x": x, "out": out, form: index}, writes=("out",))
+        x_view, index = call.views["x"], call.views[form]
+        check_array("x", x_view, self.dtype)
+        n = x_view.size
         if out is None:
-            out = gpuarray.empty(n, self.dtype)
-        check_array("out", out, self.dtype, length=n)
+            out, out_view = call.empty((n,), self.dtype)
+        else:
+            out_view = call.views["out"]
+            check_array("out", out_view, self.dtype, length=n)
         allowed = _OFFSET_TYPES if form == "offsets" else \
             [d for d in MASK_C_TYPES if form == "flags" or d != np.bool_]
-        if not isinstance(index, gpuarray.GPUArray):
-            raise TypeError(f"{form} must be a pycuda GPUArray, not {type(index).__name__}")
         if index.dtype not in allowed:
             raise TypeError(f"{form} has dtype {index.dtype}; use one of "
                             f"{', '.join(d.name for d in allowed)}")
         extra = ()
         if form == "offsets":
             check_array(form, index, index.dtype)
-            _check_offsets(index.get(), n)
+            _check_offsets(call.to_host(form), n)
             extra = (np.int64(index.size),)
         else:
             check_array(form, index, index.dtype, length=n)
         if n:
             self.kernel(form, index.dtype).launch_converted(
-                (np.uintp(x.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out.ptr),), n,
-                stream)
+                (np.uintp(x_view.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out_view.ptr),),
+                n, call.stream)
         return out
 
 

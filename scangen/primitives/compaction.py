@@ -4,7 +4,8 @@ scan of 1s and 0s) and scatters kept elements to their exclusive count.
 Every class builds its kernel once (validated and rendered at construction, compiled on
 first use) and keeps a one-element count buffer per instance; the one-shot functions cache
 their objects, so a second call with the same dtypes and predicate compiles nothing.
-Arrays are 1-D contiguous pycuda GPUArrays; counts and indices are 64-bit.
+Arrays are 1-D C-contiguous device arrays of one kind (pycuda GPUArray, CuPy, torch, ...:
+see scangen.interop) and results come back in that kind; counts and indices are 64-bit.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import functools
 
 import numpy as np
 
+from ..interop import Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, overlaps
+from ..runtime.streams import before_host_read, memset_d8_async
 from ..types import MASK_C_TYPES, element_type
 from ..usercode import check_code
 
@@ -61,49 +64,58 @@ class _Compaction:
         """Compile with the nvcc on PATH (no GPU needed); errors name the piece."""
         self.kernel.check_compile()
 
-    def _output(self, out, n, x=None, name="out"):
+    def _output(self, call, given, n, name="out"):
+        """``(native, view)`` of the output ``name``: ``given``, checked, or a new one."""
+        out = call.views[name]
         if out is None:
-            return _gpuarray().empty(n, self.dtype)
+            return call.empty((n,), self.dtype)
         check_array(name, out, self.dtype)
         if out.size < n:
             raise ValueError(f"{name} has {out.size} elements; it needs room for {n}")
-        if x is not None and x.size and out.size and overlaps(x, out):
+        x = call.views["x"]
+        if x.size and out.size and overlaps(x, out):
             # Kept elements move to earlier places that other blocks may still read.
             raise ValueError(f"{name} overlaps x; compaction cannot work in place")
-        return out
+        return given, out
 
     def _count_buffer(self):
         if self._count is None:
             self._count = _gpuarray().zeros(1, np.int64)
         return self._count
 
-    def _launch(self, arrays, n, stream):
-        """Run over n elements of ``arrays`` (the kernel's array arguments before the count);
-        the count buffer holds the number kept (0 when n is 0, and nothing is launched: an
-        empty GPUArray has no address)."""
-        count = self._count_buffer()
-        if n == 0:
-            count.fill(0, stream=stream)
+    def _launch(self, call, arrays, n, count_on_device):
+        """Run over n elements of ``arrays`` (views of the kernel's array arguments before
+        the count) on the call's stream. Returns the count: a new one-element int64 array of
+        the call's kind with ``count_on_device``, else the instance's own buffer, to be
+        read with ``_read``. When n is 0 nothing is launched (an empty GPUArray has no
+        address) and the count is set to 0."""
+        if count_on_device:
+            count, count_view = call.empty((1,), np.int64)
         else:
-            self.kernel.launch_converted(tuple(np.uintp(a.ptr) for a in (*arrays, count)),
-                                         n, stream)
+            count = count_view = self._count_buffer()
+        if n == 0:
+            memset_d8_async(count_view.ptr, 0, count_view.nbytes, call.stream)
+        else:
+            self.kernel.launch_converted(tuple(np.uintp(a.ptr) for a in (*arrays, count_view)),
+                                         n, call.stream)
         return count
 
     @staticmethod
     def _read(count, stream) -> int:
-        if stream is not None:
-            stream.synchronize()
+        before_host_read(stream)
         return int(count.get()[0])
 
     def _compact(self, x, out, stream, count_on_device, *, trimmed):
         """The kernel over x into out: ``(out, count on the device)``, or on the host
         ``out[:count]`` (trimmed) or ``(out, count)``."""
-        check_array("x", x, self.dtype)
-        out = self._output(out, x.size, x)
-        count = self._launch([x, out], x.size, stream)
+        call = Call(stream, {"x": x, "out": out}, writes=("out",))
+        check_array("x", call.views["x"], self.dtype)
+        n = call.views["x"].size
+        out, out_view = self._output(call, out, n)
+        count = self._launch(call, [call.views["x"], out_view], n, count_on_device)
         if count_on_device:
             return out, count
-        kept = self._read(count, stream)
+        kept = self._read(count, call.stream)
         return _leading(out, kept) if trimmed else (out, kept)
 
 
@@ -125,9 +137,10 @@ class Select(_Compaction):
     **scan_options:
         algorithm, section_size, items_per_thread, strategy, tuning as for Scan.
 
-    Call ``sel(x)`` (or ``sel(x, mask)``) -> the kept elements, a new GPUArray of length
-    count (a view of ``out`` when given). ``count_on_device=True`` returns ``(out,
-    count)`` with the count in a one-element int64 GPUArray and no host synchronisation.
+    Call ``sel(x)`` (or ``sel(x, mask)``) -> the kept elements, a new array of x's kind of
+    length count (a view of ``out`` when given). ``count_on_device=True`` returns ``(out,
+    count)`` with the count in a new one-element int64 array of x's kind and no host
+    synchronisation. ``stream`` defaults to the array library's current stream.
     """
 
     def __init__(self, dtype, predicate=None, *, flags=None, keep=True, **scan_options):
@@ -156,21 +169,23 @@ class Select(_Compaction):
                          **scan_options)
 
     def __call__(self, x, flags=None, *, out=None, stream=None, count_on_device=False):
-        check_array("x", x, self.dtype)
-        n = x.size
-        arrays = [x]
+        call = Call(stream, {"x": x, "flags": flags, "out": out}, writes=("out",))
+        x_view = call.views["x"]
+        check_array("x", x_view, self.dtype)
+        n = x_view.size
+        arrays = [x_view]
         if self.flags_dtype is not None:
             if flags is None:
                 raise TypeError("this Select keeps elements by a mask: call it as sel(x, flags)")
-            check_array("flags", flags, self.flags_dtype, length=n)
-            arrays.append(flags)
+            check_array("flags", call.views["flags"], self.flags_dtype, length=n)
+            arrays.append(call.views["flags"])
         elif flags is not None:
             raise TypeError("this Select keeps elements by its predicate; it takes no flags")
-        out = self._output(out, n, x)
-        count = self._launch(arrays + [out], n, stream)
+        out, out_view = self._output(call, out, n)
+        count = self._launch(call, arrays + [out_view], n, count_on_device)
         if count_on_device:
             return out, count
-        return _leading(out, self._read(count, stream))
+        return _leading(out, self._read(count, call.stream))
 
 
 class Partition(_Compaction):
@@ -231,14 +246,18 @@ class RunLengthEncode(_Compaction):
             title="run_length_encode", **scan_options)
 
     def __call__(self, x, *, stream=None):
-        check_array("x", x, self.dtype)
-        gpuarray, n = _gpuarray(), x.size
-        values = gpuarray.empty(n, self.dtype)
-        starts, ends = gpuarray.empty(n, np.int64), gpuarray.empty(n, np.int64)
-        count = self._launch([x, values, starts, ends], n, stream)
-        runs = self._read(count, stream)
+        call = Call(stream, {"x": x})
+        check_array("x", call.views["x"], self.dtype)
+        n = call.views["x"].size
+        (values, values_view), (starts, starts_view), (ends, ends_view) = (
+            call.empty((n,), self.dtype), call.empty((n,), np.int64), call.empty((n,), np.int64))
+        count = self._launch(call, [call.views["x"], values_view, starts_view, ends_view], n,
+                             False)
+        runs = self._read(count, call.stream)
         if runs == 0:  # pycuda neither slices nor subtracts empty arrays
-            return values, gpuarray.empty(0, np.int64)
+            return values, call.empty((0,), np.int64)[0]
+        # The subtraction runs on the array library's own stream; the read above already
+        # waited for the kernel.
         return _leading(values, runs), _leading(ends, runs) - _leading(starts, runs)
 
 
@@ -249,17 +268,29 @@ def _select(dtype, predicate, flags, keep):
     return Select(dtype, predicate, flags=flags, keep=keep)
 
 
+_ARRAYS = """x (and flags) are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, or any
+    object with __cuda_array_interface__ or __dlpack__), and the results are of that kind; or
+    host numpy arrays, copied to the GPU and the results copied back."""
+
+
 def select(x, predicate=None, *, flags=None, stream=None):
     """The elements of x for which ``predicate`` (a C expression in x and i) holds, or where
-    ``flags`` (a bool or integer GPUArray of len(x)) is nonzero, in order: a new GPUArray."""
-    flags_dtype = None if flags is None else np.dtype(flags.dtype)
-    return _select(np.dtype(x.dtype), predicate, flags_dtype, True)(x, flags, stream=stream)
+    ``flags`` (a bool or integer array of len(x)) is nonzero, in order: a new array.
+    {arrays}"""
+    return _one_shot_select(x, predicate, flags, stream, True)
 
 
 def remove_if(x, predicate=None, *, flags=None, stream=None):
-    """The complement of select: the elements for which ``predicate`` does not hold."""
-    flags_dtype = None if flags is None else np.dtype(flags.dtype)
-    return _select(np.dtype(x.dtype), predicate, flags_dtype, False)(x, flags, stream=stream)
+    """The complement of select: the elements for which ``predicate`` does not hold.
+    {arrays}"""
+    return _one_shot_select(x, predicate, flags, stream, False)
+
+
+def _one_shot_select(x, predicate, flags, stream, keep):
+    flags_dtype = None if flags is None else dtype_of(flags, "flags")
+    kernel = _select(dtype_of(x), predicate, flags_dtype, keep)
+    return host_round_trip(lambda x, flags: kernel(x, flags, stream=stream),
+                           {"x": x, "flags": flags}, stream)
 
 
 @functools.lru_cache(maxsize=128)
@@ -269,8 +300,9 @@ def _partition(dtype, predicate):
 
 def partition(x, predicate, *, stream=None):
     """``(out, n_true)``: the elements for which ``predicate`` holds, then the others, each
-    in their original order."""
-    return _partition(np.dtype(x.dtype), predicate)(x, stream=stream)
+    in their original order. {arrays}"""
+    part = _partition(dtype_of(x), predicate)
+    return host_round_trip(lambda x: part(x, stream=stream), {"x": x}, stream)
 
 
 @functools.lru_cache(maxsize=32)
@@ -279,8 +311,9 @@ def _unique(dtype):
 
 
 def unique(x, *, stream=None):
-    """x without consecutive duplicates (on sorted x: its distinct values)."""
-    return _unique(np.dtype(x.dtype))(x, stream=stream)
+    """x without consecutive duplicates (on sorted x: its distinct values). {arrays}"""
+    kernel = _unique(dtype_of(x))
+    return host_round_trip(lambda x: kernel(x, stream=stream), {"x": x}, stream)
 
 
 @functools.lru_cache(maxsize=32)
@@ -289,5 +322,10 @@ def _run_length_encode(dtype):
 
 
 def run_length_encode(x, *, stream=None):
-    """``(values, counts)`` of the runs of equal consecutive elements of x."""
-    return _run_length_encode(np.dtype(x.dtype))(x, stream=stream)
+    """``(values, counts)`` of the runs of equal consecutive elements of x. {arrays}"""
+    kernel = _run_length_encode(dtype_of(x))
+    return host_round_trip(lambda x: kernel(x, stream=stream), {"x": x}, stream)
+
+
+for _function in (select, remove_if, partition, unique, run_length_encode):
+    _function.__doc__ = _function.__doc__.format(arrays=_ARRAYS)

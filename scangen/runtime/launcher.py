@@ -10,6 +10,7 @@ import numpy as np
 from ..compile import compile_module, current_context, require_pycuda
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from .scratch import StreamScratch
+from .streams import RawLaunch, RawStream
 
 #: Bound launchers kept per kernel spec (one per distinct n, stream and context).
 _MAX_LAUNCHERS = 256
@@ -23,7 +24,7 @@ def cached_plan(kernel_spec, n):
 class Launcher:
     """A plan bound to one context's kernels and one stream's scratch."""
 
-    def __init__(self, plan, functions: dict, scratch: StreamScratch, stream=None):
+    def __init__(self, plan, compiled, scratch: StreamScratch, stream=None):
         self.scratch = scratch
         bindings = scratch.bind(plan, stream)
         # Read after bind, which bumps the generation when it replaces an allocation.
@@ -35,7 +36,7 @@ class Launcher:
             args = [_bind(arg, bindings) for arg in launch.args[1 if takes_user_args else 0:]]
             runtime_slots = [(i, arg.name) for i, arg in enumerate(
                 launch.args[1 if takes_user_args else 0:]) if isinstance(arg, RuntimeArg)]
-            self.steps.append((functions[launch.kernel.name].prepared_async_call,
+            self.steps.append((_launch_function(compiled, launch.kernel.name, stream),
                                (launch.grid, 1, 1), (launch.block, 1, 1), takes_user_args,
                                args, runtime_slots))
 
@@ -57,6 +58,16 @@ class Launcher:
                 launch(grid, block, stream, *args)
 
 
+def _launch_function(compiled, name, stream):
+    """``f(grid, block, stream, *args)`` launching kernel ``name`` on ``stream``: pycuda's
+    prepared call on its own streams, the driver's cuLaunchKernel on a foreign handle
+    (pycuda takes only its own Stream objects; see scangen.runtime.streams)."""
+    function = compiled.functions[name]
+    if isinstance(stream, RawStream):
+        return RawLaunch(compiled.raw_functions().function(name), function.arg_format)
+    return function.prepared_async_call
+
+
 def _bind(arg, bindings):
     if isinstance(arg, BufferArg):
         return bindings[arg.name]
@@ -73,31 +84,32 @@ class Runtime:
     def __init__(self, kernel_spec):
         self.kernel_spec = kernel_spec
         self._scratch = {}  # (stream handle, context handle) -> StreamScratch
-        self._launchers = {}  # (n, stream handle, context handle) -> Launcher
+        self._launchers = {}  # (n, stream handle, context handle, raw) -> Launcher
 
     def plan(self, n):
         return cached_plan(self.kernel_spec, n)
 
     def __call__(self, args, *, n=None, stream=None) -> None:
-        values, n = convert_arguments(self.kernel_spec.hooks.arguments,
-                                      self.kernel_spec.scan.etype.dtype, args, n)
+        values, n, stream = convert_arguments(self.kernel_spec.hooks.arguments,
+                                              self.kernel_spec.scan.etype.dtype, args, n, stream)
         self.launch(values, n, stream)
 
     def launch(self, user_values: tuple, n: int, stream) -> None:
-        """Launch over n indices with already converted argument values."""
+        """Launch over n indices with already converted argument values, on a stream as
+        scangen.interop.as_stream gives it (None, a pycuda Stream or a RawStream)."""
         if n == 0:
             return
         stream_key = 0 if stream is None else stream.handle
         context = current_context()
-        key = (n, stream_key, context.handle)
+        # Whose stream it is decides how the launcher launches (see _launch_function).
+        key = (n, stream_key, context.handle, type(stream) is RawStream)
         launcher = self._launchers.get(key)
         if launcher is None or launcher.stale():
             scratch = self._scratch.get((stream_key, context.handle))
             if scratch is None:
                 scratch = StreamScratch(self.kernel_spec.scan.acc_itemsize)
                 self._scratch[(stream_key, context.handle)] = scratch
-            launcher = Launcher(self.plan(n), compile_module(self.kernel_spec).functions,
-                                scratch, stream)
+            launcher = Launcher(self.plan(n), compile_module(self.kernel_spec), scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
             self._launchers[key] = launcher
@@ -106,69 +118,59 @@ class Runtime:
 
 # ------------------------------------------------------------------ argument conversion
 
-def _device_array(value):
-    """(address, length, dtype) of a device array, or None if value is not one."""
-    gpuarray = _gpuarray()
-    if isinstance(value, gpuarray.GPUArray):
-        return int(value.gpudata) if value.size else 0, value.size, value.dtype
-    interface = getattr(value, "__cuda_array_interface__", None)
-    if interface is not None:
-        shape = interface["shape"]
-        size = int(np.prod(shape)) if shape else 1
-        return int(interface["data"][0]), size, np.dtype(interface["typestr"])
-    return None
+def convert_arguments(arguments, scan_dtype, args, n, stream=None):
+    """The values to launch with, n, and the stream (as scangen.interop.as_stream gives it).
+    Raises TypeError naming a wrong argument."""
+    from ..interop import Call, kind_of
 
-
-def convert_arguments(arguments, scan_dtype, args, n):
-    """The values to launch with, and n. Raises TypeError naming a wrong argument."""
     if len(args) != len(arguments):
         names = ", ".join(a.name for a in arguments) or "none"
         raise TypeError(f"this kernel takes {len(arguments)} argument(s) ({names}) before n= "
                         f"and stream=, got {len(args)}")
-    values = []
-    first_length = None
+    arrays = {}
     for argument, value in zip(arguments, args):
-        if argument.pointer:
-            address, length = _pointer(argument, value, scan_dtype)
-            if first_length is None and length is not None:
-                first_length = length
-            values.append(np.uintp(address))
-        else:
+        if not argument.pointer:
+            continue
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"argument {argument.name!r} is a pointer; got {value!r}")
+        if isinstance(value, (int, np.integer)):
+            continue  # a raw device address
+        if kind_of(value) is None:
+            hint = " (copy it to the GPU first, e.g. pycuda.gpuarray.to_gpu)" \
+                if isinstance(value, np.ndarray) else ""
+            raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a "
+                            f"device array or address, not {type(value).__name__}{hint}")
+        arrays[argument.name] = value
+    call = Call(stream, arrays, writes=[a.name for a in arguments if a.pointer and not a.const])
+    values = []
+    first = None
+    for argument, value in zip(arguments, args):
+        if not argument.pointer:
             values.append(convert_scalar(argument, value))
+        elif argument.name not in arrays:
+            values.append(np.uintp(int(value)))
+        else:
+            view = call.views[argument.name]
+            expected = scan_dtype if argument.c_type == "scan_t" else argument.scalar_dtype
+            if expected is not None and view.dtype != expected:
+                raise TypeError(f"argument {argument.name!r} is declared "
+                                f"{argument.declaration} ({expected}) but the array has dtype "
+                                f"{view.dtype}")
+            first = first or (argument, view.size)
+            values.append(np.uintp(view.ptr if view.size else 0))
     if n is None:
-        if first_length is None:
+        if first is None:
             raise TypeError("n= is required: no argument is an array whose length could be "
                             "the number of elements")
-        n = first_length
+        n = first[1]
     else:
         from ..plan import as_count
 
         n = as_count(n)
-        if first_length is not None and n > first_length:
-            first = next(a for a, v in zip(arguments, args)
-                         if a.pointer and _device_array(v) is not None)
+        if first is not None and n > first[1]:
             raise ValueError(f"n={n} is larger than the first array argument "
-                             f"{first.name!r} ({first_length} elements)")
-    return tuple(values), n
-
-
-def _pointer(argument, value, scan_dtype):
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"argument {argument.name!r} is a pointer; got {value!r}")
-    if isinstance(value, (int, np.integer)):
-        return int(value), None  # a raw device address
-    array = _device_array(value)
-    if array is None:
-        hint = " (copy it to the GPU first, e.g. pycuda.gpuarray.to_gpu)" \
-            if isinstance(value, np.ndarray) else ""
-        raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a device "
-                        f"array or address, not {type(value).__name__}{hint}")
-    address, length, dtype = array
-    expected = scan_dtype if argument.c_type == "scan_t" else argument.scalar_dtype
-    if expected is not None and dtype != expected:
-        raise TypeError(f"argument {argument.name!r} is declared {argument.declaration} "
-                        f"({expected}) but the array has dtype {dtype}")
-    return address, length
+                             f"{first[0].name!r} ({first[1]} elements)")
+    return tuple(values), n, call.stream
 
 
 def convert_scalar(argument, value):
@@ -192,32 +194,19 @@ def convert_scalar(argument, value):
     return dtype.type(value)
 
 
-def c_contiguous(array) -> bool:
-    """Whether a GPUArray's elements are packed in C order. Computed from shape and strides:
-    cheaper per call than pycuda's flags, which small scans would feel."""
-    expected = array.dtype.itemsize
-    for extent, stride in zip(reversed(array.shape), reversed(array.strides)):
-        if extent > 1 and stride != expected:
-            return False
-        expected *= extent
-    return True
-
-
 def check_array(name, array, dtype, length=None) -> None:
-    """A 1-D contiguous GPUArray of ``dtype`` (and ``length`` elements), or a clear error."""
-    gpuarray = _gpuarray()
-    if not isinstance(array, gpuarray.GPUArray):
-        raise TypeError(f"{name} must be a pycuda GPUArray, not {type(array).__name__}")
+    """A 1-D array view (scangen.interop, C-contiguous already) of ``dtype`` (and
+    ``length`` elements), or a clear error."""
     if array.dtype != dtype:
         raise TypeError(f"{name} has dtype {array.dtype}; expected {dtype}")
-    if len(array.shape) != 1 or not c_contiguous(array):
-        raise ValueError(f"{name} must be a 1-D contiguous array")
+    if len(array.shape) != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {array.shape}")
     if length is not None and array.size != length:
         raise ValueError(f"{name} has {array.size} elements; expected {length}")
 
 
 def overlaps(a, b) -> bool:
-    """Whether two GPUArrays share any byte."""
+    """Whether two array views share any byte."""
     return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
 
 

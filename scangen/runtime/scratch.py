@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..compile import require_pycuda
 from ..strategies.tile_state import EPOCH_LIMIT, TileState, aligned
+from .streams import memset_d8_async
 
 
 class StreamScratch:
@@ -28,7 +29,8 @@ class StreamScratch:
     def bind(self, plan, stream=None) -> dict:
         """Addresses of the plan's temporaries, growing the allocations if needed. New
         single-pass state is zeroed on ``stream``, ahead of the call's kernels (a memset on
-        the legacy stream would not order against a non-blocking stream)."""
+        the legacy stream would not order against a non-blocking stream). ``stream`` may be a
+        foreign handle (a RawStream): scratch is keyed by handle, whoever made the stream."""
         driver = require_pycuda()
         bindings = {}
         per_call = [t for t in plan.temporaries if not t.persistent]
@@ -50,7 +52,7 @@ class StreamScratch:
                 capacity = max(tiles, 2 * self.state[1] if self.state else 0)
                 nbytes = self.tile_state.allocation_bytes(capacity)
                 allocation = driver.mem_alloc(nbytes)
-                driver.memset_d8_async(allocation, 0, nbytes, stream)
+                memset_d8_async(int(allocation), 0, nbytes, stream)
                 self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
                 self.generation += 1
             allocation, capacity = self.state
@@ -65,7 +67,7 @@ class StreamScratch:
         if self.epoch == EPOCH_LIMIT:
             allocation, capacity = self.state
             status = self.tile_state.offsets(capacity)["status"]
-            require_pycuda().memset_d8_async(
+            memset_d8_async(
                 int(allocation) + status, 0,
                 self.tile_state.allocation_bytes(capacity) - status, stream)
             self.epoch = 1

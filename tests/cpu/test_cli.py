@@ -226,12 +226,14 @@ def test_python_dash_m_scangen():
     assert bad.stderr.startswith("error: unknown operator 'nope'")
 
 
-def test_tuning_script_help_needs_no_gpu():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tune_single_pass.py"),
+@pytest.mark.parametrize("script,option", [("tune_single_pass.py", "--sizes"),
+                                           ("per_call_overhead.py", "--calls")])
+def test_benchmark_script_help_needs_no_gpu(script, option):
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
-    assert "--sizes" in result.stdout
+    assert option in result.stdout
 
 
 @pytest.mark.parametrize("what,predicate", [("select", "x > 0.5f"), ("remove_if", "x > 0.5f"),

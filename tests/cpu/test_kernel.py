@@ -8,7 +8,7 @@ import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
 from scangen import UserCodeError
 from scangen.runtime import launcher
-from tests.support import COMPACTION
+from tests.support import COMPACTION, FakeDeviceArray, simulate_device
 
 
 def compaction(**kwargs):
@@ -121,25 +121,15 @@ def test_scan_is_a_scan_kernel():
 
 # --- call-time argument conversion (no GPU: objects with __cuda_array_interface__) --------
 
-class FakeDeviceArray:
-    def __init__(self, n, dtype, address=0x10000):
-        self.__cuda_array_interface__ = {"shape": (n,), "typestr": np.dtype(dtype).str,
-                                         "data": (address, False), "version": 3}
-
-
 @pytest.fixture
 def no_pycuda(monkeypatch):
-    """Convert arguments without importing pycuda: no GPUArray type exists here."""
-    class NoGPUArray:
-        pass
-
-    monkeypatch.setattr(launcher, "_gpuarray", lambda: type("gpuarray", (), {
-        "GPUArray": NoGPUArray}))
+    """Convert arguments without pycuda or a GPU (tests.support.simulate_device)."""
+    simulate_device(monkeypatch)
 
 
 def convert(kernel, *args, n=None):
     spec = kernel.kernel_spec
-    return launcher.convert_arguments(spec.hooks.arguments, spec.scan.etype.dtype, args, n)
+    return launcher.convert_arguments(spec.hooks.arguments, spec.scan.etype.dtype, args, n)[:2]
 
 
 def test_n_defaults_to_the_first_array(no_pycuda):

@@ -424,7 +424,11 @@ assert "x[i] > 0.5f ? 1 : 0" in compact.source
 assert compact.plan(10**6).launches
 assert "pycuda" not in sys.modules, sorted(m for m in sys.modules if "pycuda" in m)
 if BLOCK:
-    for call in (lambda: scan(np.arange(4, dtype=np.float32)),
+    class DeviceArray:  # what a CuPy or Numba array shows scangen
+        __cuda_array_interface__ = dict(shape=(4,), typestr="<f4", data=(0x1000, False),
+                                        version=3)
+
+    for call in (lambda: scan(DeviceArray()),
                  lambda: compact(0, 0, 0, n=4)):
         try:
             call()

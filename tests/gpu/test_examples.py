@@ -4,11 +4,12 @@ Each skips visibly without PyCUDA or a device (the ``gpu`` fixture); with
 SCANGEN_REQUIRE_GPU=1 they fail instead.
 """
 import importlib.util
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.support import readme_python_blocks, run_readme_block
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -92,28 +93,16 @@ def test_examples_run_with_their_defaults(gpu, capsys):
     assert capsys.readouterr().out.count("OK") == len(names)
 
 
-def readme_python_blocks():
-    text = (ROOT / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
-
-
-def run_readme_block(marker, what):
-    """Run, as written, the first README python block containing ``marker``; return its
-    namespace."""
-    blocks = [b for b in readme_python_blocks() if marker in b]
-    assert blocks, f"README.md has no {what} block"
-    namespace = {}
-    exec(compile(blocks[0], f"README.md {what}", "exec"), namespace)
-    return namespace
-
-
 def test_readme_quick_start_runs(gpu, capsys):
+    pytest.importorskip("cupy")  # the quick start scans CuPy arrays
     blocks = readme_python_blocks()
     assert blocks, "README.md has no python block"
     namespace = {}
     exec(compile(blocks[0], "README.md quick start", "exec"), namespace)
-    assert "__global__" in capsys.readouterr().out
-    # The quick start's exclusive add scan of arange(10).
+    printed = capsys.readouterr().out
+    assert "__global__" in printed and "[3 3 5 5 5 2]" in printed
+    # The quick start's exclusive add scan of arange(10), a CuPy array.
+    assert type(namespace["y"]).__module__.startswith("cupy")
     np.testing.assert_array_equal(namespace["y"].get(), [0, 0, 1, 3, 6, 10, 15, 21, 28, 36])
 
 

@@ -4,6 +4,7 @@ generators, poisoned outputs, the reference with its tolerance, boundary sizes.
 Import from here instead of copying a helper into a test file.
 """
 import itertools
+import re
 
 import numpy as np
 
@@ -234,6 +235,55 @@ def precompile(kernels):
     scan_compile.precompile(specs, workers=16)
 
 
+# --- device arrays simulated on the CPU ------------------------------------------------------
+
+class FakeDeviceArray:
+    """An object with a ``__cuda_array_interface__`` (no memory behind it): what the boundary
+    (scangen.interop) and argument conversion see of a Numba or CuPy array."""
+
+    def __init__(self, n, dtype, address=0x10000, **interface):
+        shape = n if isinstance(n, tuple) else (n,)
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": np.dtype(dtype).str,
+                                         "data": (address, False), "version": 3, **interface}
+
+
+def simulate_device(monkeypatch, device=0, context=0xC0):
+    """Let scangen.interop check devices and streams without a GPU: every pointer is on
+    ``device``, the current context is ``context`` on ``device``, and every stream handle
+    belongs to it."""
+    from scangen import interop
+    from scangen.runtime import launcher, streams
+
+    class NoGPUArray:
+        pass
+
+    monkeypatch.setattr(launcher, "_gpuarray", lambda: type("gpuarray", (), {
+        "GPUArray": NoGPUArray}))
+    monkeypatch.setattr(interop, "_context_device", lambda: device)
+    monkeypatch.setattr(interop, "_current_context_handle", lambda: context)
+    monkeypatch.setattr(streams, "pointer_device", lambda address: device)
+    monkeypatch.setattr(streams, "stream_context", lambda handle: context)
+
+
+# --- README blocks ------------------------------------------------------------------------
+
+def readme_python_blocks():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def run_readme_block(marker, what):
+    """Run, as written, the first README python block containing ``marker``; return its
+    namespace."""
+    blocks = [b for b in readme_python_blocks() if marker in b]
+    assert blocks, f"README.md has no {what} block"
+    namespace = {}
+    exec(compile(blocks[0], f"README.md {what}", "exec"), namespace)
+    return namespace
+
+
 # --- reference ---------------------------------------------------------------------------
 
 def expected(x, op, mode):
@@ -288,7 +338,7 @@ def assert_scan_equal(got, want, dtype, n):
         np.testing.assert_array_equal(got, want)
 
 
-__all__ = ["AFFINE_MAPS", "COMPACTION", "PARTITION", "AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
+__all__ = ["AFFINE_MAPS", "COMPACTION", "FakeDeviceArray", "simulate_device", "PARTITION", "AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
            "VALUE_INDEX", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
-           "poisoned", "precompile", "random_input", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
+           "poisoned", "precompile", "random_input", "readme_python_blocks", "run_readme_block", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]

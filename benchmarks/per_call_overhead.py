@@ -1,0 +1,78 @@
+"""Per-call cost of a small scan from Python: a reusable Scan and the one-shot
+inclusive_scan, at n = 1024 (default), on pycuda GPUArray, CuPy and torch inputs.
+
+At this size the GPU work is a single launch of a few microseconds, so back-to-back calls
+are bound by what the host does per call: the boundary (array kind, views, stream), the
+output allocation and the launch itself. Each case runs ``--calls`` calls back to back on
+the library's current stream, with a new output each call (as a user writes ``y = scan(x)``),
+and once more into a preallocated ``out=``; the device is synchronised at the end, and the
+wall time divided by the calls is printed in microseconds. Warm-up calls come first (the
+compile and the bound launchers are not measured). Libraries that are not installed are
+skipped. Run on the GPU host:
+
+    python benchmarks/per_call_overhead.py [--n 1024] [--calls 20000]
+"""
+import argparse
+import time
+
+import numpy as np
+
+import scangen
+from scangen import compile as scan_compile
+
+
+def kinds(n):
+    """(name, x, make_out, synchronize) for each installed array library."""
+    from pycuda import gpuarray
+    import pycuda.driver as driver
+
+    host = np.arange(n, dtype=np.float32)
+    yield "GPUArray", gpuarray.to_gpu(host), lambda: gpuarray.empty(n, np.float32), \
+        driver.Context.synchronize
+    try:
+        import cupy
+    except ImportError:
+        print("cupy not installed: skipped")
+    else:
+        yield "CuPy", cupy.asarray(host), lambda: cupy.empty(n, np.float32), \
+            cupy.cuda.Device().synchronize
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: skipped")
+    else:
+        yield "torch", torch.from_numpy(host).cuda(), \
+            lambda: torch.empty(n, dtype=torch.float32, device="cuda"), torch.cuda.synchronize
+
+
+def microseconds_per_call(call, calls, synchronize):
+    for _ in range(100):
+        call()
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--calls", type=int, default=20_000)
+    args = parser.parse_args(argv)
+    scan_compile.current_context()
+    scan = scangen.Scan(np.float32, "add")
+    print(f"n = {args.n}, {args.calls} calls each, us per call (wall time / calls)")
+    print(f"{'input':10} {'Scan(x)':>10} {'Scan(x, out)':>13} {'inclusive_scan(x)':>18}")
+    for name, x, make_out, synchronize in kinds(args.n):
+        out = make_out()
+        reusable = microseconds_per_call(lambda: scan(x), args.calls, synchronize)
+        into = microseconds_per_call(lambda: scan(x, out), args.calls, synchronize)
+        one_shot = microseconds_per_call(lambda: scangen.inclusive_scan(x), args.calls,
+                                         synchronize)
+        print(f"{name:10} {reusable:10.1f} {into:13.1f} {one_shot:18.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

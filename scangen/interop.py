@@ -1,0 +1,545 @@
+"""Arrays and streams of other libraries: the one place that knows about array kinds.
+
+Every public entry point converts at its boundary, through a :class:`Call`:
+
+* each array argument is recognised as one *kind* (pycuda GPUArray, CuPy, torch, any other
+  object with ``__cuda_array_interface__``, or any object with ``__dlpack__``) and seen
+  through a view on the same memory (no copy): its address, shape and dtype, and the object
+  that owns the memory, kept alive with the view. The kernels only ever see views;
+* one call takes arrays of one kind (a TypeError says which argument differs);
+* outputs are allocated by the caller's library (``cupy.empty``, ``torch.empty`` on the
+  input's device, ``gpuarray.empty``), so what is returned is native and owns its memory.
+  Producers scangen does not know (Numba, JAX, ...) get pycuda GPUArrays back, which they
+  read through ``__cuda_array_interface__``;
+* the stream: ``stream=`` may be a pycuda Stream, a CuPy or torch stream, any object with
+  ``__cuda_stream__``, or a raw CUstream handle (int). Without one, the work is ordered on
+  the array library's current stream (``torch.cuda.current_stream(device)``,
+  ``cupy.cuda.get_current_stream()``, the stream a ``__cuda_array_interface__`` v3 names),
+  so scangen calls mix with that library's work without synchronising by hand.
+
+CuPy and torch are never imported here: an object can only be a CuPy array or a torch
+tensor if its library is already in ``sys.modules``.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+
+from .runtime.streams import RawStream
+
+__all__ = ["Call", "DeviceArray", "as_stream", "kind_of", "parse_cuda_array_interface"]
+
+
+class DeviceArray:
+    """A view of device memory: what the kernels are given. ``base`` owns the memory."""
+
+    __slots__ = ("ptr", "shape", "dtype", "size", "nbytes", "base", "readonly")
+
+    def __init__(self, ptr, shape, dtype, base, readonly=False):
+        size = 1
+        for extent in shape:
+            size *= extent
+        self.ptr, self.shape, self.dtype, self.size = ptr, shape, dtype, size
+        self.nbytes, self.base, self.readonly = size * dtype.itemsize, base, readonly
+
+    def __repr__(self):
+        return f"DeviceArray({self.ptr:#x}, {self.shape}, {self.dtype})"
+
+
+def c_contiguous(shape, strides, itemsize) -> bool:
+    """Whether byte ``strides`` lay out ``shape`` in C order (extents of 1 have any stride)."""
+    expected = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent > 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def _not_contiguous(name, how) -> ValueError:
+    return ValueError(f"{name} is not C-contiguous (a strided view or a transpose); scangen "
+                      f"reads and writes packed arrays only: pass {how}")
+
+
+# ----------------------------------------------------------------- the kinds of array
+
+class _Kind:
+    """How scangen sees one library's arrays. ``label`` names them in messages. ``view``
+    checks what the kernels need (CUDA memory, C order, the context's device)."""
+
+    label = ""
+
+    def view(self, value, name: str, stream) -> DeviceArray:
+        raise NotImplementedError
+
+    def default_stream(self, value):
+        """The stream work on ``value`` is ordered on when the call names none."""
+        return None
+
+    def empty(self, shape, dtype, like, stream, current):
+        """A new native array (of the library scangen returns to this kind's callers),
+        written on ``stream``; ``current``: that is the library's current stream."""
+        from .runtime.launcher import _gpuarray
+
+        return _gpuarray().empty(shape, dtype)
+
+
+class _PyCUDA(_Kind):
+    label = "pycuda GPUArray"
+
+    def view(self, value, name, stream):
+        # A GPUArray has every attribute a DeviceArray has: it is its own view.
+        if not c_contiguous(value.shape, value.strides, value.dtype.itemsize):
+            raise _not_contiguous(name, f"{name}.copy()")
+        return value
+
+
+class _CuPy(_Kind):
+    label = "CuPy array"
+
+    def view(self, value, name, stream):
+        if not value.flags.c_contiguous:
+            raise _not_contiguous(name, f"cupy.ascontiguousarray({name})")
+        _check_device(name, value.device.id)
+        return DeviceArray(value.data.ptr, value.shape, value.dtype, value)
+
+    def default_stream(self, value):
+        return sys.modules["cupy"].cuda.get_current_stream()
+
+    def empty(self, shape, dtype, like, stream, current):
+        cupy = sys.modules["cupy"]
+        if current or _same_stream(stream, cupy.cuda.get_current_stream().ptr):
+            return cupy.empty(shape, dtype)
+        # CuPy's pool hands memory back to the stream it was allocated on: allocate on the
+        # stream that writes it, or a freed block could be reused while the scan still runs.
+        with cupy.cuda.ExternalStream(stream.handle, like.device.id):
+            return cupy.empty(shape, dtype)
+
+
+#: torch dtype name -> numpy dtype (None: no numpy twin; refused).
+_TORCH_TO_NUMPY = {}
+
+
+class _Torch(_Kind):
+    label = "torch tensor"
+
+    def view(self, value, name, stream):
+        if value.device.type != "cuda":
+            raise TypeError(f"{name} is a torch tensor on {value.device}; scangen scans device "
+                            f"memory: move it first ({name}.cuda() or {name}.to('cuda'))")
+        if not value.is_contiguous():
+            raise _not_contiguous(name, f"{name}.contiguous()")
+        _check_device(name, value.device.index)
+        return DeviceArray(value.data_ptr(), tuple(value.shape), _torch_dtype(value.dtype, name),
+                           value)
+
+    def default_stream(self, value):
+        if value.device.type != "cuda":
+            return None  # refused by view(), with a message that says what to do
+        return sys.modules["torch"].cuda.current_stream(value.device)
+
+    def empty(self, shape, dtype, like, stream, current):
+        torch = sys.modules["torch"]
+        torch_dtype = getattr(torch, dtype.name, None) if dtype.kind != "V" else None
+        if not isinstance(torch_dtype, torch.dtype):
+            raise TypeError(f"torch has no dtype for {dtype}; pass CuPy arrays or pycuda "
+                            "GPUArrays for this scan")
+        if current or _same_stream(stream, torch.cuda.current_stream(like.device).cuda_stream):
+            return torch.empty(shape, dtype=torch_dtype, device=like.device)
+        # The caching allocator ties a block to the stream current at allocation: allocate
+        # on the stream that writes it (see _CuPy.empty).
+        owner = getattr(stream, "owner", None)
+        owner = owner if isinstance(owner, torch.cuda.Stream) else \
+            torch.cuda.ExternalStream(stream.handle, device=like.device)
+        with torch.cuda.stream(owner):
+            return torch.empty(shape, dtype=torch_dtype, device=like.device)
+
+
+def _same_stream(stream, current: int) -> bool:
+    """Whether a resolved stream is the library's current one (handle ``current``)."""
+    return (0 if stream is None else stream.handle) == (0 if current == 1 else current)
+
+
+def _torch_dtype(torch_dtype, name) -> np.dtype:
+    dtype = _TORCH_TO_NUMPY.get(torch_dtype, False)
+    if dtype is False:
+        try:
+            dtype = np.dtype(str(torch_dtype).rpartition(".")[2])  # torch.float32 -> float32
+        except TypeError:
+            dtype = None  # bfloat16, float8 ...: no numpy twin, so no scangen element type
+        _TORCH_TO_NUMPY[torch_dtype] = dtype
+    if dtype is None:
+        raise TypeError(f"{name} has dtype {torch_dtype}, which scangen does not scan (no "
+                        f"numpy twin); convert it first, e.g. {name}.float()")
+    return dtype
+
+
+class _ArrayInterface(_Kind):
+    label = "__cuda_array_interface__ array"
+
+    def view(self, value, name, stream):
+        info = parse_cuda_array_interface(value.__cuda_array_interface__, name)
+        if info.ptr:
+            _context_device()  # first: without pycuda or a context, that is the error to see
+            _check_device(name, _streams().pointer_device(info.ptr))
+        return DeviceArray(info.ptr, info.shape, info.dtype, value, info.readonly)
+
+    def default_stream(self, value):
+        return parse_cuda_array_interface(value.__cuda_array_interface__, "x").stream
+
+
+#: DLPack's device types for CUDA memory: kDLCUDA, kDLCUDAManaged.
+_DLPACK_CUDA = (2, 13)
+#: DLPack's type codes -> numpy kinds: int, uint, float, complex, bool.
+_DLPACK_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+
+
+class _DLPack(_Kind):
+    label = "DLPack array"
+
+    def view(self, value, name, stream):
+        device_type, device_id = value.__dlpack_device__()
+        if device_type not in _DLPACK_CUDA:
+            raise TypeError(f"{name} is not in CUDA device memory (DLPack device type "
+                            f"{device_type}); copy it to the GPU first")
+        _check_device(name, device_id)
+        # The producer makes the data ready on the stream the consumer names (1: legacy).
+        capsule = value.__dlpack__(stream=1 if stream is None else stream.handle)
+        ptr, shape, dtype = parse_dlpack_capsule(capsule, name)
+        # The capsule keeps the producer's memory alive; its destructor releases it.
+        return DeviceArray(ptr, shape, dtype, (value, capsule))
+
+
+PYCUDA, CUPY, TORCH, ARRAY_INTERFACE, DLPACK = (_PyCUDA(), _CuPy(), _Torch(), _ArrayInterface(),
+                                                _DLPack())
+#: Kinds recognised by type alone, remembered per type (the per-call cost is one lookup).
+_KIND_OF_TYPE = {}
+
+
+def kind_of(value):
+    """The kind of an array argument, or None if it is not a device array."""
+    kind = _KIND_OF_TYPE.get(type(value))
+    if kind is not None:
+        return kind
+    for module, attribute, kind in (("pycuda.gpuarray", "GPUArray", PYCUDA),
+                                    ("cupy", "ndarray", CUPY), ("torch", "Tensor", TORCH)):
+        library = sys.modules.get(module)
+        if library is not None and isinstance(value, getattr(library, attribute)):
+            _KIND_OF_TYPE[type(value)] = kind
+            return kind
+    if isinstance(value, (np.ndarray, np.generic)):
+        return None  # host memory (numpy also speaks DLPack, for the CPU)
+    # Per object, not per type: a type may have the interface on some instances only.
+    if hasattr(value, "__cuda_array_interface__"):
+        return ARRAY_INTERFACE
+    if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+        return DLPACK
+    return None
+
+
+def not_an_array(name, value) -> TypeError:
+    hint = (" (copy it to the GPU first, e.g. pycuda.gpuarray.to_gpu, or call a one-shot "
+            "function such as scangen.inclusive_scan, which copies host arrays in and out)"
+            if isinstance(value, np.ndarray) else "")
+    return TypeError(f"{name} must be a pycuda GPUArray or another CUDA array (CuPy, torch, "
+                     f"Numba: anything with __cuda_array_interface__ or __dlpack__), not "
+                     f"{type(value).__name__}{hint}")
+
+
+# ----------------------------------------------------------------- one call's arrays
+
+class Call:
+    """The arrays of one call, all of one kind: views for the kernels, the stream the call
+    runs on, and native outputs.
+
+    ``arrays`` maps argument names to arrays (None: not given); ``writes`` names the ones
+    the call writes (refused if read-only). The same object under two names (``out=x``)
+    gets one view.
+    """
+
+    __slots__ = ("kind", "like", "stream", "views", "_default_stream")
+
+    def __init__(self, stream, arrays: dict, writes=()):
+        kind = like = first = None
+        for name, value in arrays.items():
+            if value is None:
+                continue
+            this = kind_of(value)
+            if this is None:
+                raise not_an_array(name, value)
+            if kind is None:
+                kind, like, first = this, value, name
+            elif this is not kind:
+                raise TypeError(f"{name} is a {this.label} but {first} is a {kind.label}: pass "
+                                "arrays of one kind in a call (cupy.asarray and "
+                                "torch.as_tensor wrap other CUDA arrays without a copy)")
+        self.kind = kind = PYCUDA if kind is None else kind
+        self.like = like
+        self._default_stream = stream is None
+        self.stream = as_stream(kind.default_stream(like) if stream is None and like is not None
+                                else stream, check_device=stream is not None)
+        views, by_object = {}, {}
+        for name, value in arrays.items():
+            if value is None:
+                views[name] = None
+                continue
+            view = by_object.get(id(value))
+            if view is None:
+                view = by_object[id(value)] = kind.view(value, name, self.stream)
+            if name in writes and getattr(view, "readonly", False):
+                raise ValueError(f"{name} is read-only; scangen writes its results there")
+            views[name] = view
+        self.views = views
+
+    def empty(self, shape, dtype):
+        """``(native, view)``: a new array of the call's kind, and the view kernels write."""
+        dtype = np.dtype(dtype)
+        native = self.kind.empty(shape, dtype, self.like, self.stream, self._default_stream)
+        return native, self.kind.view(native, "out", self.stream)
+
+    def to_host(self, name) -> np.ndarray:
+        """A host copy of one argument, after the work queued on the call's stream."""
+        view = self.views[name]
+        host = np.empty(view.shape, view.dtype)
+        if view.size:  # an empty GPUArray has no address
+            _streams().copy_to_host(host, view.ptr, self.stream)
+        return host
+
+
+# ----------------------------------------------------------------- streams
+
+def as_stream(stream, check_device=True):
+    """``stream=`` as scangen launches on it: None (the legacy default stream), a pycuda
+    Stream, or a RawStream. Takes a pycuda Stream, a CuPy or torch stream, an object with
+    ``__cuda_stream__``, or a raw CUstream handle (0 and 1 are the legacy default stream).
+    With ``check_device``, a stream of another device than the current context's is
+    refused."""
+    if stream is None or isinstance(stream, RawStream):
+        return stream
+    driver = sys.modules.get("pycuda.driver")
+    if driver is not None and isinstance(stream, driver.Stream):
+        return stream
+    device = None
+    if isinstance(stream, (bool, np.bool_)):
+        raise TypeError(f"stream= must be a stream or a CUstream handle, not {stream!r}")
+    if isinstance(stream, (int, np.integer)):
+        handle = int(stream)
+    elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream, ExternalStream
+        handle, device = stream.cuda_stream, stream.device.index
+    elif hasattr(stream, "__cuda_stream__"):
+        version, handle = stream.__cuda_stream__()
+        if version != 0:
+            raise TypeError(f"stream= speaks __cuda_stream__ version {version}; scangen "
+                            "knows version 0")
+    elif type(stream).__module__.startswith("cupy") and hasattr(stream, "ptr"):
+        handle = stream.ptr
+    else:
+        raise TypeError(f"stream= takes a pycuda Stream, a CuPy or torch stream, an object "
+                        f"with __cuda_stream__, or a CUstream handle (int), not "
+                        f"{type(stream).__name__}")
+    if device is None:
+        device = getattr(stream, "device_id", None)
+    if handle < 0:
+        raise ValueError(f"stream= handle {handle} is not a CUstream")
+    if handle in (0, 1):  # 0 and CU_STREAM_LEGACY: what pycuda launches on without a stream
+        return None
+    if check_device and handle != 2:  # CU_STREAM_PER_THREAD belongs to every context
+        _check_stream_device(handle, device)
+    return RawStream(handle, stream)
+
+
+def _check_stream_device(handle, device) -> None:
+    if device is not None and device >= 0:
+        if device != _context_device():
+            raise ValueError(f"stream= is a stream of device {device}, but scangen runs in "
+                             f"the context of device {_context_device()}: pass a stream of "
+                             f"device {_context_device()}")
+        return
+    if _streams().stream_context(handle) != _current_context_handle():
+        raise ValueError(f"stream= handle {handle:#x} belongs to another CUDA context than "
+                         f"scangen's (device {_context_device()}): pass a stream of that "
+                         "context")
+
+
+#: Context handle -> its device ordinal.
+_DEVICE_OF_CONTEXT = {}
+
+
+def _current_context_handle() -> int:
+    from .compile import current_context
+
+    return current_context().handle
+
+
+def _context_device() -> int:
+    handle = _current_context_handle()
+    device = _DEVICE_OF_CONTEXT.get(handle)
+    if device is None:
+        device = _DEVICE_OF_CONTEXT[handle] = _streams().context_device()
+    return device
+
+
+def _check_device(name, device) -> None:
+    if device is not None and device != _context_device():
+        here = _context_device()
+        raise ValueError(f"{name} is on device {device}, but scangen runs in the CUDA context "
+                         f"of device {here}: make device {device} current before the first "
+                         f"scangen call (pycuda.driver.Device({device}).retain_primary_context()"
+                         f".push()) or move {name} to device {here}")
+
+
+def _streams():
+    from .runtime import streams
+
+    return streams
+
+
+# ----------------------------------------------------------------- parsing the protocols
+
+class _Interface:
+    __slots__ = ("ptr", "shape", "dtype", "readonly", "stream")
+
+    def __init__(self, ptr, shape, dtype, readonly, stream):
+        self.ptr, self.shape, self.dtype, self.readonly, self.stream = \
+            ptr, shape, dtype, readonly, stream
+
+
+def parse_cuda_array_interface(interface, name="x") -> _Interface:
+    """Numba's ``__cuda_array_interface__`` (versions 0 to 3) as address, shape, dtype,
+    read-only flag and stream (an int handle, or None). Only C-contiguous, unmasked arrays
+    are taken."""
+    if not isinstance(interface, dict):
+        raise TypeError(f"{name}.__cuda_array_interface__ must be a dict, not "
+                        f"{type(interface).__name__}")
+    missing = [key for key in ("shape", "typestr", "data", "version") if key not in interface]
+    if missing:
+        raise ValueError(f"{name}.__cuda_array_interface__ lacks {', '.join(missing)}")
+    version = interface["version"]
+    if not isinstance(version, int) or version < 0:
+        raise ValueError(f"{name}.__cuda_array_interface__ has version {version!r}")
+    shape = tuple(int(extent) for extent in interface["shape"])
+    typestr, descr = interface["typestr"], interface.get("descr")
+    try:
+        # A structured type comes as an opaque "|V<size>" typestr and its fields in descr.
+        dtype = np.dtype(descr) if typestr.startswith("|V") and descr and \
+            descr != [("", typestr)] else np.dtype(typestr)
+    except TypeError as err:
+        raise TypeError(f"{name} has typestr {typestr!r}, which numpy does not read: {err}") \
+            from None
+    if interface.get("mask") is not None:
+        raise ValueError(f"{name} is a masked array; scangen takes unmasked ones")
+    data = interface["data"]
+    if not isinstance(data, tuple) or len(data) != 2:
+        raise ValueError(f"{name}.__cuda_array_interface__ data must be (address, read-only)")
+    ptr, readonly = int(data[0] or 0), bool(data[1])
+    strides = interface.get("strides")
+    if strides is not None and not c_contiguous(shape, strides, dtype.itemsize):
+        raise _not_contiguous(name, "a contiguous copy")
+    stream = interface.get("stream") if version >= 3 else None
+    if stream == 0:  # the protocol forbids 0: it cannot tell legacy from per-thread
+        raise ValueError(f"{name}.__cuda_array_interface__ names stream 0, which the protocol "
+                         "does not allow (1: legacy default stream, 2: per-thread)")
+    return _Interface(ptr, shape, dtype, readonly, stream)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def parse_dlpack_capsule(capsule, name="x"):
+    """``(address, shape, dtype)`` of an unconsumed "dltensor" capsule (C-contiguous only).
+    The capsule is left unconsumed, so its destructor frees the tensor when it goes."""
+    try:
+        address = _capsule_pointer(capsule, b"dltensor")
+    except ValueError:
+        raise TypeError(f"{name}.__dlpack__() did not return a 'dltensor' capsule") from None
+    tensor = _DLManagedTensor.from_address(address).dl_tensor
+    kind = _DLPACK_KINDS.get(tensor.dtype.code)
+    if kind is None or tensor.dtype.lanes != 1 or tensor.dtype.bits % 8:
+        raise TypeError(f"{name} has DLPack type (code {tensor.dtype.code}, "
+                        f"{tensor.dtype.bits} bits, {tensor.dtype.lanes} lanes), which scangen "
+                        "does not scan")
+    dtype = np.dtype(f"{kind}{tensor.dtype.bits // 8}") if kind != "b" else np.dtype(bool)
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    if tensor.strides:
+        strides = tuple(tensor.strides[i] * dtype.itemsize for i in range(tensor.ndim))
+        if not c_contiguous(shape, strides, dtype.itemsize):
+            raise _not_contiguous(name, "a contiguous copy")
+    return (tensor.data or 0) + tensor.byte_offset, shape, dtype
+
+
+# ----------------------------------------------------------------- one-shot helpers
+
+def dtype_of(value, name="x") -> np.dtype:
+    """The numpy dtype of an array of any kind, host numpy arrays included."""
+    kind = kind_of(value)
+    if kind is TORCH:
+        return _torch_dtype(value.dtype, name)
+    if kind is ARRAY_INTERFACE:
+        return parse_cuda_array_interface(value.__cuda_array_interface__, name).dtype
+    try:
+        return np.dtype(value.dtype)
+    except (AttributeError, TypeError):
+        if isinstance(value, np.ndarray) or kind is not None:
+            raise
+        raise not_an_array(name, value) from None
+
+
+def host_round_trip(run, arrays: dict, stream):
+    """``run(**arrays)``, where host numpy arrays are first copied to the device (as pycuda
+    GPUArrays) and the device arrays ``run`` returns are copied back; an ``out`` given on the
+    host is filled in place and returned. For the one-shot functions, so that a first try
+    from plain numpy works; the reusable objects take device arrays only."""
+    on_host = [name for name, value in arrays.items() if isinstance(value, np.ndarray)]
+    if not on_host:
+        return run(**arrays)
+    on_device = [name for name, value in arrays.items()
+                 if value is not None and name not in on_host]
+    if on_device:
+        raise TypeError(f"{on_host[0]} is a host numpy array but {on_device[0]} is on the "
+                        "device: pass both on the host or both on the device")
+    from .runtime.launcher import _gpuarray
+
+    gpuarray = _gpuarray()
+    copies, by_object = {}, {}
+    for name, value in arrays.items():
+        if value is not None and id(value) not in by_object:
+            # out is only written, unless it is also an input (in place)
+            by_object[id(value)] = gpuarray.empty(value.shape, value.dtype) if name == "out" \
+                else gpuarray.to_gpu(np.ascontiguousarray(value))
+        copies[name] = None if value is None else by_object[id(value)]
+    result = run(**copies)
+    _streams().before_host_read(as_stream(stream))
+    host_out, device_out = arrays.get("out"), copies.get("out")
+
+    def back(item):
+        if isinstance(item, tuple):
+            return tuple(back(part) for part in item)
+        if host_out is not None and item is device_out:
+            host_out[...] = item.get()
+            return host_out
+        return item.get() if isinstance(item, gpuarray.GPUArray) else item
+
+    return back(result)

@@ -1,0 +1,194 @@
+"""The streams scangen works on, and the few driver calls it makes on them.
+
+A stream here is one of three things, decided once per call by scangen.interop:
+
+* ``None``: the legacy default stream (handle 0);
+* a pycuda ``Stream``;
+* a :class:`RawStream`: a CUstream handle made by someone else (a CuPy or torch stream, a
+  raw handle the caller passed).
+
+PyCUDA launches, sets and synchronises only on its own ``Stream`` objects: it cannot wrap a
+foreign handle, and it exposes neither a module's nor a function's CUfunction handle. So
+for a RawStream this module calls the CUDA driver itself, through ctypes: it loads the
+module's cubin a second time (cuModuleLoadData) to get CUfunction handles, and launches
+with cuLaunchKernel on the handle, with the same packed parameter buffer pycuda builds.
+Everything else keeps going through pycuda. This module is the only one that touches
+libcuda directly; it imports nothing from pycuda.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+import threading
+
+
+class CUDADriverError(RuntimeError):
+    """A CUDA driver call made through ctypes failed; the message names the call."""
+
+
+class RawStream:
+    """A CUstream handle scangen did not create; it keeps ``owner`` (the library's stream
+    object, if any) alive while it is used."""
+
+    __slots__ = ("handle", "owner")
+
+    def __init__(self, handle: int, owner=None):
+        self.handle = handle
+        self.owner = owner
+
+    def synchronize(self) -> None:
+        _check(_lib().cuStreamSynchronize(ctypes.c_void_p(self.handle)),
+               "cuStreamSynchronize")
+
+    def __repr__(self):
+        return f"RawStream({self.handle:#x})"
+
+
+# ----------------------------------------------------------------- libcuda through ctypes
+
+_library = None
+_library_lock = threading.Lock()
+_VOID_P, _UINT, _SIZE_T = ctypes.c_void_p, ctypes.c_uint, ctypes.c_size_t
+_CUDEVICEPTR = ctypes.c_ulonglong
+#: The driver entry points used, with their argument types. All take the current context.
+_SIGNATURES = {
+    "cuModuleLoadData": [ctypes.POINTER(_VOID_P), ctypes.c_char_p],
+    "cuModuleGetFunction": [ctypes.POINTER(_VOID_P), _VOID_P, ctypes.c_char_p],
+    "cuLaunchKernel": [_VOID_P] + [_UINT] * 7 + [_VOID_P, _VOID_P, _VOID_P],
+    "cuMemsetD8Async": [_CUDEVICEPTR, ctypes.c_ubyte, _SIZE_T, _VOID_P],
+    "cuStreamSynchronize": [_VOID_P],
+    "cuStreamGetCtx": [_VOID_P, ctypes.POINTER(_VOID_P)],
+    "cuCtxGetDevice": [ctypes.POINTER(ctypes.c_int)],
+    "cuPointerGetAttribute": [_VOID_P, ctypes.c_int, _CUDEVICEPTR],
+    "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+}
+#: CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END.
+_PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
+#: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL.
+_ATTRIBUTE_DEVICE_ORDINAL = 9
+
+
+def _lib():
+    global _library
+    if _library is None:
+        with _library_lock:
+            if _library is None:
+                name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+                try:
+                    library = ctypes.CDLL(name)
+                except OSError as err:
+                    from ..compile import GPUUnavailableError
+
+                    raise GPUUnavailableError(f"cannot load the CUDA driver ({name}): {err}") \
+                        from err
+                for function, argtypes in _SIGNATURES.items():
+                    getattr(library, function).argtypes = argtypes
+                    getattr(library, function).restype = ctypes.c_int
+                _library = library
+    return _library
+
+
+def _check(result: int, call: str) -> None:
+    if result != 0:
+        name = ctypes.c_char_p()
+        _lib().cuGetErrorName(result, ctypes.byref(name))
+        raise CUDADriverError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
+
+
+def memset_d8_async(address: int, value: int, nbytes: int, stream) -> None:
+    """Set ``nbytes`` bytes at ``address`` to ``value``, ordered on ``stream``."""
+    if isinstance(stream, RawStream):
+        _check(_lib().cuMemsetD8Async(address, value, nbytes, ctypes.c_void_p(stream.handle)),
+               "cuMemsetD8Async")
+    else:
+        import pycuda.driver as driver
+
+        driver.memset_d8_async(address, value, nbytes, stream)
+
+
+def before_host_read(stream) -> None:
+    """Make a synchronous device-to-host copy (pycuda's ``.get()``) see the work queued on
+    ``stream``. That copy runs on the legacy default stream, which waits for blocking
+    streams but not for non-blocking ones (torch's and CuPy's own streams are
+    non-blocking), so any stream but the legacy one is synchronised first."""
+    if stream is not None:
+        stream.synchronize()
+
+
+def copy_to_host(host, address: int, stream) -> None:
+    """Copy device memory at ``address`` into the numpy array ``host``, after the work
+    queued on ``stream``."""
+    before_host_read(stream)
+    import pycuda.driver as driver
+
+    driver.memcpy_dtoh(host, address)
+
+
+def stream_context(handle: int) -> int:
+    """The CUcontext a stream handle belongs to."""
+    context = _VOID_P()
+    _check(_lib().cuStreamGetCtx(ctypes.c_void_p(handle), ctypes.byref(context)),
+           "cuStreamGetCtx")
+    return context.value or 0
+
+
+def context_device() -> int:
+    """The device ordinal of the current context."""
+    device = ctypes.c_int()
+    _check(_lib().cuCtxGetDevice(ctypes.byref(device)), "cuCtxGetDevice")
+    return device.value
+
+
+def pointer_device(address: int) -> int:
+    """The device ordinal of the allocation ``address`` points into."""
+    ordinal = ctypes.c_int()
+    _check(_lib().cuPointerGetAttribute(ctypes.byref(ordinal), _ATTRIBUTE_DEVICE_ORDINAL,
+                                        address), "cuPointerGetAttribute")
+    return ordinal.value
+
+
+# ----------------------------------------------------------------- launching on a handle
+
+class RawFunctions:
+    """The CUfunction handles of one cubin, loaded into the current context."""
+
+    def __init__(self, cubin: bytes):
+        module = _VOID_P()
+        _check(_lib().cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
+        self.module = module
+        self._functions = {}
+
+    def function(self, name: str) -> int:
+        if name not in self._functions:
+            handle = _VOID_P()
+            _check(_lib().cuModuleGetFunction(ctypes.byref(handle), self.module,
+                                              name.encode()), f"cuModuleGetFunction({name})")
+            self._functions[name] = handle.value
+        return self._functions[name]
+
+
+class RawLaunch:
+    """Launch one kernel on a RawStream: ``launch(grid, block, stream, *args)``, the call
+    pycuda's ``prepared_async_call`` takes. The arguments are packed by the prepared format
+    with native alignment, exactly as pycuda packs them, and passed to cuLaunchKernel as one
+    parameter buffer. No dynamic shared memory: scangen's kernels declare theirs."""
+
+    __slots__ = ("function", "packer", "_launch")
+
+    def __init__(self, function: int, arg_format: str):
+        self.function = function
+        self.packer = struct.Struct(arg_format)
+        self._launch = _lib().cuLaunchKernel
+
+    def pack(self, args) -> bytes:
+        return self.packer.pack(*args)
+
+    def __call__(self, grid, block, stream, *args) -> None:
+        parameters = self.pack(args)
+        buffer = ctypes.create_string_buffer(parameters, len(parameters))
+        size = _SIZE_T(len(parameters))
+        extra = (_VOID_P * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
+                              _PARAM_BUFFER_SIZE, ctypes.addressof(size), _PARAM_END)
+        _check(self._launch(self.function, *grid, *block, 0, stream.handle, None, extra),
+               "cuLaunchKernel")
