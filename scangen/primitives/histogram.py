@@ -9,7 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..runtime.launcher import _gpuarray, check_array
+from ..interop import Call, dtype_of, host_round_trip
+from ..runtime.launcher import _gpuarray, check_array, launch_function
+from ..runtime.streams import memset_d8_async
 from ..types import element_type
 from .radix import KEY_DTYPES
 
@@ -86,8 +88,8 @@ def outer_edges(bins, range) -> tuple[float, float]:
 class Histogram:
     """Counts of equal-width bins, as numpy.histogram(x, bins, range).
 
-    ``Histogram(dtype)(x, bins, range)`` -> ``(counts, edges)``: counts an int64 GPUArray of
-    ``bins`` entries, edges the ``bins + 1`` edges (a numpy array: float32 for float32 data,
+    ``Histogram(dtype)(x, bins, range)`` -> ``(counts, edges)``: counts an int64 array of
+    ``bins`` entries, of x's kind (GPUArray, CuPy, torch), edges the ``bins + 1`` edges (a numpy array: float32 for float32 data,
     else float64, as numpy's for a range of Python numbers; range values are taken as
     Python floats). The arithmetic is numpy's, so every value lands in the bin numpy
     puts it in; the last bin includes ``range[1]``; values outside the range and NaN are
@@ -112,25 +114,25 @@ class Histogram:
         check_with_nvcc(self.module)
 
     def __call__(self, x, bins, range, *, stream=None):
-        check_array("x", x, self.module.dtype)
+        call = Call(stream, {"x": x})
+        view = call.views["x"]
+        check_array("x", view, self.module.dtype)
         low, high = outer_edges(bins, range)
         edges = np.linspace(low, high, int(bins) + 1, dtype=self.module.edge_dtype)
-        gpuarray = _gpuarray()
-        counts = gpuarray.zeros(len(edges) - 1, np.int64)
-        n = x.size
+        counts, counts_view = call.empty((len(edges) - 1,), np.int64)
+        memset_d8_async(counts_view.ptr, 0, counts_view.nbytes, call.stream)
+        n = view.size
         if n == 0:
             return counts, edges
         from ..compile import compile_module
 
-        function = compile_module(self.module).functions["histogram_counts"]
         # Kept with the object: freed while the kernel runs, the edges could be overwritten.
         if self._edges is None or not np.array_equal(self._edges.get(), edges):
-            self._edges = gpuarray.to_gpu(edges)
-        device_edges = self._edges
+            self._edges = _gpuarray().to_gpu(edges)
         blocks = min(-(-n // _BLOCK_SIZE), _MAX_BLOCKS)
-        function.prepared_async_call(
-            (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), stream, np.uintp(x.ptr),
-            np.uintp(device_edges.ptr), np.uintp(counts.ptr), np.int64(n),
+        launch_function(compile_module(self.module), "histogram_counts", call.stream)(
+            (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, np.uintp(view.ptr),
+            np.uintp(self._edges.ptr), np.uintp(counts_view.ptr), np.int64(n),
             np.int32(len(edges) - 1), np.float64(low), np.float64(high),
             np.float64(high - low))
         return counts, edges
@@ -142,5 +144,8 @@ def _histogram(dtype):
 
 
 def histogram(x, bins, range, *, stream=None):
-    """``(counts, edges)`` of ``bins`` equal-width bins over ``range``: see Histogram."""
-    return _histogram(np.dtype(x.dtype))(x, bins, range, stream=stream)
+    """``(counts, edges)`` of ``bins`` equal-width bins over ``range``: see Histogram. x is
+    a 1-D device array of any kind (counts come back in that kind), or a host numpy array
+    (copied to the GPU, counts copied back)."""
+    hist = _histogram(dtype_of(x))
+    return host_round_trip(lambda x: hist(x, bins, range, stream=stream), {"x": x}, stream)

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args import Argument
+from ..interop import Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
-from ..runtime.launcher import _gpuarray, check_array
+from ..runtime.launcher import _gpuarray, check_array, launch_function
 from ..types import element_type
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
@@ -244,7 +245,7 @@ class _RadixPasses:
         from ..compile import compile_module
 
         module = self.module
-        functions = compile_module(module).functions
+        compiled = compile_module(module)
         tiles = module.tiles(n)
         scratch = self.scratch(stream)
         counts = scratch.get("counts", module.radix * tiles, np.uint32)
@@ -254,23 +255,14 @@ class _RadixPasses:
         flip = np.uint64(2 ** 64 - 1 if descending else 0)
         pass_args = (np.int64(n), np.int32(shift), np.uint32((1 << bits) - 1), flip)
         grid, block = (tiles, 1, 1), (module.block_size, 1, 1)
-        functions["radix_count_tiles"].prepared_async_call(
+        launch_function(compiled, "radix_count_tiles", stream)(
             grid, block, stream, _ptr(keys), _ptr(counts), *pass_args)
-        digit_offsets_scan()(counts, offsets, digit_start, np.int64(tiles),
-                             n=module.radix * tiles, stream=stream)
-        functions["radix_scatter_tiles"].prepared_async_call(
+        digit_offsets_scan().launch_converted(
+            (_ptr(counts), _ptr(offsets), _ptr(digit_start), np.int64(tiles)),
+            module.radix * tiles, stream)
+        launch_function(compiled, "radix_scatter_tiles", stream)(
             grid, block, stream, _ptr(keys), *(_ptr(a) for a in moved), _ptr(offsets),
             *pass_args)
-
-
-def _copy(source, target, stream) -> None:
-    """Device to device, on the stream."""
-    from pycuda import driver
-
-    if stream is None:
-        driver.memcpy_dtod(target.gpudata, source.gpudata, source.nbytes)
-    else:
-        driver.memcpy_dtod_async(target.gpudata, source.gpudata, source.nbytes, stream)
 
 
 def _check_bits(name, value, width) -> int:
@@ -300,7 +292,7 @@ class RadixDigitOffsets(_RadixPrimitive):
     """Where each key goes when keys are stably ordered by one digit.
 
     ``RadixDigitOffsets(key_dtype, bits=8)(keys, shift)`` -> ``(dest, digit_start)``, both
-    int64 GPUArrays: ``dest[i]`` is the stable position of ``keys[i]`` when keys are ordered
+    int64 arrays of the keys' kind: ``dest[i]`` is the stable position of ``keys[i]`` when keys are ordered
     by the digit ``(ordered_bits(keys[i]) >> shift) & (2**bits - 1)``, and
     ``digit_start[d]`` is how many keys have a smaller digit. ``ordered_bits`` is the
     order-preserving bit pattern radix_sort uses: the key itself for unsigned keys, the
@@ -323,16 +315,27 @@ class RadixDigitOffsets(_RadixPrimitive):
 
 
     def __call__(self, keys, shift, *, descending=False, stream=None):
-        check_array("keys", keys, self.key_dtype)
+        call = Call(stream, {"keys": keys})
+        view = call.views["keys"]
+        check_array("keys", view, self.key_dtype)
         width = 8 * self.key_dtype.itemsize
         shift = _check_bits("shift", shift, width - 1)
-        gpuarray, n = _gpuarray(), keys.size
-        dest = gpuarray.empty(n, np.int64)
+        n = view.size
+        dest, dest_view = call.empty((n,), np.int64)
+        digit_start, digit_start_view = call.empty((1 << self.bits,), np.int64)
         if n == 0:
-            return dest, gpuarray.zeros(1 << self.bits, np.int64)
-        digit_start = gpuarray.empty(1 << self.bits, np.int64)
-        self._passes.run(keys, (dest,), n, shift, self.bits, descending, stream, digit_start)
+            _zero(digit_start_view, call.stream)
+        else:
+            self._passes.run(view, (dest_view,), n, shift, self.bits, descending, call.stream,
+                             digit_start_view)
         return dest, digit_start
+
+
+def _zero(view, stream) -> None:
+    from ..runtime.streams import memset_d8_async
+
+    if view.size:
+        memset_d8_async(view.ptr, 0, view.nbytes, stream)
 
 
 class RadixSort(_RadixPrimitive):
@@ -340,7 +343,7 @@ class RadixSort(_RadixPrimitive):
 
     ``RadixSort(key_dtype, value_dtype=None)(keys, values=None, *, descending=False,
     begin_bit=0, end_bit=None, stream=None)`` -> the sorted keys, or ``(keys, values)``:
-    new GPUArrays; the inputs are left as they are. Keys: uint8..uint64, int8..int64,
+    new arrays of the keys' kind (GPUArray, CuPy, torch); the inputs are left as they are. Keys: uint8..uint64, int8..int64,
     float32, float64 (NaN last, -0.0 and +0.0 in input order, as numpy's stable sort);
     values: any scangen dtype (structs too). ``begin_bit``/``end_bit`` sort by those bits
     of the order-preserving pattern only (see RadixDigitOffsets). One pass per 8 bits; the
@@ -356,6 +359,8 @@ class RadixSort(_RadixPrimitive):
 
     def __call__(self, keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                  stream=None):
+        call = Call(stream, {"keys": keys, "values": values})
+        keys, values = call.views["keys"], call.views["values"]
         check_array("keys", keys, self.key_dtype)
         n = keys.size
         carries = self.value_dtype is not None
@@ -372,31 +377,28 @@ class RadixSort(_RadixPrimitive):
         end = _check_bits("end_bit", width if end_bit is None else end_bit, width)
         if begin > end:
             raise ValueError(f"begin_bit={begin} is past end_bit={end}")
-        gpuarray = _gpuarray()
-        shifts = list(range(begin, end, MAX_RADIX_BITS))
-        out_keys = gpuarray.empty(n, self.key_dtype)
-        out_values = gpuarray.empty(n, self.value_dtype) if carries else None
-        if n == 0 or not shifts:  # nothing to sort by: a copy
-            if n:
-                _copy(keys, out_keys, stream)
-                if values is not None:
-                    _copy(values, out_values, stream)
-                elif carries:  # argsort: the identity permutation
-                    out_values = gpuarray.arange(n, dtype=np.int64)
-            return (out_keys, out_values) if carries else out_keys
+        out_keys, out_keys_view = call.empty((n,), self.key_dtype)
+        out_values, out_values_view = call.empty((n,), self.value_dtype) if carries \
+            else (None, None)
+        result = (out_keys, out_values) if carries else out_keys
+        if n == 0:
+            return result
+        # (shift, bits) of each pass; with no bits to sort by, one pass over a digit that is
+        # always 0 (a stable pass then copies keys and values, and numbers argsort's indices)
+        passes = [(shift, min(MAX_RADIX_BITS, end - shift))
+                  for shift in range(begin, end, MAX_RADIX_BITS)] or [(0, 0)]
         # Ping-pong between the output and a spare so that the last pass lands in the output.
-        scratch = self._passes.scratch(stream)
+        scratch = self._passes.scratch(call.stream)
         spare_keys = scratch.get("keys", n, self.key_dtype)
         spare_values = scratch.get("values", n, self.value_dtype) if carries else None
-        targets = [(out_keys, out_values), (spare_keys, spare_values)]
+        targets = [(out_keys_view, out_values_view), (spare_keys, spare_values)]
         source = (keys, values)
-        for number, shift in enumerate(shifts):
-            target = targets[(len(shifts) - 1 - number) % 2]
+        for number, (shift, bits) in enumerate(passes):
+            target = targets[(len(passes) - 1 - number) % 2]
             moved = (target[0],) + ((source[1], target[1]) if carries else ())
-            self._passes.run(source[0], moved, n, shift, min(MAX_RADIX_BITS, end - shift),
-                             descending, stream)
+            self._passes.run(source[0], moved, n, shift, bits, descending, call.stream)
             source = target
-        return (out_keys, out_values) if carries else out_keys
+        return result
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------
@@ -411,25 +413,39 @@ def _digit_offsets(key_dtype, bits):
     return RadixDigitOffsets(key_dtype, bits)
 
 
+_ARRAYS = """Arrays are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, or any
+    object with __cuda_array_interface__ or __dlpack__) and results are of that kind; or host
+    numpy arrays, copied to the GPU and the results copied back."""
+
+
 def radix_digit_offsets(keys, shift, bits=8, *, descending=False, stream=None):
     """``(dest, digit_start)`` for ordering ``keys`` stably by one digit: see
-    RadixDigitOffsets (which keeps its scratch between calls)."""
-    return _digit_offsets(np.dtype(keys.dtype), bits)(keys, shift, descending=descending,
-                                                      stream=stream)
+    RadixDigitOffsets (which keeps its scratch between calls). {arrays}"""
+    offsets = _digit_offsets(dtype_of(keys, "keys"), bits)
+    return host_round_trip(
+        lambda keys: offsets(keys, shift, descending=descending, stream=stream),
+        {"keys": keys}, stream)
 
 
 def radix_sort(keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                stream=None):
     """Stably sorted keys (new arrays), or ``(keys, values)`` with values carried along:
-    see RadixSort."""
-    sort = _radix_sort(np.dtype(keys.dtype),
-                       None if values is None else np.dtype(values.dtype))
-    return sort(keys, values, descending=descending, begin_bit=begin_bit, end_bit=end_bit,
-                stream=stream)
+    see RadixSort. {arrays}"""
+    sort = _radix_sort(dtype_of(keys, "keys"),
+                       None if values is None else dtype_of(values, "values"))
+    return host_round_trip(
+        lambda keys, values: sort(keys, values, descending=descending, begin_bit=begin_bit,
+                                  end_bit=end_bit, stream=stream),
+        {"keys": keys, "values": values}, stream)
 
 
 def argsort(keys, *, descending=False, stream=None):
     """The int64 indices that sort ``keys`` stably (numpy's ``argsort(kind='stable')``;
-    NaN last; ``descending=True`` keeps ties in input order)."""
-    sort = _radix_sort(np.dtype(keys.dtype), np.dtype(np.int64), index_values=True)
-    return sort(keys, descending=descending, stream=stream)[1]
+    NaN last; ``descending=True`` keeps ties in input order). {arrays}"""
+    sort = _radix_sort(dtype_of(keys, "keys"), np.dtype(np.int64), index_values=True)
+    return host_round_trip(lambda keys: sort(keys, descending=descending, stream=stream)[1],
+                           {"keys": keys}, stream)
+
+
+for _function in (radix_digit_offsets, radix_sort, argsort):
+    _function.__doc__ = _function.__doc__.format(arrays=_ARRAYS)

@@ -36,7 +36,7 @@ class Launcher:
             args = [_bind(arg, bindings) for arg in launch.args[1 if takes_user_args else 0:]]
             runtime_slots = [(i, arg.name) for i, arg in enumerate(
                 launch.args[1 if takes_user_args else 0:]) if isinstance(arg, RuntimeArg)]
-            self.steps.append((_launch_function(compiled, launch.kernel.name, stream),
+            self.steps.append((launch_function(compiled, launch.kernel.name, stream),
                                (launch.grid, 1, 1), (launch.block, 1, 1), takes_user_args,
                                args, runtime_slots))
 
@@ -58,8 +58,9 @@ class Launcher:
                 launch(grid, block, stream, *args)
 
 
-def _launch_function(compiled, name, stream):
-    """``f(grid, block, stream, *args)`` launching kernel ``name`` on ``stream``: pycuda's
+def launch_function(compiled, name, stream):
+    """``f(grid, block, stream, *args)`` launching kernel ``name`` of a CompiledModule on
+    ``stream`` (as scangen.interop.as_stream returns it): pycuda's
     prepared call on its own streams, the driver's cuLaunchKernel on a foreign handle
     (pycuda takes only its own Stream objects; see scangen.runtime.streams)."""
     function = compiled.functions[name]
@@ -101,7 +102,7 @@ class Runtime:
             return
         stream_key = 0 if stream is None else stream.handle
         context = current_context()
-        # Whose stream it is decides how the launcher launches (see _launch_function).
+        # Whose stream it is decides how the launcher launches (see launch_function).
         key = (n, stream_key, context.handle, type(stream) is RawStream)
         launcher = self._launchers.get(key)
         if launcher is None or launcher.stale():

@@ -474,9 +474,9 @@ def test_foreign_streams_get_driver_launches_and_memsets(monkeypatch):
         def raw_functions(self):
             return types.SimpleNamespace(function=lambda name: 0xABC)
 
-    raw = launcher._launch_function(Compiled(), "scan_sections", RawStream(0x99))
+    raw = launcher.launch_function(Compiled(), "scan_sections", RawStream(0x99))
     assert isinstance(raw, RawLaunch) and raw.function == 0xABC
-    assert launcher._launch_function(Compiled(), "scan_sections", None) is \
+    assert launcher.launch_function(Compiled(), "scan_sections", None) is \
         Function.prepared_async_call
     streams.memset_d8_async(0x1000, 0, 64, RawStream(0x99))
     assert driver.calls[-1][0] == "cuMemsetD8Async" and driver.calls[-1][1][:3] == (0x1000, 0, 64)

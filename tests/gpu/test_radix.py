@@ -94,7 +94,8 @@ def test_struct_values(gpu, rng):
     np.testing.assert_array_equal(got_values.get(), values[order])
 
 
-@pytest.mark.parametrize("begin,end", [(0, 8), (4, 12), (8, 32), (3, 4), (5, 5), (0, 17)])
+@pytest.mark.parametrize("begin,end", [(0, 8), (4, 12), (8, 32), (3, 4), (5, 5), (0, 17),
+                                       (32, 32)])
 def test_bit_range(gpu, rng, begin, end):
     keys = rng.integers(0, 2 ** 32, 100_003, dtype=np.uint32)
     got = scangen.radix_sort(gpu.to_gpu(keys), begin_bit=begin, end_bit=end).get()
@@ -199,8 +200,48 @@ def test_bad_input(gpu):
         scangen.radix_digit_offsets(keys, 0, bits=0)
     with pytest.raises(ValueError, match="range"):
         scangen.histogram(keys, 4, (3, 1))
-    with pytest.raises(TypeError, match="must be a pycuda GPUArray"):
-        scangen.radix_sort(np.arange(4, dtype=np.uint32))
+    with pytest.raises(TypeError, match="must be a pycuda GPUArray or another CUDA array"):
+        scangen.RadixSort(np.uint32)(np.arange(4, dtype=np.uint32))
+    with pytest.raises(TypeError, match="must be a pycuda GPUArray or another CUDA array"):
+        scangen.radix_sort([3, 1, 2])
+
+
+def test_host_arrays_go_through_the_one_shots(gpu, rng):
+    keys = rng.integers(0, 50, 10_001).astype(np.int16)
+    values = rng.random(10_001)
+    got_keys, got_values = scangen.radix_sort(keys, values)
+    order = np.argsort(keys, kind="stable")
+    assert isinstance(got_keys, np.ndarray) and isinstance(got_values, np.ndarray)
+    np.testing.assert_array_equal(got_keys, keys[order])
+    np.testing.assert_array_equal(got_values, values[order])
+    np.testing.assert_array_equal(scangen.argsort(keys), order)
+    counts, _ = scangen.histogram(keys, 5, (0, 50))
+    np.testing.assert_array_equal(counts, np.histogram(keys, 5, (0, 50))[0])
+
+
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_cupy_and_torch_arrays_come_back_as_they_went_in(gpu, rng, library):
+    module = pytest.importorskip(library)
+    keys = rng.integers(0, 2 ** 31, 100_003).astype(np.int32)
+    values = rng.random(100_003).astype(np.float32)
+    if library == "cupy":
+        device_keys, device_values = module.asarray(keys), module.asarray(values)
+        back = module.asnumpy
+    else:
+        device_keys = module.from_numpy(keys).cuda()
+        device_values = module.from_numpy(values).cuda()
+        back = lambda t: t.cpu().numpy()  # noqa: E731
+    order = np.argsort(keys, kind="stable")
+    got_keys, got_values = scangen.radix_sort(device_keys, device_values)
+    assert type(got_keys) is type(device_keys) and type(got_values) is type(device_values)
+    np.testing.assert_array_equal(back(got_keys), keys[order])
+    np.testing.assert_array_equal(back(got_values), values[order])
+    np.testing.assert_array_equal(back(scangen.argsort(device_keys, descending=True)),
+                                  descending_order(keys))
+    dest, digit_start = scangen.radix_digit_offsets(device_keys, 24)
+    assert type(dest) is type(device_keys)
+    counts, _ = scangen.histogram(device_values, 10, (0.0, 1.0))
+    np.testing.assert_array_equal(back(counts), np.histogram(values, 10, (0.0, 1.0))[0])
 
 
 def test_sort_past_2_to_the_31_keys(gpu, rng):
