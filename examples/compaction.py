@@ -7,10 +7,12 @@ element is the number kept. The kernel itself is the eleven lines of `compact_ab
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/compaction.py
 """
 import numpy as np
-import pycuda.autoinit  # noqa: F401  (creates a CUDA context on the first GPU)
 from pycuda import gpuarray
 
 import scangen
+
+# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+scangen.current_context()
 
 
 def compact_above(x, threshold):

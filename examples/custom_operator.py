@@ -12,10 +12,12 @@ The identity is 0: nothing has a smaller magnitude.
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/custom_operator.py
 """
 import numpy as np
-import pycuda.autoinit  # noqa: F401  (creates a CUDA context on the first GPU)
 from pycuda import gpuarray
 
 import scangen
+
+# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+scangen.current_context()
 
 PREAMBLE = """
 static __device__ __forceinline__ scan_t magnitude(scan_t v)

@@ -9,10 +9,12 @@ with ScanKernel's is_segment_start_expr.
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/linear_recurrence.py
 """
 import numpy as np
-import pycuda.autoinit  # noqa: F401  (creates a CUDA context on the first GPU)
 from pycuda import gpuarray
 
 import scangen
+
+# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+scangen.current_context()
 
 #: combine(f, g) = "f, then g": g(f(x)) = ag*(af*x + bf) + bg.
 AFFINE = scangen.Operator("then(a, b)", identity=1 << 32, name="affine_then", preamble="""

@@ -12,10 +12,12 @@ Three scan-based steps, all on the GPU:
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/particles.py
 """
 import numpy as np
-import pycuda.autoinit  # noqa: F401  (creates a CUDA context on the first GPU)
 from pycuda import gpuarray
 
 import scangen
+
+# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+scangen.current_context()
 
 #: A particle: position and velocity; scangen declares the same struct for the kernel.
 PARTICLE = np.dtype([("x", np.float32), ("y", np.float32), ("vx", np.float32),

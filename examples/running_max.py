@@ -8,10 +8,12 @@ additions changes the last bits).
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/running_max.py
 """
 import numpy as np
-import pycuda.autoinit  # noqa: F401  (creates a CUDA context on the first GPU)
 from pycuda import gpuarray
 
 import scangen
+
+# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+scangen.current_context()
 
 
 def main(n=1_000_000, seed=1):

@@ -10,10 +10,12 @@ sequential; a prefix sum computes every cut position at once:
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/sandwich.py
 """
 import numpy as np
-import pycuda.autoinit  # noqa: F401  (creates a CUDA context on the first GPU)
 from pycuda import gpuarray
 
 import scangen
+
+# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+scangen.current_context()
 
 SANDWICH_INCHES = 100
 WANTS = [3, 5, 2, 7, 28, 4, 3, 0, 8, 1]

@@ -114,7 +114,12 @@ class _CuPy(_Kind):
             return cupy.empty(shape, dtype)
         # CuPy's pool hands memory back to the stream it was allocated on: allocate on the
         # stream that writes it, or a freed block could be reused while the scan still runs.
-        with cupy.cuda.ExternalStream(stream.handle, like.device.id):
+        # Stream.from_external (the CUDA stream protocol) where CuPy has it, which deprecates
+        # ExternalStream.
+        from_external = getattr(getattr(cupy.cuda, "Stream", None), "from_external", None)
+        with (from_external(stream)
+              if from_external is not None and hasattr(stream, "__cuda_stream__") else
+              cupy.cuda.ExternalStream(stream.handle, like.device.id)):
             return cupy.empty(shape, dtype)
 
 
@@ -499,6 +504,9 @@ def dtype_of(value, name="x") -> np.dtype:
         return _torch_dtype(value.dtype, name)
     if kind is ARRAY_INTERFACE:
         return parse_cuda_array_interface(value.__cuda_array_interface__, name).dtype
+    if kind is DLPACK and not hasattr(value, "dtype"):
+        # A producer may make a capsule per request: one, to read its dtype.
+        return DLPACK.view(value, name, None).dtype
     try:
         return np.dtype(value.dtype)
     except (AttributeError, TypeError):

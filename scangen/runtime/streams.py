@@ -41,6 +41,10 @@ class RawStream:
         _check(_lib().cuStreamSynchronize(ctypes.c_void_p(self.handle)),
                "cuStreamSynchronize")
 
+    def __cuda_stream__(self):
+        """The CUDA stream protocol (version 0, the handle), so libraries can wrap it."""
+        return 0, self.handle
+
     def __repr__(self):
         return f"RawStream({self.handle:#x})"
 
