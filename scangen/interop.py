@@ -302,7 +302,8 @@ class Call:
         """``(native, view)``: a new array of the call's kind, and the view kernels write."""
         dtype = np.dtype(dtype)
         native = self.kind.empty(shape, dtype, self.like, self.stream, self._default_stream)
-        return native, self.kind.view(native, "out", self.stream)
+        # Kinds without an allocator of their own (DLPack, the array interface) get GPUArrays.
+        return native, kind_of(native).view(native, "out", self.stream)
 
     def to_host(self, name) -> np.ndarray:
         """A host copy of one argument, after the work queued on the call's stream."""
