@@ -124,7 +124,7 @@ def test_cli_demo(gpu, capsys, algorithm):
 
 
 def test_readme_primitives_section_runs(gpu):
-    namespace = run_readme_block("scangen.select(", "primitives")
+    namespace = run_readme_block("scangen.select(x, \"x > 0.0f\")", "primitives")
     x, mask = namespace["x"].get(), namespace["mask"].get()
     np.testing.assert_array_equal(namespace["positive"].get(), x[x > 0])
     np.testing.assert_array_equal(namespace["kept"].get(), x[mask])
