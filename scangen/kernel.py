@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .args import Argument, ArgumentError, parse_arguments
+from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
 from .kernels import FAMILIES
 from .spec import ScanSpec, make_spec
 from .types import element_type
@@ -55,8 +55,8 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None):
-    """Validate the hooks. ``initial_type`` (a C type) appends the ``scangen_initial``
-    argument that carries an initial value."""
+    """Validate the hooks. ``initial_type`` (the scan's element type) appends the
+    ``scangen_initial`` argument that carries an initial value."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -74,10 +74,9 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
     if initial_type is not None:
-        if is_segment_start_expr is not None:
-            raise ValueError("initial= and is_segment_start_expr cannot be combined yet: "
-                             "combine the initial value into your input instead")
-        parsed += (Argument(INITIAL_ARGUMENT, initial_type),)
+        # A type the struct module has no code for (struct, complex, bfloat16) goes by bytes.
+        raw = None if initial_type.c_name in C_SCALARS else initial_type
+        parsed += (Argument(INITIAL_ARGUMENT, initial_type.c_name, value_type=raw),)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
                  is_segment_start_expr, bool(reverse), initial_type is not None)
 
@@ -161,13 +160,8 @@ class ScanKernel:
                  algorithm=None, section_size=None, items_per_thread=None, strategy="auto",
                  tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
-        if initial is not None and (etype.is_struct or getattr(etype, "is_complex", False)):
-            raise TypeError(f"initial= with {etype.name} values is not supported yet (only "
-                            "real scalar types are passed as launch arguments); combine it "
-                            "into the first element instead")
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
-                           is_segment_start_expr, reverse,
-                           None if initial is None else etype.c_name)
+                           is_segment_start_expr, reverse, None if initial is None else etype)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
                          segmented=is_segment_start_expr is not None)
@@ -182,7 +176,11 @@ class ScanKernel:
         """``value`` as the scan type, checked exactly as a scalar argument is."""
         from .runtime.launcher import convert_scalar
 
-        return convert_scalar(self.kernel_spec.hooks.arguments[-1], value)
+        argument = self.kernel_spec.hooks.arguments[-1]
+        converted = convert_scalar(argument, value)
+        # A type passed as bytes keeps its numpy value: each call converts it again.
+        return converted if argument.value_type is None else \
+            argument.value_type.numpy_value(value)
 
     @property
     def spec(self) -> ScanSpec:
