@@ -10,6 +10,7 @@ import pytest
 
 import scangen
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
+from scangen.bench import STRUCTS
 from scangen.types import element_type
 
 DTYPES = [t.name for t in ELEMENT_TYPES.values()]
@@ -81,19 +82,10 @@ TABLE_LOOKUP = Operator(
 
 # Struct operators (numpy structured dtypes; references work on structured arrays).
 
-#: x -> m*x + c over float64 (m, c) pairs; combine(a, b) applies a, then b.
-AFFINE_PAIR = np.dtype([("m", np.float64), ("c", np.float64)])
-
-
-def _affine_pair_reference(a, b):
-    out = np.empty_like(a)
-    out["m"] = b["m"] * a["m"]
-    out["c"] = b["m"] * a["c"] + b["c"]
-    return out
-
-
-AFFINE_PAIRS = Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0),
-                        name="affine_pairs", reference=_affine_pair_reference)
+#: x -> m*x + c over float64 (m, c) pairs; combine(a, b) applies a, then b: the bench's
+#: 16-byte struct scan.
+AFFINE_PAIR = STRUCTS["affine-f64x2"].dtype
+AFFINE_PAIRS = STRUCTS["affine-f64x2"].operator
 
 #: A running maximum with the index where it was first reached (ties keep the first).
 VALUE_INDEX = np.dtype([("value", np.int32), ("index", np.int64)], align=True)
