@@ -47,6 +47,8 @@ class Hooks:
 
 #: The argument that carries ``initial=`` (the scangen_ prefix is refused in user arguments).
 INITIAL_ARGUMENT = "scangen_initial"
+_NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
+              "pass one per call"
 
 #: The parameter names of the kernel families (scangen.kernels), which sit beside the user's
 #: arguments in every user-io entry point.
@@ -226,12 +228,19 @@ class ScanKernel:
         if self.initial is not None:
             args = args + (self.initial if initial is None else initial,)
         elif initial is not None:
-            raise TypeError("this kernel was built without initial=; build it with one "
-                            "(any value) to pass one per call")
+            raise TypeError(_NO_INITIAL)
         self._runtime(args, n=n, stream=stream)
 
-    def launch_converted(self, values: tuple, n: int, stream=None) -> None:
+    def launch_converted(self, values: tuple, n: int, stream=None, initial=None) -> None:
         """Launch with argument values already converted (device addresses as np.uintp,
         scalars as numpy scalars of their C type): for clients such as Scan that validate
-        their own arrays and want the per-call cost of nothing more."""
+        their own arrays and want the per-call cost of nothing more. The initial value (the
+        constructor's, or ``initial``) is converted here, as a call converts it."""
+        if self.initial is not None:
+            from .runtime.launcher import convert_scalar
+
+            value = self.initial if initial is None else initial
+            values = values + (convert_scalar(self.arguments[-1], value),)
+        elif initial is not None:
+            raise TypeError(_NO_INITIAL)
         self._runtime.launch(values, n, stream)

@@ -153,10 +153,7 @@ class Scan:
             kernel = self.rows_kernel
         else:
             kernel = self.kernel
-        if initial is not None or kernel.initial is not None:
-            kernel(*pointers, n=n, stream=stream, initial=initial)
-        else:
-            kernel.launch_converted(pointers, n, stream)
+        kernel.launch_converted(pointers, n, stream, initial)
         return out
 
     def _check_arrays(self, x, out):

@@ -113,12 +113,9 @@ class SegmentedScan:
         else:
             check_array(form, index, index.dtype, length=n)
         if n:
-            kernel = self.kernel(form, index.dtype)
-            values = (np.uintp(x.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out.ptr),)
-            if initial is not None or kernel.initial is not None:
-                kernel(*values, n=n, stream=stream, initial=initial)
-            else:
-                kernel.launch_converted(values, n, stream)
+            self.kernel(form, index.dtype).launch_converted(
+                (np.uintp(x.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out.ptr),), n,
+                stream, initial)
         return out
 
 

@@ -88,6 +88,20 @@ def test_bad_complex_initial():
         scangen.Scan(np.complex64, "add", initial="1+2j")
 
 
+def test_a_launch_converts_the_initial_value_before_anything_runs():
+    """Scan and SegmentedScan launch through launch_converted, which converts the initial
+    value (the constructor's or the call's) as a call does; n = 0 launches nothing."""
+    kernel = scangen.Scan(AFFINE_PAIR, AFFINE_PAIRS, initial=(1.0, 0.0)).kernel
+    addresses = (np.uintp(0x1000), np.uintp(0x2000))
+    kernel.launch_converted(addresses, 0)
+    kernel.launch_converted(addresses, 0, initial=np.array((2.0, 1.0), AFFINE_PAIR)[()])
+    with pytest.raises(ValueError, match=r"'scangen_initial' .*1 values for 2 fields"):
+        kernel.launch_converted(addresses, 0, initial=(2.0,))
+    plain = scangen.SegmentedScan(np.int32, "add").kernel("flags", np.dtype(np.bool_))
+    with pytest.raises(TypeError, match="built without initial="):
+        plain.launch_converted(addresses + (np.uintp(0x3000),), 0, initial=3)
+
+
 def test_segments_and_rows_render_with_an_initial_value():
     seg = scangen.SegmentedScan(np.int32, scangen.LAST_NONZERO, mode="exclusive", initial=5)
     for form, dtype in (("flags", np.bool_), ("keys", np.int64), ("offsets", np.int32)):
