@@ -325,7 +325,7 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
             except TypeError:
                 raise TypeError(f"field {name!r} of {dtype} has type {field_dtype}, which "
                                 "scangen cannot put in a struct; supported: "
-                                + _supported_names()) from None
+                                + supported_names()) from None
         if member.declarations and member.declarations not in declarations:
             declarations.append(member.declarations)
         includes += [i for i in member.includes if i not in includes]
@@ -366,8 +366,9 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
 
 
 #: Element types whose dtype another package defines, by dtype name: (package, C type,
-#: header, C function from bits). They are recognised by the dtype's name and module, so
-#: scangen never imports the package itself: a user who has such a dtype has imported it.
+#: header, C function from bits). A dtype is recognised by its name and module, so the
+#: package is never imported for it (whoever has the dtype has imported it); only a type
+#: named by its string ("bfloat16", which numpy alone does not know) imports it.
 OPTIONAL_TYPES = {
     "bfloat16": ("ml_dtypes", "__nv_bfloat16", "cuda_bf16.h", "__ushort_as_bfloat16"),
 }
@@ -383,9 +384,24 @@ def _optional_type(key: np.dtype) -> ElementType | None:
                        package=package, kind_override="f")
 
 
-def _supported_names() -> str:
+def supported_names() -> str:
+    """The scalar element types, for messages and help texts."""
     return ", ".join([t.name for t in ELEMENT_TYPES.values()] +
                      [f"{name} (from {row[0]})" for name, row in OPTIONAL_TYPES.items()])
+
+
+def _optional_dtype(name):
+    """The dtype an OPTIONAL_TYPES name stands for, or None for another name. Here the user
+    named the type, so its package is imported (np.dtype("bfloat16") alone fails)."""
+    row = OPTIONAL_TYPES.get(name) if isinstance(name, str) else None
+    if row is None:
+        return None
+    try:
+        package = importlib.import_module(row[0])
+    except ImportError:
+        raise TypeError(f"{name} needs the {row[0]} package (pip install {row[0]}): numpy "
+                        f"has no {name} dtype without it") from None
+    return np.dtype(getattr(package, name))
 
 
 def _scalar_type(key: np.dtype) -> ElementType:
@@ -398,8 +414,8 @@ def _scalar_type(key: np.dtype) -> ElementType:
         optional = _optional_type(key)
         if optional is not None:
             return optional
-        raise TypeError(f"unsupported dtype {key.name}; scangen supports {_supported_names()}, and "
-                        "structured dtypes of those") from None
+        raise TypeError(f"unsupported dtype {key.name}; scangen supports {supported_names()}, "
+                        "and structured dtypes of those") from None
 
 
 def prerequisites(etype) -> str:
@@ -445,7 +461,9 @@ def element_type(dtype) -> ElementType:
     try:
         key = np.dtype(dtype)
     except TypeError as err:
-        raise TypeError(f"not a numpy dtype: {dtype!r}") from err
+        key = _optional_dtype(dtype)
+        if key is None:
+            raise TypeError(f"not a numpy dtype: {dtype!r}") from err
     if key.subdtype is not None:
         raise TypeError(f"a sub-array dtype ({key}) is not an element type; put the array in "
                         "a structured dtype's field")

@@ -414,17 +414,31 @@ def test_bfloat16_type_mirrors_float16():
         "b != __ushort_as_bfloat16((unsigned short)0x0000) ? b : a"
 
 
-def test_ml_dtypes_is_imported_only_for_its_own_dtypes():
-    """scangen recognises bfloat16 by the dtype's name and module, never importing ml_dtypes:
-    without it, the name is just not a dtype."""
-    script = ("import sys, numpy as np, scangen\n"
-              "scangen.Scan(np.float16, 'add'); scangen.Scan(np.complex64, 'mul')\n"
-              "try:\n    scangen.Scan('bfloat16', 'add')\n"
-              "except TypeError as err:\n    print(err)\n"
-              "print('ml_dtypes' in sys.modules)\n")
+def _run(script):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert result.returncode == 0, result.stderr
-    message, imported = result.stdout.strip().splitlines()
+    return result.stdout.strip().splitlines()
+
+
+def test_ml_dtypes_is_imported_only_for_its_own_dtypes():
+    """scangen recognises bfloat16 by the dtype's name and module: other types never import
+    ml_dtypes; naming "bfloat16" imports it, or says it is missing."""
+    imported, = _run("import sys, numpy as np, scangen\n"
+                     "scangen.Scan(np.float16, 'add'); scangen.Scan(np.complex64, 'mul')\n"
+                     "scangen.Scan(np.dtype([('m', 'f8'), ('c', 'f8')]),\n"
+                     "             scangen.Operator('a', (0.0, 0.0)))\n"
+                     "print('ml_dtypes' in sys.modules)\n")
     assert imported == "False"
-    assert "not a numpy dtype: 'bfloat16'" in message
+    missing, = _run("import sys\nsys.modules['ml_dtypes'] = None  # as if not installed\n"
+                    "import scangen\n"
+                    "try:\n    scangen.Scan('bfloat16', 'add')\n"
+                    "except TypeError as err:\n    print(err)\n")
+    assert missing == ("bfloat16 needs the ml_dtypes package (pip install ml_dtypes): numpy "
+                       "has no bfloat16 dtype without it")
+
+
+@needs_bfloat16
+def test_the_name_bfloat16_is_ml_dtypes_type():
+    assert element_type("bfloat16").dtype == BFLOAT16
+    assert element_type("bfloat16") == element_type(BFLOAT16)
