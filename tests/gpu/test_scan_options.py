@@ -12,7 +12,8 @@ from scangen.spec import MODES, STRATEGIES
 
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, ARGMAX, BFLOAT16, VALUE_INDEX,
                            assert_scan_equal, exact_affine_pairs, needs_bfloat16, operator,
-                           poisoned, precompile, random_input, scan_reference)
+                           poisoned, precompile, random_input, scan_reference,
+                           value_index_input)
 
 SECTION = 64
 TYPES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float64", "add")]
@@ -42,9 +43,7 @@ def exact_input(rng, dtype, op_name, n):
     if op_name == "affine_pairs":
         return exact_affine_pairs(rng, n)
     if op_name == "argmax":
-        x = np.zeros(n, VALUE_INDEX)
-        x["value"], x["index"] = rng.integers(0, 20, n), np.arange(n)  # many ties
-        return x
+        return value_index_input(rng, n)
     return random_input(rng, dtype, op_name, n)
 
 

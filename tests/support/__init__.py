@@ -226,6 +226,13 @@ def exact_affine_pairs(rng, n):
     return x
 
 
+def value_index_input(rng, n):
+    """VALUE_INDEX values with many ties (ARGMAX keeps the first), each with its index."""
+    x = np.zeros(n, VALUE_INDEX)
+    x["value"], x["index"] = rng.integers(0, 20, n), np.arange(n)
+    return x
+
+
 def poison_values(rng, dtype, n):
     """Host values a correct kernel would not leave in an output by chance."""
     dtype = np.dtype(dtype)
@@ -323,4 +330,5 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "as
            "flipped", "kind", "MODES", "needs_bfloat16", "operator", "OPERATORS", "PARTITION",
            "poison_values", "poisoned", "precompile", "random_input", "RUNNING_STATS",
            "SATURATING_ADD", "scan_reference", "segmented_reference", "STATS", "TABLE_LOOKUP",
-           "type_operator_pairs", "valid", "VALUE_INDEX"]
+           "type_operator_pairs", "valid", "VALUE_INDEX",
+           "value_index_input"]
