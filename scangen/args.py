@@ -8,6 +8,7 @@ status, n) are the same objects, written in Python.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +59,9 @@ class Argument:
     c_type: str
     pointer: bool = False
     const: bool = False
+    #: The element type (scangen.types) of a by-value argument whose C type is no C scalar:
+    #: a struct, complex or bfloat16 initial value. It is passed as its bytes.
+    value_type: object = None
 
     @property
     def declaration(self) -> str:
@@ -71,6 +75,8 @@ class Argument:
         """PyCUDA's prepared-call format character (struct module codes)."""
         if self.pointer:
             return "P"
+        if self.value_type is not None:
+            return f"{self.value_type.itemsize}s"
         return C_SCALARS[self.c_type].char
 
     @property
@@ -135,5 +141,12 @@ def c_parameters(arguments) -> str:
 
 
 def launch_format(arguments) -> str:
-    """PyCUDA's prepared-call format string of ``arguments``."""
-    return "".join(a.launch_format for a in arguments)
+    """PyCUDA's prepared-call format string of ``arguments``. The struct module aligns its
+    number codes as C aligns parameters, but not bytes: a by-value type's bytes get 'x'
+    padding up to its C alignment."""
+    text = ""
+    for argument in arguments:
+        if argument.value_type is not None and not argument.pointer:
+            text += "x" * (-struct.calcsize(text) % argument.value_type.alignment)
+        text += argument.launch_format
+    return text

@@ -4,7 +4,8 @@ Every contender is timed the same way: CUDA events on the default stream around 
 back-to-back calls with preallocated outputs (so host-side launch cost counts, as it does
 for a user), after a warm-up, median over several trials, on random non-zero input.
 Throughput counts the 2n elements a scan must move (read once, write once); the
-device-to-device copy of the same bytes is the roof.
+device-to-device copy of the same bytes is the roof. Struct scans (``--struct``) are timed
+the same way, against a copy of the same bytes.
 """
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from .ops import LAST_NONZERO, resolve_operator
+from .ops import LAST_NONZERO, Operator, resolve_operator
 from .spec import ALGORITHMS, STRATEGIES
 
 DEFAULT_SIZES = [1 << k for k in range(10, 29, 2)]
@@ -64,6 +66,79 @@ def _random_input(rng, dtype, n):
     return rng.integers(1, 100, n).astype(dtype)
 
 
+@dataclass(frozen=True)
+class StructCase:
+    """A struct scan the bench can time (``--struct NAME``)."""
+
+    dtype: np.dtype
+    operator: Operator
+    #: (rng, n) -> n random values of dtype
+    make_input: Callable
+    #: How the table and the JSON name the type.
+    label: str
+
+
+#: x -> m*x + c as a pair of float64: 16 bytes, the two-word tile status.
+AFFINE_F64X2 = np.dtype([("m", np.float64), ("c", np.float64)])
+
+
+def _compose_affine(a, b):
+    """numpy twin of the composition: a, then b."""
+    out = np.empty_like(a)
+    out["m"] = b["m"] * a["m"]
+    out["c"] = b["m"] * a["c"] + b["c"]
+    return out
+
+
+def _affine_maps(rng, n):
+    maps = np.empty(n, AFFINE_F64X2)
+    maps["m"] = np.exp(rng.normal(0, 1e-4, n))  # products stay near 1 over 2^28 maps
+    maps["c"] = rng.uniform(-1.0, 1.0, n)
+    return maps
+
+
+STRUCTS = {
+    # A linear recurrence x[t] = m[t] x[t-1] + c[t]: composing affine maps, not commutative.
+    "affine-f64x2": StructCase(
+        AFFINE_F64X2, Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0),
+                               name="affine_f64x2", reference=_compose_affine),
+        _affine_maps, "struct16"),
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One scan to time: its type (and how results name it), operator and input."""
+
+    dtype: np.dtype
+    label: str
+    op_name: str
+    operator: Operator
+    make_input: Callable
+
+
+def workloads(args) -> list[Workload]:
+    """Every --dtypes x --ops pair, then every --struct."""
+    found = [Workload(np.dtype(dtype), str(np.dtype(dtype)), op_name, _operator(op_name),
+                      lambda rng, n, dtype=dtype: _random_input(rng, dtype, n))
+             for dtype in args.dtypes for op_name in args.ops]
+    for name in args.structs:
+        case = STRUCTS[name]
+        found.append(Workload(case.dtype, case.label, name, case.operator, case.make_input))
+    return found
+
+
+def check_result(got, want, dtype) -> None:
+    """Integers exactly; floats (struct fields too) within a tolerance for order."""
+    if dtype.fields is not None:
+        for field in dtype.names:
+            check_result(got[field], want[field], dtype.fields[field][0])
+    elif dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6 * np.abs(want).max(initial=1))
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 class Timer:
     """Events on the legacy default stream, where torch, cupy and pycuda all launch."""
 
@@ -88,11 +163,10 @@ class Timer:
         return statistics.median(times)
 
 
-def contenders(args, dtype, op_name, gpuarray, driver):
+def contenders(args, dtype, op_name, op, driver):
     """(name, make(x_gpu, y_gpu, x_host) -> call, checker or None) for each contender."""
     from . import Scan
 
-    op = _operator(op_name)
     out = []
 
     def copy(x, y, _):
@@ -200,36 +274,31 @@ def run(args) -> list[Result]:
     rng = np.random.default_rng(2026)
     timer = Timer(driver, args.trials, args.warmup)
     results = []
-    for dtype in args.dtypes:
-        for op_name in args.ops:
-            entries = contenders(args, dtype, op_name, gpuarray, driver)
-            for n in args.sizes:
-                host = _random_input(rng, dtype, n)
-                x = gpuarray.to_gpu(host)
-                y = gpuarray.empty_like(x)
-                n_bytes = 2 * x.nbytes
-                for name, make, check_op in entries:
-                    _progress(f"{dtype} {op_name} n={n:>11,} {name} ...")
-                    try:
-                        call = make(x, y, host)
-                        seconds = timer.seconds_per_call(call, n_bytes)
-                    except Exception as err:  # a peer missing a feature: report, go on
-                        _progress(f"  {name} failed: {err}\n")
-                        continue
-                    checked = False
-                    if check_op is not None and n <= args.check_limit:
-                        from .reference import reference_scan
+    for work in workloads(args):
+        dtype, op_name = work.dtype, work.op_name
+        entries = contenders(args, dtype, op_name, work.operator, driver)
+        for n in args.sizes:
+            host = work.make_input(rng, n)
+            x = gpuarray.to_gpu(host)
+            y = gpuarray.empty_like(x)
+            n_bytes = 2 * x.nbytes
+            for name, make, check_op in entries:
+                _progress(f"{work.label} {op_name} n={n:>11,} {name} ...")
+                try:
+                    call = make(x, y, host)
+                    seconds = timer.seconds_per_call(call, n_bytes)
+                except Exception as err:  # a peer missing a feature: report, go on
+                    _progress(f"  {name} failed: {err}\n")
+                    continue
+                checked = False
+                if check_op is not None and n <= args.check_limit:
+                    from .reference import reference_scan
 
-                        want = reference_scan(host, check_op, "inclusive")
-                        got = y.get()
-                        if np.dtype(dtype).kind == "f":
-                            np.testing.assert_allclose(got, want, rtol=1e-3)
-                        else:
-                            np.testing.assert_array_equal(got, want)
-                        checked = True
-                    results.append(Result(name, str(dtype), op_name, n, seconds,
-                                          n_bytes / seconds / 1e9, checked))
-                del x, y
+                    check_result(y.get(), reference_scan(host, check_op, "inclusive"), dtype)
+                    checked = True
+                results.append(Result(name, work.label, op_name, n, seconds,
+                                      n_bytes / seconds / 1e9, checked))
+            del x, y
     if args.cub:
         context = current_context()
         major, minor = context.get_device().compute_capability()
@@ -301,11 +370,16 @@ def plot(results: list[Result], path: str, title: str) -> bool:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", nargs="+", type=parse_size, default=DEFAULT_SIZES,
                         help="element counts, e.g. 1048576 or 2^20 (default 2^10 .. 2^28)")
-    parser.add_argument("--dtypes", nargs="+", default=["float32"],
-                        help="element types (default float32)")
+    parser.add_argument("--dtypes", nargs="*", default=["float32"],
+                        help="element types (default float32; none: only the --struct scans)")
     parser.add_argument("--ops", nargs="+", default=["add"],
                         help="operators: built-in names or last_nonzero (default add; peers "
                              "are timed for add only)")
+    parser.add_argument("--struct", nargs="+", default=[], choices=list(STRUCTS),
+                        dest="structs", metavar="NAME",
+                        help="also time struct scans: affine-f64x2 (16-byte (m, c) float64 "
+                             "affine maps composed in order, a non-commutative operator), "
+                             "against a copy of the same bytes")
     parser.add_argument("--strategies", nargs="+", default=[s for s in STRATEGIES if s != "auto"],
                         choices=STRATEGIES, help="scangen strategies (default algorithm each)")
     parser.add_argument("--algorithms", nargs="*", default=[], choices=list(ALGORITHMS),

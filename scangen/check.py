@@ -9,6 +9,7 @@ import numpy as np
 from .kernel import ScanKernel
 from .ops import resolve_operator
 from .runtime.launcher import _gpuarray
+from .types import element_type
 
 #: One ScanKernel evaluates the operator on sample triples in its output statement (its own
 #: scan of a[] is not used): the same combine() every scan of this operator compiles.
@@ -54,10 +55,11 @@ class OperatorReport:
 
 def sample_values(rng, dtype: np.dtype, count: int) -> np.ndarray:
     """Random values of dtype, with the edges (0, 1, the limits) mixed in."""
-    if dtype.kind == "c":
+    kind = element_type(dtype).kind  # bfloat16 is kind "V" to numpy
+    if kind == "c":
         edges = np.array([0, 1, -1, 1j, -1j, 0.5 + 0.5j], dtype)
         values = (rng.standard_normal(count) + 1j * rng.standard_normal(count)).astype(dtype)
-    elif dtype.kind == "f":
+    elif kind == "f":
         # Half precision overflows at 65504: smaller magnitudes keep products finite.
         big = 2.0 if dtype.itemsize == 2 else 1e3
         edges = np.array([0.0, -0.0, 1.0, -1.0, 0.5, 1 / big, big], dtype)
@@ -74,8 +76,8 @@ def sample_values(rng, dtype: np.dtype, count: int) -> np.ndarray:
 def check_operator(operator, dtype, *, samples=100_000, seed=0, rtol=None) -> OperatorReport:
     """Evaluate ``operator`` on ``samples`` random and edge triples of ``dtype`` on the GPU:
     associativity ((a op b) op c == a op (b op c)) and the identity on both sides. Integers
-    must agree exactly; floats within ``rtol`` (default 64 ulps) of the larger magnitude
-    involved. Returns an OperatorReport naming a counterexample when a law fails."""
+    must agree exactly; floats within ``rtol`` (default 64 ulps, at most 1/16) of the larger
+    magnitude involved. Returns an OperatorReport naming a counterexample when a law fails."""
     op = resolve_operator(operator)
     if np.dtype(dtype).fields is not None:
         raise TypeError("check_operator samples scalar types; for a struct type, check the "
@@ -107,11 +109,14 @@ def check_operator(operator, dtype, *, samples=100_000, seed=0, rtol=None) -> Op
 
 
 def _agree(one, other, dtype, rtol, operands):
-    if dtype.kind not in "fc":
+    etype = element_type(dtype)
+    if etype.kind not in "fc":
         return one == other
     if rtol is None:
-        rtol = 64 * np.finfo(dtype).eps
-    wide = np.complex128 if dtype.kind == "c" else np.float64
+        # 64 ulps, but no looser than float16's: 64 of bfloat16's ulps (2^-7) would be half
+        # the value, and a non-associative expression would pass.
+        rtol = min(64 * float(etype.finfo().eps), 1 / 16)
+    wide = np.complex128 if etype.kind == "c" else np.float64
     # Relative to the largest magnitude involved: rounding scales with the operands.
     scale = np.maximum.reduce([np.abs(v.astype(wide)) for v in (one, other, *operands)])
     both_nan = np.isnan(one) & np.isnan(other)

@@ -22,7 +22,7 @@ from .bench import parse_size
 from .reference import reference_scan
 from .scan import GPUUnavailableError, Scan, ScanCompileError
 from .spec import ALGORITHMS, MODES, STRATEGIES
-from .types import ELEMENT_TYPES, ElementType
+from .types import ElementType, supported_names
 
 PROG = "scangen"
 
@@ -97,7 +97,7 @@ def add_spec_options(parser: argparse.ArgumentParser) -> None:
     """The options that describe one scan, shared by every subcommand that builds one."""
     group = parser.add_argument_group("scan", "what to scan and how (any invalid combination "
                                       "is reported with the library's message)")
-    dtypes = ", ".join(t.name for t in ELEMENT_TYPES.values())
+    dtypes = supported_names()
     group.add_argument("--dtype", default="float32",
                        help=f"element type: {dtypes} (default: float32)")
     group.add_argument("--op", metavar="NAME",

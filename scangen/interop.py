@@ -170,10 +170,14 @@ def _same_stream(stream, current: int) -> bool:
 def _torch_dtype(torch_dtype, name) -> np.dtype:
     dtype = _TORCH_TO_NUMPY.get(torch_dtype, False)
     if dtype is False:
+        from .types import optional_dtype
+
+        short = str(torch_dtype).rpartition(".")[2]  # torch.float32 -> float32
         try:
-            dtype = np.dtype(str(torch_dtype).rpartition(".")[2])  # torch.float32 -> float32
+            # bfloat16 is ml_dtypes' where that is installed
+            dtype = optional_dtype(short) or np.dtype(short)
         except TypeError:
-            dtype = None  # bfloat16, float8 ...: no numpy twin, so no scangen element type
+            dtype = None  # float8, or bfloat16 without ml_dtypes: no numpy twin
         _TORCH_TO_NUMPY[torch_dtype] = dtype
     if dtype is None:
         raise TypeError(f"{name} has dtype {torch_dtype}, which scangen does not scan (no "

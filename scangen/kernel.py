@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .args import Argument, ArgumentError, parse_arguments
+from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
 from .kernels import FAMILIES
 from .spec import ScanSpec, make_spec
 from .types import element_type
@@ -47,6 +47,8 @@ class Hooks:
 
 #: The argument that carries ``initial=`` (the scangen_ prefix is refused in user arguments).
 INITIAL_ARGUMENT = "scangen_initial"
+_NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
+              "pass one per call"
 
 #: The parameter names of the kernel families (scangen.kernels), which sit beside the user's
 #: arguments in every user-io entry point.
@@ -55,8 +57,8 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None):
-    """Validate the hooks. ``initial_type`` (a C type) appends the ``scangen_initial``
-    argument that carries an initial value."""
+    """Validate the hooks. ``initial_type`` (the scan's element type) appends the
+    ``scangen_initial`` argument that carries an initial value."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -74,10 +76,9 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
     if initial_type is not None:
-        if is_segment_start_expr is not None:
-            raise ValueError("initial= and is_segment_start_expr cannot be combined yet: "
-                             "combine the initial value into your input instead")
-        parsed += (Argument(INITIAL_ARGUMENT, initial_type),)
+        # A type the struct module has no code for (struct, complex, bfloat16) goes by bytes.
+        raw = None if initial_type.c_name in C_SCALARS else initial_type
+        parsed += (Argument(INITIAL_ARGUMENT, initial_type.c_name, value_type=raw),)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
                  is_segment_start_expr, bool(reverse), initial_type is not None)
 
@@ -178,13 +179,8 @@ class ScanKernel:
                  algorithm=None, section_size=None, items_per_thread=None, strategy="auto",
                  tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
-        if initial is not None and (etype.is_struct or getattr(etype, "is_complex", False)):
-            raise TypeError(f"initial= with {etype.name} values is not supported yet (only "
-                            "real scalar types are passed as launch arguments); combine it "
-                            "into the first element instead")
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
-                           is_segment_start_expr, reverse,
-                           None if initial is None else etype.c_name)
+                           is_segment_start_expr, reverse, None if initial is None else etype)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
                          segmented=is_segment_start_expr is not None)
@@ -199,7 +195,11 @@ class ScanKernel:
         """``value`` as the scan type, checked exactly as a scalar argument is."""
         from .runtime.launcher import convert_scalar
 
-        return convert_scalar(self.kernel_spec.hooks.arguments[-1], value)
+        argument = self.kernel_spec.hooks.arguments[-1]
+        converted = convert_scalar(argument, value)
+        # A type passed as bytes keeps its numpy value: each call converts it again.
+        return converted if argument.value_type is None else \
+            argument.value_type.numpy_value(value)
 
     @property
     def spec(self) -> ScanSpec:
@@ -245,13 +245,21 @@ class ScanKernel:
         if self.initial is not None:
             args = args + (self.initial if initial is None else initial,)
         elif initial is not None:
-            raise TypeError("this kernel was built without initial=; build it with one "
-                            "(any value) to pass one per call")
+            raise TypeError(_NO_INITIAL)
         self._runtime(args, n=n, stream=stream)
 
-    def launch_converted(self, values: tuple, n: int, stream=None) -> None:
+    def launch_converted(self, values: tuple, n: int, stream=None, initial=None) -> None:
         """Launch with argument values already converted (device addresses as np.uintp,
         scalars as numpy scalars of their C type) on a stream already resolved by
         scangen.interop (None, a pycuda Stream or a RawStream): for clients such as Scan
-        that validate their own arrays and want the per-call cost of nothing more."""
+        that validate their own arrays and want the per-call cost of nothing more. The
+        initial value (the constructor's, or ``initial``) is converted here, as a call
+        converts it."""
+        if self.initial is not None:
+            from .runtime.launcher import convert_scalar
+
+            value = self.initial if initial is None else initial
+            values = values + (convert_scalar(self.arguments[-1], value),)
+        elif initial is not None:
+            raise TypeError(_NO_INITIAL)
         self._runtime.launch(values, n, stream)

@@ -165,8 +165,8 @@ def last_nonzero_reference(a, b):
 
 #: A non-commutative operator: "the latest non-zero value wins". Tests use it everywhere.
 def _last_nonzero(etype: ElementType) -> str:
-    # __half compares with an int ambiguously: compare it with a half zero.
-    zero = etype.literal(0) if etype.dtype == np.float16 else "0"
+    # __half and __nv_bfloat16 compare with an int ambiguously: compare with a typed zero.
+    zero = etype.literal(0) if etype.is_half else "0"
     return f"b != {zero} ? b : a"
 
 

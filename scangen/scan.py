@@ -8,7 +8,7 @@ from .kernel import ScanKernel
 from .interop import Call
 from .runtime.launcher import overlaps
 from .spec import MODES
-from .types import element_type
+from .types import conversion, element_type, prerequisites
 
 __all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
 
@@ -22,7 +22,8 @@ class Scan:
     Parameters
     ----------
     dtype:
-        Element type of the input (int8 .. uint64, float32, float64).
+        Element type of the input (int8 .. uint64, float16, float32, float64, complex64,
+        complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those).
     operator:
         A built-in name (add, mul, min, max, bit_and, bit_or, bit_xor) or a scangen.Operator.
         Must be associative; it need not be commutative (operand order is kept).
@@ -31,14 +32,17 @@ class Scan:
     result_dtype:
         The type scanned and written, as numpy's accumulate ``dtype=``: each input is
         converted first (``Scan(np.uint8, "add", result_dtype=np.int64)``). It must hold
-        every input value (numpy's "safe" casting). Default: dtype.
+        every input value (numpy's "safe" casting): integers to wider integers or floats,
+        float16/bfloat16 to float32/float64, real to complex, complex64 to complex128.
+        Struct types convert to no other type. Default: dtype.
     reverse:
         A suffix scan: y[i] = x[i] op x[i+1] op ... op x[n-1] (exclusive leaves x[i] out),
         operands in array order.
     initial:
         A value combined first: inclusive ``initial op x0 op ...``; exclusive ``y[0] =
-        initial``. A call may pass another (``scan(x, initial=carry)``). Not with 2-D input
-        yet.
+        initial``; with 2-D input, every row starts from it. A call may pass another
+        (``scan(x, initial=carry)``). For a struct type, a tuple of field values (or an
+        np.void); for complex, a complex number.
     algorithm:
         How one block scans its section: naive, kogge_stone, kogge_stone_double_buffered,
         brent_kung, coarsened or warp_shuffle (the default, the fast one).
@@ -73,18 +77,19 @@ class Scan:
         self.mode = mode
         self.input_dtype = element_type(dtype).dtype
         result = self.input_dtype if result_dtype is None else element_type(result_dtype).dtype
-        if not np.can_cast(self.input_dtype, result, "safe"):
+        source, target = element_type(self.input_dtype), element_type(result)
+        # Safe casting, not numpy's same_kind: a result type that cannot hold every input
+        # value would change the values before they are scanned.
+        if source != target and not (source.is_struct or target.is_struct) and \
+                not np.can_cast(self.input_dtype, result, "safe"):
             raise TypeError(f"result_dtype {result} cannot hold every {self.input_dtype} value; "
                             f"choose a wider one (numpy's safe casting)")
-        if result != self.input_dtype and ({self.input_dtype.kind, result.kind} & {"c", "V"}
-                                           or self.input_dtype == np.float16):
-            raise TypeError(f"result_dtype {result} from {self.input_dtype} is not supported "
-                            "yet (conversions from float16 and to or from complex and struct "
-                            "types); convert the input first")
-        in_c = "scan_t" if result == self.input_dtype else element_type(self.input_dtype).c_name
+        in_c = "scan_t" if result == self.input_dtype else source.c_name
         self._options = dict(
             arguments=f"const {in_c} *x, scan_t *out",
-            input_expr="x[i]" if result == self.input_dtype else "(scan_t)x[i]",
+            input_expr=conversion(source, target, "x[i]"),  # refuses struct pairs
+            # the input type's headers and declarations (the module has the result type's)
+            preamble="" if source == target else prerequisites(source),
             output_statement=_OUTPUT[mode], reverse=reverse, initial=initial,
             algorithm=algorithm, section_size=section_size, items_per_thread=items_per_thread,
             strategy=strategy, tuning=tuning)
@@ -126,9 +131,8 @@ class Scan:
     def rows_kernel(self) -> ScanKernel:
         """The ScanKernel that scans the rows of a 2-D array (built on first use)."""
         if self._rows_kernel is None:
-            if self.kernel.initial is not None:
-                raise ValueError("initial= with 2-D (row by row) input is not supported yet")
-            options = dict(self._options, initial=None,
+            # Every row starts from the initial value, as every segment does.
+            options = dict(self._options,
                            arguments=self._options["arguments"] + ", long long row_length")
             self._rows_kernel = ScanKernel(self.dtype, self._operator,
                                            is_segment_start_expr="i % row_length == 0",
@@ -152,17 +156,13 @@ class Scan:
         n = x_view.size
         if n == 0:
             return out
-        stream = call.stream
         pointers = (np.uintp(x_view.ptr), np.uintp(out_view.ptr))
         if len(x_view.shape) == 2:
-            if initial is not None:
-                raise ValueError("initial= with 2-D (row by row) input is not supported yet")
-            self.rows_kernel.launch_converted(pointers + (np.int64(x_view.shape[1]),), n,
-                                              stream)
-        elif initial is not None or self.kernel.initial is not None:
-            self.kernel(*pointers, n=n, stream=stream, initial=initial)
+            pointers += (np.int64(x_view.shape[1]),)
+            kernel = self.rows_kernel
         else:
-            self.kernel.launch_converted(pointers, n, stream)
+            kernel = self.kernel
+        kernel.launch_converted(pointers, n, call.stream, initial)
         return out
 
     def _check_arrays(self, x, out, in_place):

@@ -45,16 +45,16 @@ class SegmentedScan:
       (CUB's scan-by-key).
 
     The first element always starts a segment. Exclusive mode restarts from the identity at
-    each head. Other keywords (reverse, algorithm, section_size, items_per_thread,
+    each head. Other keywords (reverse, initial, algorithm, section_size, items_per_thread,
     strategy, tuning) are as for Scan; with ``reverse=True`` each segment is scanned from
-    its last element to its first.
+    its last element to its first. ``initial=`` starts every segment from that value
+    (inclusive: ``initial op x[head] op ...``; exclusive: ``initial`` at each head), and a
+    call may pass another (``seg(x, flags=f, initial=v)``).
     """
 
     def __init__(self, dtype, operator="add", *, mode="inclusive", **scan_options):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
-        if "initial" in scan_options:
-            raise TypeError("SegmentedScan takes no initial= (yet)")
         self.etype = element_type(dtype)
         self.mode, self.operator, self.scan_options = mode, operator, scan_options
         self._kernels = {}
@@ -86,10 +86,13 @@ class SegmentedScan:
                 **self.scan_options)
         return self._kernels[key]
 
-    def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None):
+    def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None,
+                 initial=None):
         """Scan ``x`` segment by segment into ``out`` (new if None) and return ``out``.
         Arrays are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, ...; see
-        Scan); ``stream`` defaults to the array library's current stream."""
+        Scan); ``stream`` defaults to the array library's current stream; ``initial``
+        replaces the constructor's initial value (every segment starts from it) for this
+        call."""
         given = {name: value for name, value in
                  (("flags", flags), ("offsets", offsets), ("keys", keys)) if value is not None}
         if len(given) != 1:
@@ -119,7 +122,7 @@ class SegmentedScan:
         if n:
             self.kernel(form, index.dtype).launch_converted(
                 (np.uintp(x_view.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out_view.ptr),),
-                n, call.stream)
+                n, call.stream, initial)
         return out
 
 

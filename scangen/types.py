@@ -7,6 +7,7 @@ asks this module, so adding a scalar type means adding one row.
 from __future__ import annotations
 
 import functools
+import importlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,18 +26,42 @@ class ElementType:
     includes: tuple = ()
     #: C declarations the type needs before use (complex: its struct).
     declarations: str = ""
+    #: 16-bit floats are structs in CUDA C, with no literal syntax: the function that makes
+    #: one from its bits (__ushort_as_half).
+    from_bits: str = ""
+    #: The package that defines the dtype, where numpy does not (ml_dtypes' bfloat16); its
+    #: dtypes are kind "V" to numpy, so ``kind`` says what scangen takes them for.
+    package: str = ""
+    kind_override: str = ""
+
+    @property
+    def kind(self) -> str:
+        """numpy's kind letter, "f" for the floats another package defines."""
+        return self.kind_override or self.dtype.kind
 
     @property
     def is_float(self) -> bool:
-        return self.dtype.kind == "f"
+        return self.kind == "f"
 
     @property
     def is_complex(self) -> bool:
-        return self.dtype.kind == "c"
+        return self.kind == "c"
 
     @property
     def is_integer(self) -> bool:
-        return self.dtype.kind in "iu"
+        return self.kind in "iu"
+
+    @property
+    def is_half(self) -> bool:
+        """A 16-bit float (__half, __nv_bfloat16): a struct in C, compared with its own type."""
+        return bool(self.from_bits)
+
+    def finfo(self):
+        """np.finfo of a float or complex type; the defining package's own finfo for the
+        types np.finfo refuses (that package is imported already: its dtype exists)."""
+        if self.package:
+            return importlib.import_module(self.package).finfo(self.dtype)
+        return np.finfo(self.dtype)
 
     @property
     def itemsize(self) -> int:
@@ -56,26 +81,38 @@ class ElementType:
         """``value`` as a numpy scalar of this type (for references and poison)."""
         return self.dtype.type(value)
 
-    def literal(self, value) -> str:
-        """A C literal of this type holding ``value`` exactly (inf included for floats)."""
+    def _number(self, value):
+        if isinstance(value, self.dtype.type):  # ml_dtypes' scalars are no np.number
+            return value
         if isinstance(value, (bool, np.bool_)) or not isinstance(
                 value, (int, float, complex, np.number)):
             raise TypeError(f"{value!r} is not a number")
+        if isinstance(value, (complex, np.complexfloating)) and not self.is_complex:
+            raise TypeError(f"{value!r} is complex; {self.name} is not")
+        return value
+
+    def to_bytes(self, value) -> bytes:
+        """``value`` as this type's bytes in memory: how a by-value kernel argument of a type
+        the struct module has no code for (complex, bfloat16) is passed."""
+        return np.array(self._number(value), self.dtype).tobytes()
+
+    def literal(self, value) -> str:
+        """A C literal of this type holding ``value`` exactly (inf included for floats)."""
+        value = self._number(value)
         if self.is_complex:
             part = ELEMENT_TYPES[np.dtype(f"float{4 * self.itemsize}")]
             value = complex(value)
             return f"{self.c_name}{{{part.literal(value.real)}, {part.literal(value.imag)}}}"
-        if isinstance(value, (complex, np.complexfloating)):
-            raise TypeError(f"{value!r} is complex; {self.name} is not")
-        if self.is_float and self.itemsize == 2:
+        if self.is_half:
             value = float(value)
             with np.errstate(over="ignore"):
-                half = np.float16(value)
+                half = self.dtype.type(value)
             if np.isnan(value):
                 raise ValueError("NaN cannot be an identity")
             if float(half) != value:
-                raise ValueError(f"{value!r} is not exactly representable as float16")
-            return f"__ushort_as_half((unsigned short)0x{int(half.view(np.uint16)):04X})"
+                raise ValueError(f"{value!r} is not exactly representable as {self.name}")
+            bits = int(np.array(half, self.dtype).view(np.uint16))
+            return f"{self.from_bits}((unsigned short)0x{bits:04X})"
         if self.is_float:
             value = float(value)
             if np.isnan(value):
@@ -146,7 +183,8 @@ ELEMENT_TYPES: dict[np.dtype, ElementType] = {
     np.dtype(name): ElementType(np.dtype(name), c_name, wrap) for name, c_name, wrap in _ROWS
 }
 ELEMENT_TYPES[np.dtype("float16")] = ElementType(np.dtype("float16"), "__half", None,
-                                                 includes=("cuda_fp16.h",))
+                                                 includes=("cuda_fp16.h",),
+                                                 from_bits="__ushort_as_half")
 for _name, _part in (("complex64", "float"), ("complex128", "double")):
     ELEMENT_TYPES[np.dtype(_name)] = ElementType(
         np.dtype(_name), f"scangen_{_name}", None,
@@ -199,8 +237,8 @@ class StructType:
     def name(self) -> str:
         return str(self.dtype)
 
-    def literal(self, value) -> str:
-        """An aggregate initializer from a tuple (or np.void) of field values."""
+    def _field_values(self, value) -> tuple:
+        """A tuple (or np.void) of one value per field, or an error saying what is wrong."""
         if isinstance(value, np.void):
             value = value.item()
         if not isinstance(value, (tuple, list)):
@@ -208,6 +246,20 @@ class StructType:
         if len(value) != len(self.fields):
             names = ", ".join(f.name for f in self.fields)
             raise ValueError(f"{len(value)} values for {len(self.fields)} fields ({names})")
+        return tuple(value)
+
+    def to_bytes(self, value) -> bytes:
+        """``value`` (a tuple or np.void) as the struct's bytes: how a struct is passed by
+        value to a kernel."""
+        value = self._field_values(value)
+        try:
+            return np.array(value, self.dtype).tobytes()
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{value!r} does not fit {self.name}: {err}") from None
+
+    def literal(self, value) -> str:
+        """An aggregate initializer from a tuple (or np.void) of field values."""
+        value = self._field_values(value)
         parts = []
         for field, item in zip(self.fields, value):
             if field.padded:
@@ -273,7 +325,7 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
             except TypeError:
                 raise TypeError(f"field {name!r} of {dtype} has type {field_dtype}, which "
                                 "scangen cannot put in a struct; supported: "
-                                + ", ".join(t.name for t in ELEMENT_TYPES.values())) from None
+                                + supported_names()) from None
         if member.declarations and member.declarations not in declarations:
             declarations.append(member.declarations)
         includes += [i for i in member.includes if i not in includes]
@@ -313,6 +365,45 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
                       tail_padded, tuple(includes))
 
 
+#: Element types whose dtype another package defines, by dtype name: (package, C type,
+#: header, C function from bits). A dtype is recognised by its name and module, so the
+#: package is never imported for it (whoever has the dtype has imported it); only a type
+#: named by its string ("bfloat16", which numpy alone does not know) imports it.
+OPTIONAL_TYPES = {
+    "bfloat16": ("ml_dtypes", "__nv_bfloat16", "cuda_bf16.h", "__ushort_as_bfloat16"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _optional_type(key: np.dtype) -> ElementType | None:
+    row = OPTIONAL_TYPES.get(key.name)
+    if row is None or key.type.__module__.split(".")[0] != row[0]:
+        return None
+    package, c_name, header, from_bits = row
+    return ElementType(key, c_name, None, includes=(header,), from_bits=from_bits,
+                       package=package, kind_override="f")
+
+
+def supported_names() -> str:
+    """The scalar element types, for messages and help texts."""
+    return ", ".join([t.name for t in ELEMENT_TYPES.values()] +
+                     [f"{name} (from {row[0]})" for name, row in OPTIONAL_TYPES.items()])
+
+
+def optional_dtype(name):
+    """The dtype an OPTIONAL_TYPES name stands for, or None for another name. Here the user
+    named the type, so its package is imported (np.dtype("bfloat16") alone fails)."""
+    row = OPTIONAL_TYPES.get(name) if isinstance(name, str) else None
+    if row is None:
+        return None
+    try:
+        package = importlib.import_module(row[0])
+    except ImportError:
+        raise TypeError(f"{name} needs the {row[0]} package (pip install {row[0]}): numpy "
+                        f"has no {name} dtype without it") from None
+    return np.dtype(getattr(package, name))
+
+
 def _scalar_type(key: np.dtype) -> ElementType:
     if not key.isnative:
         raise TypeError(f"dtype {key.str} is not in the machine's byte order; use "
@@ -320,9 +411,42 @@ def _scalar_type(key: np.dtype) -> ElementType:
     try:
         return ELEMENT_TYPES[key]
     except KeyError:
-        supported = ", ".join(t.name for t in ELEMENT_TYPES.values())
-        raise TypeError(f"unsupported dtype {key.name}; scangen supports {supported}, and "
-                        "structured dtypes of those") from None
+        optional = _optional_type(key)
+        if optional is not None:
+            return optional
+        raise TypeError(f"unsupported dtype {key.name}; scangen supports {supported_names()}, "
+                        "and structured dtypes of those") from None
+
+
+def prerequisites(etype) -> str:
+    """The C that must come before code names ``etype`` (its headers and declarations), for
+    a type other than the scan type, which the module template declares itself."""
+    lines = [f"#include <{header}>" for header in etype.includes]
+    return "\n".join(lines + ([etype.declarations] if etype.declarations else []))
+
+
+def conversion(source, target, expression: str) -> str:
+    """C that converts ``expression``, a value of ``source``, to ``target`` (ElementTypes):
+    Scan's result_dtype. The caller checks that numpy's safe casting allows the pair; this
+    says how C spells it, or raises a TypeError naming a pair it cannot spell."""
+    if source == target:
+        return expression
+    if source.is_struct or target.is_struct:
+        raise TypeError(f"no conversion from {source.name} to {target.name}: struct values "
+                        "are scanned as they are (convert the input to the result type first)")
+    if target.is_complex:
+        part = ELEMENT_TYPES[np.dtype(f"float{4 * target.itemsize}")]
+        if source.is_complex:
+            real, imaginary = (f"({part.c_name})({expression}).{p}" for p in ("re", "im"))
+        else:
+            real, imaginary = conversion(source, part, expression), part.literal(0)
+        return f"{target.c_name}{{{real}, {imaginary}}}"
+    if source.is_half or target.is_half:
+        # __half and __nv_bfloat16 convert to and from float; the pairs safe casting allows
+        # (to float32/float64, from 8-bit integers) are exact through it.
+        through_float = f"(float)({expression})"
+        return through_float if target.c_name == "float" else f"({target.c_name}){through_float}"
+    return f"({target.c_name})({expression})"
 
 
 #: C types of a mask or key array (flags, keys), by numpy dtype: bool and the integers.
@@ -337,7 +461,9 @@ def element_type(dtype) -> ElementType:
     try:
         key = np.dtype(dtype)
     except TypeError as err:
-        raise TypeError(f"not a numpy dtype: {dtype!r}") from err
+        key = optional_dtype(dtype)
+        if key is None:
+            raise TypeError(f"not a numpy dtype: {dtype!r}") from err
     if key.subdtype is not None:
         raise TypeError(f"a sub-array dtype ({key}) is not an element type; put the array in "
                         "a structured dtype's field")

@@ -176,6 +176,12 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
 
 def convert_scalar(argument, value):
     """A scalar argument's value as the numpy scalar of its C type, or a clear error."""
+    if argument.value_type is not None:  # a struct, complex or bfloat16 value: its bytes
+        try:
+            return argument.value_type.to_bytes(value)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"argument {argument.name!r} ({argument.declaration}): {err}") \
+                from None
     dtype = argument.scalar_dtype
     if dtype.kind in "iu":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):

@@ -1,11 +1,15 @@
-"""The bench's pieces that need no GPU: size parsing, and the CUB peer program compiling."""
+"""The bench's pieces that need no GPU: size parsing, the struct scan option, and the CUB
+peer program compiling."""
 import argparse
 import shutil
 import subprocess
 
+import numpy as np
 import pytest
 
+import scangen
 from scangen import bench
+from scangen.strategies.tile_state import TileState
 
 
 @pytest.mark.parametrize("text,size", [("1048576", 1 << 20), ("2^20", 1 << 20),
@@ -28,3 +32,57 @@ def test_the_cub_peer_compiles(tmp_path):
     assert result.returncode == 0, result.stderr
     usage = subprocess.run([str(binary)], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+def bench_arguments(*argv):
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_a_16_byte_struct_scan_is_an_option():
+    args = bench_arguments("--struct", "affine-f64x2", "--dtypes", "--sizes", "2^26",
+                           "--strategies", "auto", "decoupled_lookback")
+    assert args.structs == ["affine-f64x2"] and args.dtypes == [] and args.sizes == [1 << 26]
+    work, = bench.workloads(args)
+    assert work.dtype.itemsize == 16 and work.dtype.names == ("m", "c")
+    assert work.label == "struct16" and work.op_name == "affine-f64x2"
+    # the contenders: a copy of the same bytes, and a scangen scan per strategy; no peer
+    # (torch and cupy have no struct scan)
+    entries = bench.contenders(args, work.dtype, work.op_name, work.operator, driver=None)
+    assert [name for name, _, _ in entries] == ["copy", "scangen/auto",
+                                                "scangen/decoupled_lookback"]
+    assert all(check is work.operator for _, _, check in entries[1:])
+    # what a scangen contender runs at 2^26: one single-pass launch that moves the two
+    # n x 16 bytes, with the split (two-word) tile status of 16-byte values
+    scan = scangen.Scan(work.dtype, work.operator, strategy="decoupled_lookback")
+    plan = scan.plan(1 << 26)
+    assert [launch.kernel.name for launch in plan.launches] == ["scan_tiles_user"]
+    assert TileState(scan.spec.acc_itemsize).packed is False
+    assert scan.spec.acc_itemsize == 16
+
+
+def test_the_struct_input_and_check_follow_the_operator(rng):
+    args = bench_arguments("--struct", "affine-f64x2", "--dtypes", "int32")
+    scalar, work = bench.workloads(args)
+    assert scalar.dtype == np.int32 and scalar.op_name == "add"
+    x = work.make_input(rng, 1000)
+    assert x.dtype == work.dtype and np.ptp(x["c"]) > 1 and np.all(np.abs(x["m"] - 1) < 1e-3)
+    want = scangen.reference_scan(x, work.operator)
+    # the same recurrence, one step at a time: x[t] = m[t] x[t-1] + c[t]
+    state, loop = 0.0, []
+    for m, c in zip(x["m"], x["c"]):
+        state = m * state + c
+        loop.append(state)
+    np.testing.assert_allclose(want["c"], loop, rtol=1e-12, atol=1e-12)
+    bench.check_result(want.copy(), want, work.dtype)
+    wrong = want.copy()
+    wrong["c"][500] += 1.0
+    with pytest.raises(AssertionError):
+        bench.check_result(wrong, want, work.dtype)
+
+
+def test_an_unknown_struct_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit):
+        bench_arguments("--struct", "affine-f32x2")
+    assert "invalid choice: 'affine-f32x2'" in capsys.readouterr().err

@@ -5,6 +5,7 @@ import pytest
 
 from scangen.check import OperatorReport, _agree, sample_values
 from scangen.cli import main
+from tests.support import BFLOAT16, needs_bfloat16
 
 
 @pytest.mark.parametrize("dtype", ["int8", "uint16", "int64", "float16", "float32", "float64",
@@ -19,6 +20,18 @@ def test_samples_hold_the_edges_and_random_values(dtype):
     else:
         info = np.iinfo(dtype)
         assert info.min in values and info.max in values
+
+
+@needs_bfloat16
+def test_bfloat16_samples_and_tolerance():
+    values = sample_values(np.random.default_rng(0), BFLOAT16, 1000)
+    assert values.dtype == BFLOAT16 and 0 in values and 1 in values
+    assert np.isfinite(values.astype(np.float32)).all() and np.unique(values).size > 100
+    one = np.array([1.0, 100.0], BFLOAT16)
+    near = np.array([1.0078125, 100.5], BFLOAT16)  # one bfloat16 ulp and half a ulp away
+    assert _agree(one, near, BFLOAT16, None, (one, one, one)).all()
+    far = np.array([1.75, 300.0], BFLOAT16)
+    assert not _agree(one, far, BFLOAT16, None, (one, one, one)).any()
 
 
 def test_float_agreement_is_relative_to_the_operands():

@@ -35,8 +35,8 @@ from scangen.kernels import FAMILIES
 from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
-from tests.support import (AFFINE, AFFINE_MAPS, COMPACTION, DTYPES, OPERATORS, PARTITION,
-                           SATURATING_ADD, TABLE_LOOKUP, type_operator_pairs, valid)
+from tests.support import (AFFINE, AFFINE_MAPS, BFLOAT16, COMPACTION, DTYPES, OPERATORS,
+                           PARTITION, SATURATING_ADD, TABLE_LOOKUP, type_operator_pairs, valid)
 
 NVCC = shutil.which("nvcc")
 ARCH = "sm_90"
@@ -295,6 +295,23 @@ def batch_radix_histogram():
     return entries
 
 
+def batch_bfloat16():
+    """bfloat16 (where ml_dtypes is installed): its built-ins and a non-commutative operator
+    on every strategy, a struct with a bfloat16 field, and conversions to wider floats."""
+    strategies = itertools.cycle(STRATEGIES)
+    modes = itertools.cycle(MODES)
+    entries = [scan(BFLOAT16, op, next(modes), strategy=strategy)
+               for op, strategy in itertools.product(["add", "mul", "min", "max", LAST_NONZERO],
+                                                     STRATEGIES)]
+    pair = np.dtype([("weight", BFLOAT16), ("count", np.int32)], align=True)
+    weighted = Operator("scan_t{a.weight + b.weight, a.count + b.count}", (0.0, 0), name="sums")
+    entries += [scan(pair, weighted, next(modes), strategy=next(strategies)),
+                scan(BFLOAT16, "add", result_dtype=np.float32, strategy=next(strategies)),
+                scan(BFLOAT16, "max", result_dtype=np.float64, strategy=next(strategies)),
+                scan(np.uint8, "add", result_dtype=BFLOAT16, strategy=next(strategies))]
+    return entries
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -304,6 +321,8 @@ BATCHES = {
     "user_operators": batch_user_operators,
     "scan_kernels": batch_scan_kernels,
     "radix_histogram": batch_radix_histogram,
+    # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
+    **({"bfloat16": batch_bfloat16} if BFLOAT16 is not None else {}),
 }
 
 

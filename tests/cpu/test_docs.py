@@ -9,6 +9,8 @@ import pytest
 
 import scangen
 from scangen.cli import build_parser, main
+from scangen.types import OPTIONAL_TYPES
+from tests.support import BFLOAT16
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -41,6 +43,31 @@ def test_readme_names_every_builtin_operator_and_dtype():
         assert f"`{name}`" in README, name
     for etype in scangen.ELEMENT_TYPES.values():
         assert f"`{etype.name}`" in README, etype.name
+    for name, (package, c_name, header, _) in OPTIONAL_TYPES.items():
+        assert f"`{name}`" in README and package in README and f"`{c_name}`" in README
+        assert f"`{header}`" in README
+
+
+def test_readme_result_dtype_table_matches_the_code():
+    """Every `a` → `b` pair the table shows converts, and those of its 'refused' row do not."""
+    table = README[README.index("| input | result_dtype (examples) |"):]
+    table = table[:table.index("\n\n")]
+    rows = [line for line in table.splitlines() if line.strip().startswith("| ")][2:]
+    seen = 0
+    for row in rows:
+        refused = row.strip().startswith("| refused |")
+        for source, result in re.findall(r"`(\w+)` → `(\w+)`", row):
+            if "bfloat16" in (source, result) and BFLOAT16 is None:
+                continue
+            dtypes = [BFLOAT16 if d == "bfloat16" else d for d in (source, result)]
+            seen += 1
+            if refused:
+                with pytest.raises(TypeError, match=f"cannot hold every {source} value"):
+                    scangen.Scan(dtypes[0], "add", result_dtype=dtypes[1])
+            else:
+                scan = scangen.Scan(dtypes[0], "add", result_dtype=dtypes[1])
+                assert scan.dtype.name == result and scan.input_dtype.name == source
+    assert seen >= 15
 
 
 def test_readme_gives_the_test_command_and_the_gpu_switch():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import scangen
-from tests.support import AFFINE, flipped, random_input, scan_reference
+from tests.support import (AFFINE, BFLOAT16, flipped, needs_bfloat16, random_input,
+                           scan_reference)
 
 NVCC = shutil.which("nvcc")
 
@@ -14,9 +15,9 @@ NVCC = shutil.which("nvcc")
 def test_result_dtype_converts_each_input():
     scan = scangen.Scan(np.uint8, "add", result_dtype=np.int64)
     assert scan.input_dtype == np.uint8 and scan.dtype == np.int64
-    assert "const unsigned char *x" in scan.source and "(scan_t)x[i]" in scan.source
+    assert "const unsigned char *x" in scan.source and "(long long)(x[i])" in scan.source
     assert "typedef long long scan_t;" in scan.source
-    assert "(scan_t)x[i]" not in scangen.Scan(np.uint8, "add").source
+    assert "(long long)(x[i])" not in scangen.Scan(np.uint8, "add").source
 
 
 @pytest.mark.parametrize("dtype,result", [(np.int64, np.float32), (np.float64, np.float32),
@@ -46,10 +47,6 @@ def test_initial_is_checked_like_an_argument():
                                 input_expr="x[i]", output_statement="out[i] = item;")
     with pytest.raises(TypeError, match="built without initial="):
         kernel(0x1000, 0x2000, n=4, initial=3)
-    with pytest.raises(ValueError, match="cannot be combined yet"):
-        scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out",
-                           input_expr="x[i]", output_statement="out[i] = item;",
-                           is_segment_start_expr="i % 4 == 0", initial=0)
 
 
 def test_rows_kernel_segments_by_row():
@@ -58,8 +55,9 @@ def test_rows_kernel_segments_by_row():
     assert rows.kernel_spec.hooks.is_segment_start_expr == "i % row_length == 0"
     assert "long long row_length;" in rows.source
     assert "return i == n - 1 || is_segment_start(i + 1, n);" in rows.source
-    with pytest.raises(ValueError, match="initial= with 2-D"):
-        scangen.Scan(np.int32, "add", initial=1).rows_kernel
+    assert "scangen_initial" not in rows.source
+    # every row starts from the initial value (tests/cpu/test_initial.py runs the plans)
+    assert scangen.Scan(np.int32, "add", initial=1).rows_kernel.initial == 1
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -102,17 +100,74 @@ def test_suffix_and_initial_references_follow_the_definitions(rng):
         AFFINE.reference(np.uint64(7), np.uint64(5))
 
 
-@pytest.mark.parametrize("dtype,result", [(np.float16, np.float32), (np.complex64, np.complex128),
-                                          (np.float32, np.complex64), (np.int8, np.complex128)])
-def test_result_dtype_conversions_not_spelled_yet_are_refused(dtype, result):
-    with pytest.raises(TypeError, match="is not supported yet"):
+#: result_dtype pairs beyond the integer and float widenings: half precision to float,
+#: real to complex, complex to wider complex; how C spells each conversion of x[i].
+CONVERSIONS = [
+    (np.float16, np.float32, "(float)(x[i])"),
+    (np.float16, np.float64, "(double)(float)(x[i])"),
+    (np.uint8, np.float16, "(__half)(float)(x[i])"),
+    (np.float32, np.complex64, "scangen_complex64{x[i], 0.0f}"),
+    (np.int16, np.complex128, "scangen_complex128{(double)(x[i]), 0.0}"),
+    (np.float16, np.complex64, "scangen_complex64{(float)(x[i]), 0.0f}"),
+    (np.complex64, np.complex128, "scangen_complex128{(double)(x[i]).re, (double)(x[i]).im}"),
+]
+
+
+@pytest.mark.parametrize("dtype,result,spelled", CONVERSIONS)
+def test_result_dtype_conversions_are_spelled_in_c(dtype, result, spelled):
+    scan = scangen.Scan(dtype, "add", result_dtype=result)
+    assert scan.kernel.kernel_spec.hooks.input_expr == spelled
+    source = scan.source
+    # the input's type is declared (or its header included) beside the result's
+    assert f"const {scangen.ELEMENT_TYPES[np.dtype(dtype)].c_name} *x;" in source
+    for etype in (scangen.ELEMENT_TYPES[np.dtype(d)] for d in (dtype, result)):
+        assert all(f"#include <{h}>" in source for h in etype.includes)
+        assert etype.declarations in source
+
+
+@pytest.mark.parametrize("dtype,result", [
+    (np.complex64, np.float64), (np.complex128, np.complex64), (np.float32, np.int64),
+    (np.float64, np.float32), (np.int16, np.float16), (np.float64, np.complex64),
+])
+def test_result_dtype_conversions_numpy_calls_unsafe_are_refused(dtype, result):
+    assert not np.can_cast(dtype, result, "safe")
+    with pytest.raises(TypeError, match=f"result_dtype {np.dtype(result)} cannot hold every "
+                                        f"{np.dtype(dtype)} value"):
         scangen.Scan(dtype, "add", result_dtype=result)
 
 
-@pytest.mark.parametrize("dtype,initial", [(np.complex64, 1 + 2j), (np.complex128, 0j)])
-def test_initial_with_complex_values_is_refused(dtype, initial):
-    with pytest.raises(TypeError, match="initial= with complex.* is not supported yet"):
-        scangen.Scan(dtype, "add", initial=initial)
+def test_result_dtype_conversions_of_structs_are_refused_naming_the_pair():
+    pair = np.dtype([("m", np.float64), ("c", np.float64)])
+    sums = scangen.Operator("scan_t{a.m + b.m, a.c + b.c}", (0.0, 0.0), name="sums")
+    wider = np.dtype([("m", np.float64), ("c", np.float64), ("k", np.int64)])
+    with pytest.raises(TypeError, match=r"no conversion from \[\('m'.* to \[\('m'.*'k'"):
+        scangen.Scan(pair, sums, result_dtype=wider)
+    with pytest.raises(TypeError, match=r"no conversion from float64 to \[\('m'"):
+        scangen.Scan(np.float64, sums, result_dtype=pair)
+    assert scangen.Scan(pair, sums, result_dtype=pair).dtype == pair  # the same: no conversion
+
+
+@needs_bfloat16
+@pytest.mark.parametrize("dtype,result,spelled", [
+    (BFLOAT16, np.float32, "(float)(x[i])"), (BFLOAT16, np.float64, "(double)(float)(x[i])"),
+    (BFLOAT16, np.complex128, "scangen_complex128{(double)(float)(x[i]), 0.0}"),
+    (np.int8, BFLOAT16, "(__nv_bfloat16)(float)(x[i])")])
+def test_bfloat16_conversions(dtype, result, spelled):
+    scan = scangen.Scan(dtype, "add", result_dtype=result)
+    assert scan.kernel.kernel_spec.hooks.input_expr == spelled
+    assert "#include <cuda_bf16.h>" in scan.source
+    # numpy's safe casting refuses both: 16-bit integers and float16 do not fit bfloat16's
+    # 8-bit mantissa, bfloat16's exponents do not fit float16's
+    with pytest.raises(TypeError, match="cannot hold every int16 value"):
+        scangen.Scan(np.int16, "add", result_dtype=BFLOAT16)
+    with pytest.raises(TypeError, match="cannot hold every bfloat16 value"):
+        scangen.Scan(BFLOAT16, "add", result_dtype=np.float16)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_conversion_modules_compile():
+    for dtype, result, _ in CONVERSIONS:
+        scangen.Scan(dtype, "add", result_dtype=result, strategy="hierarchical").check_compile()
 
 
 def test_initial_with_half_values_is_a_launch_argument():

@@ -45,7 +45,5 @@ def test_good_offsets_pass():
 def test_construction_errors():
     with pytest.raises(ValueError, match="unknown mode"):
         scangen.SegmentedScan(np.int32, mode="both")
-    with pytest.raises(TypeError, match="no initial"):
-        scangen.SegmentedScan(np.int32, initial=0)
     with pytest.raises(TypeError, match="bitwise"):
         scangen.SegmentedScan(np.float32, "bit_and")

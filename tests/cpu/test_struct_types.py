@@ -107,11 +107,6 @@ def test_struct_scans_compile_on_every_strategy():
         list(pool.map(lambda k: k.check_compile(), kernels))
 
 
-def test_initial_with_a_struct_is_refused():
-    with pytest.raises(TypeError, match="initial= with .* values is not supported yet"):
-        scangen.Scan(AFFINE_PAIR, AFFINE_PAIRS, initial=(1.0, 0.0))
-
-
 def test_sub_arrays_of_structs_and_of_two_dimensions():
     points = np.dtype([("p", [("x", "f4"), ("y", "f4")], (2,)), ("q", "i4")])
     value = np.array(([(1, 2), (3, 4)], 5), points)[()]

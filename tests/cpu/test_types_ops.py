@@ -6,6 +6,9 @@ else (or would overflow in C) fails.
 """
 import re
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, Operator
 from scangen.ops import resolve_operator
 from scangen.types import element_type
+from tests.support import BFLOAT16, needs_bfloat16
 
 INTEGER_NAMES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
 FLOAT_NAMES = ["float32", "float64"]
@@ -382,3 +386,59 @@ def test_half_and_complex_types():
         LAST_NONZERO.check_dtype("complex128")
     assert "scan_t{a.re * b.re - a.im * b.im" in BUILTIN_OPERATORS["mul"].c_expression(
         element_type("complex64"))
+
+
+@needs_bfloat16
+def test_bfloat16_type_mirrors_float16():
+    bf, half = element_type(BFLOAT16), element_type("float16")
+    assert bf.c_name == "__nv_bfloat16" and bf.includes == ("cuda_bf16.h",)
+    assert bf.is_float and bf.is_half and not bf.is_complex and bf.itemsize == 2
+    assert bf.name == "bfloat16" and bf.finfo().eps == 2.0 ** -7
+    assert bf.literal(1.0) == "__ushort_as_bfloat16((unsigned short)0x3F80)"
+    assert bf.literal(float("-inf")) == "__ushort_as_bfloat16((unsigned short)0xFF80)"
+    assert bf.literal(-3.0) == "__ushort_as_bfloat16((unsigned short)0xC040)"
+    with pytest.raises(ValueError, match="not exactly representable as bfloat16"):
+        bf.literal(0.1)
+    with pytest.raises(ValueError, match="not exactly representable as bfloat16"):
+        bf.literal(1e39)  # past bfloat16's largest finite value
+    # the built-ins spell themselves for __nv_bfloat16 exactly as for __half: cuda_bf16.h
+    # gives the type the same operators cuda_fp16.h gives __half
+    for name in ("add", "mul", "min", "max"):
+        op = BUILTIN_OPERATORS[name]
+        op.check_dtype(BFLOAT16)
+        assert op.c_expression(bf) == op.c_expression(half)
+    assert BUILTIN_OPERATORS["min"].identity_literal(bf) == bf.literal(float("inf"))
+    with pytest.raises(TypeError, match="bitwise and needs an integer dtype, not bfloat16"):
+        BUILTIN_OPERATORS["bit_and"].check_dtype(BFLOAT16)
+    assert LAST_NONZERO.c_expression(bf) == \
+        "b != __ushort_as_bfloat16((unsigned short)0x0000) ? b : a"
+
+
+def _run(script):
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()
+
+
+def test_ml_dtypes_is_imported_only_for_its_own_dtypes():
+    """scangen recognises bfloat16 by the dtype's name and module: other types never import
+    ml_dtypes; naming "bfloat16" imports it, or says it is missing."""
+    imported, = _run("import sys, numpy as np, scangen\n"
+                     "scangen.Scan(np.float16, 'add'); scangen.Scan(np.complex64, 'mul')\n"
+                     "scangen.Scan(np.dtype([('m', 'f8'), ('c', 'f8')]),\n"
+                     "             scangen.Operator('a', (0.0, 0.0)))\n"
+                     "print('ml_dtypes' in sys.modules)\n")
+    assert imported == "False"
+    missing, = _run("import sys\nsys.modules['ml_dtypes'] = None  # as if not installed\n"
+                    "import scangen\n"
+                    "try:\n    scangen.Scan('bfloat16', 'add')\n"
+                    "except TypeError as err:\n    print(err)\n")
+    assert missing == ("bfloat16 needs the ml_dtypes package (pip install ml_dtypes): numpy "
+                       "has no bfloat16 dtype without it")
+
+
+@needs_bfloat16
+def test_the_name_bfloat16_is_ml_dtypes_type():
+    assert element_type("bfloat16").dtype == BFLOAT16
+    assert element_type("bfloat16") == element_type(BFLOAT16)

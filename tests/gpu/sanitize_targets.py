@@ -49,9 +49,10 @@ def main() -> int:
 
 
 def hooks_and_values(rng, gpuarray) -> int:
-    """Compaction, a reversed scan with an initial value, a segmented scan and a struct
-    scan on every strategy: the kernels ScanKernel's hooks and acc_t pairs produce."""
-    from tests.support import AFFINE_PAIR, AFFINE_PAIRS
+    """Compaction, a reversed scan with an initial value, a segmented scan, a struct scan
+    and a segmented struct scan whose initial value is passed by its bytes, on every
+    strategy: the kernels ScanKernel's hooks and acc_t pairs produce."""
+    from tests.support import AFFINE_PAIR, AFFINE_PAIRS, segmented_reference
 
     failures = 0
     for strategy in STRATEGIES:
@@ -74,6 +75,12 @@ def hooks_and_values(rng, gpuarray) -> int:
         got = scangen.Scan(AFFINE_PAIR, AFFINE_PAIRS, strategy=strategy,
                            section_size=64)(gpuarray.to_gpu(maps)).get()
         failures += not np.array_equal(got["c"], np.cumsum(maps["c"]))
+        start = np.array((1.0, 2.0), AFFINE_PAIR)[()]  # x -> x + 2 before each segment
+        seg = scangen.SegmentedScan(AFFINE_PAIR, AFFINE_PAIRS, initial=start,
+                                    strategy=strategy, section_size=64)
+        got = seg(gpuarray.to_gpu(maps), flags=gpuarray.to_gpu(heads)).get()
+        want = segmented_reference(maps, heads, AFFINE_PAIRS, "inclusive", initial=start)
+        failures += not np.array_equal(got, want)
     return failures
 
 

@@ -6,7 +6,7 @@ import pytest
 import scangen
 from scangen.cli import main
 
-from tests.support import AFFINE, OPERATORS, type_operator_pairs
+from tests.support import AFFINE, BFLOAT16, OPERATORS, needs_bfloat16, type_operator_pairs
 
 
 @pytest.mark.parametrize("dtype,op_name", type_operator_pairs())
@@ -27,6 +27,17 @@ def test_subtraction_is_caught(gpu, dtype):
     a, b, c = (np.dtype(dtype).type(v) for v in (a, b, c))  # wrap as the GPU does
     with np.errstate(over="ignore"):
         assert (a - b) - c == pytest.approx(left) and a - (b - c) == pytest.approx(right)
+
+
+@needs_bfloat16
+def test_bfloat16_builtins_keep_the_contract_and_subtraction_is_caught(gpu):
+    """bfloat16's ulp is 2^-7: the tolerance (at most 1/16) still lets the built-ins pass
+    and still catches a - b."""
+    for name in ("add", "mul", "min", "max"):
+        report = scangen.check_operator(name, BFLOAT16, samples=20_000)
+        assert report, str(report)
+    report = scangen.check_operator(scangen.Operator("a - b", 0, name="minus"), BFLOAT16)
+    assert not report and "associativity" in report.failures
 
 
 def test_a_float_expression_that_is_not_associative_is_caught(gpu):

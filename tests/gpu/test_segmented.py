@@ -1,5 +1,6 @@
 """SegmentedScan on the GPU: flags, offsets and keys, non-commutative operators, empty and
-single-element segments, both modes, reverse, every strategy."""
+single-element segments, both modes, reverse, every strategy; initial= starting every
+segment (a struct's too)."""
 import itertools
 
 import numpy as np
@@ -8,17 +9,29 @@ import pytest
 import scangen
 from scangen.spec import MODES, STRATEGIES
 
-from tests.support import (flipped, operator, poisoned, precompile, random_input,
-                           segmented_reference)
+from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, exact_affine_pairs, operator, poisoned,
+                           precompile, random_input, segmented_reference)
 
 TYPES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float64", "max")]
 CASES = list(itertools.product(STRATEGIES, MODES, TYPES, (False, True)))
 SIZES = [1, 2, 63, 64, 65, 4097, 70_001]
 
 
-def build(strategy, mode, dtype, op_name, reverse):
-    return scangen.SegmentedScan(dtype, operator(op_name), mode=mode, reverse=reverse,
-                                 strategy=strategy, section_size=64)
+def build(strategy, mode, dtype, op_name, reverse, **options):
+    op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)
+    return scangen.SegmentedScan(dtype, op, mode=mode, reverse=reverse, strategy=strategy,
+                                 section_size=64, **options)
+
+
+def values(rng, dtype, op_name, n):
+    if op_name == "affine_pairs":
+        return exact_affine_pairs(rng, n)
+    return random_input(rng, dtype, op_name, n)
+
+
+#: initial= with a non-commutative operator on 8 bytes, and on a 16-byte struct (by bytes).
+INITIAL_TYPES = [("uint64", "affine_then"), (AFFINE_PAIR, "affine_pairs")]
+INITIAL_CASES = list(itertools.product(STRATEGIES, MODES, INITIAL_TYPES, (False, True)))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -28,18 +41,12 @@ def _compile_in_parallel():
         seg = build(strategy, mode, dtype, op_name, reverse)
         kernels += [seg.kernel("flags", np.dtype(np.uint8)), seg.kernel("keys", np.dtype(np.int32)),
                     seg.kernel("offsets", np.dtype(np.int64))]
+    for strategy, mode, (dtype, op_name), reverse in INITIAL_CASES:
+        seg = build(strategy, mode, dtype, op_name, reverse,
+                    initial=values(np.random.default_rng(0), dtype, op_name, 1)[0])
+        kernels += [seg.kernel("flags", np.dtype(np.bool_)), seg.kernel("keys", np.dtype(np.int64)),
+                    seg.kernel("offsets", np.dtype(np.int32))]
     precompile(kernels)
-
-
-def reference(x, heads, op, mode, reverse):
-    if not reverse:
-        return segmented_reference(x, heads, op, mode)
-    # Reversed: each segment scanned from its last element, operands in array order.
-    out = np.empty_like(x)
-    starts = sorted({0, *np.flatnonzero(heads).tolist()})
-    for first, end in zip(starts, starts[1:] + [x.size]):
-        out[first:end] = scangen.reference_scan(x[first:end][::-1], flipped(op), mode)[::-1]
-    return out
 
 
 @pytest.mark.parametrize("strategy,mode,types,reverse", CASES)
@@ -51,7 +58,7 @@ def test_flags_offsets_and_keys(gpu, rng, strategy, mode, types, reverse):
         x = random_input(rng, dtype, op_name, n)
         density = rng.choice([0.0, 0.01, 0.3, 1.0])  # one segment .. single-element segments
         heads = (rng.random(n) < density).astype(np.uint8)
-        want = reference(x, heads, op, mode, reverse)
+        want = segmented_reference(x, heads, op, mode, reverse=reverse)
         x_gpu = gpu.to_gpu(x)
         out = poisoned(gpu, rng, n, dtype)
         seg(x_gpu, out, flags=gpu.to_gpu(heads))
@@ -66,6 +73,31 @@ def test_flags_offsets_and_keys(gpu, rng, strategy, mode, types, reverse):
         out = poisoned(gpu, rng, n, dtype)
         seg(x_gpu, out, keys=gpu.to_gpu(keys))
         np.testing.assert_array_equal(out.get(), want, err_msg=f"keys n={n}")
+
+
+@pytest.mark.parametrize("strategy,mode,types,reverse", INITIAL_CASES,
+                         ids=[f"{s}-{m}-{t[1]}-{'reverse' if r else 'forward'}"
+                              for s, m, t, r in INITIAL_CASES])
+def test_every_segment_starts_from_initial(gpu, rng, strategy, mode, types, reverse):
+    """The constructor's initial value and a call's, by flags, offsets and keys."""
+    dtype, op_name = types
+    op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)
+    default = values(rng, dtype, op_name, 1)[0]
+    seg = build(strategy, mode, dtype, op_name, reverse, initial=default)
+    for n in SIZES:
+        x = values(rng, dtype, op_name, n)
+        heads = (rng.random(n) < rng.choice([0.0, 0.01, 0.3, 1.0])).astype(bool)
+        starts = np.flatnonzero(heads)
+        offsets = np.concatenate([[0], starts[starts > 0], [n]]).astype(np.int32)
+        keys = np.cumsum(heads).astype(np.int64)
+        x_gpu = gpu.to_gpu(x)
+        for initial in (None, values(rng, dtype, op_name, 1)[0]):
+            want = segmented_reference(x, heads, op, mode, reverse=reverse,
+                                       initial=default if initial is None else initial)
+            for form, index in (("flags", heads), ("offsets", offsets), ("keys", keys)):
+                out = poisoned(gpu, rng, n, dtype)
+                seg(x_gpu, out, initial=initial, **{form: gpu.to_gpu(index)})
+                np.testing.assert_array_equal(out.get(), want, err_msg=f"{form} n={n}")
 
 
 def test_call_validation(gpu):

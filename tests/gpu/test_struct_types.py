@@ -9,8 +9,9 @@ import pytest
 import scangen
 from scangen.spec import MODES, STRATEGIES
 
+from scangen.bench import STRUCTS
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, ARGMAX, RUNNING_STATS, STATS,
-                           VALUE_INDEX, precompile)
+                           VALUE_INDEX, poisoned, precompile, value_index_input)
 
 SECTION = 64
 SIZES = [1, 2, SECTION - 1, SECTION, SECTION + 1, SECTION**2 + 1, 3 * SECTION**2 + 7]
@@ -27,16 +28,9 @@ def _compile_in_parallel():
     precompile(scans)
 
 
-def affine_maps(rng, n):
-    x = np.zeros(n, AFFINE_PAIR)
-    x["m"] = np.exp(rng.normal(0, 1e-4, n))  # products stay near 1 over millions of steps
-    x["c"] = rng.normal(size=n)
-    return x
-
-
-def poisoned(gpu, n, dtype):
-    return gpu.to_gpu(np.frombuffer(np.full(n * dtype.itemsize, 0xFF, np.uint8).tobytes(),
-                                    dtype))
+#: Maps near m = 1, so products neither blow up nor vanish over millions of steps: the
+#: bench's input for the same operator.
+affine_maps = STRUCTS["affine-f64x2"].make_input
 
 
 @pytest.mark.parametrize("strategy,mode", CASES)
@@ -47,9 +41,8 @@ def test_affine_pairs_and_argmax(gpu, rng, strategy, mode):
             if dtype == AFFINE_PAIR:
                 x = affine_maps(rng, n)
             else:
-                x = np.zeros(n, VALUE_INDEX)
-                x["value"], x["index"] = rng.integers(0, 20, n), np.arange(n)  # many ties
-            out = poisoned(gpu, n, dtype)
+                x = value_index_input(rng, n)
+            out = poisoned(gpu, rng, n, dtype)
             scan(gpu.to_gpu(x), out=out)
             got, want = out.get(), scangen.reference_scan(x, op, mode)
             for field in dtype.names:

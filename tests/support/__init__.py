@@ -7,11 +7,31 @@ import itertools
 import re
 
 import numpy as np
+import pytest
 
 import scangen
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
+from scangen.bench import STRUCTS
+from scangen.types import element_type
 
 DTYPES = [t.name for t in ELEMENT_TYPES.values()]
+
+try:  # bfloat16 is numpy's only through ml_dtypes
+    import ml_dtypes
+except ImportError:
+    BFLOAT16 = None
+else:
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+#: For tests of bfloat16: they skip, saying why, where ml_dtypes is not installed.
+needs_bfloat16 = pytest.mark.skipif(BFLOAT16 is None, reason="ml_dtypes is not installed (pip "
+                                    "install ml_dtypes): numpy has no bfloat16 without it")
+
+
+def kind(dtype) -> str:
+    """numpy's kind letter as scangen sees it: "f" for ml_dtypes' bfloat16 (numpy says "V")."""
+    dtype = np.dtype(dtype)
+    return dtype.kind if dtype.fields is not None else element_type(dtype).kind
 
 # --- operators ---------------------------------------------------------------------------
 
@@ -63,19 +83,10 @@ TABLE_LOOKUP = Operator(
 
 # Struct operators (numpy structured dtypes; references work on structured arrays).
 
-#: x -> m*x + c over float64 (m, c) pairs; combine(a, b) applies a, then b.
-AFFINE_PAIR = np.dtype([("m", np.float64), ("c", np.float64)])
-
-
-def _affine_pair_reference(a, b):
-    out = np.empty_like(a)
-    out["m"] = b["m"] * a["m"]
-    out["c"] = b["m"] * a["c"] + b["c"]
-    return out
-
-
-AFFINE_PAIRS = Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0),
-                        name="affine_pairs", reference=_affine_pair_reference)
+#: x -> m*x + c over float64 (m, c) pairs; combine(a, b) applies a, then b: the bench's
+#: 16-byte struct scan.
+AFFINE_PAIR = STRUCTS["affine-f64x2"].dtype
+AFFINE_PAIRS = STRUCTS["affine-f64x2"].operator
 
 #: A running maximum with the index where it was first reached (ties keep the first).
 VALUE_INDEX = np.dtype([("value", np.int32), ("index", np.int64)], align=True)
@@ -175,20 +186,24 @@ def boundary_sizes(section, rng, levels=3):
 def random_input(rng, dtype, op_name, n):
     """Values that exercise the operator without being trivial (never all zeros or ones)."""
     dtype = np.dtype(dtype)
+    etype = element_type(dtype)
     if op_name == "affine_then":
         m = rng.integers(0, 2**32, n, dtype=np.uint64) | np.uint64(1)
         c = rng.integers(0, 2**32, n, dtype=np.uint64)
         return (m << np.uint64(32)) | c
-    if dtype == np.float16 and op_name in ("add", "mul"):
-        # Half precision holds integers exactly only up to 2048: sparse +-1 steps keep
-        # every partial sum (and product) exact, so any order of combining agrees.
-        steps = np.where(rng.random(n) < 0.002, rng.choice([-1.0, 1.0], n), 0.0)
+    if etype.is_half and op_name in ("add", "mul"):
+        # Half precision holds integers exactly only up to 2048 (bfloat16: 256): sparse +-1
+        # steps, a random walk kept well inside that, keep every partial sum (and product)
+        # exact, so any order of combining agrees.
+        exact = 2.0 ** (etype.finfo().nmant + 1)
+        rate = min(0.002, (exact / 8) ** 2 / max(n, 1))
+        steps = np.where(rng.random(n) < rate, rng.choice([-1.0, 1.0], n), 0.0)
         return (steps if op_name == "add" else np.where(steps == 0, 1.0, steps)).astype(dtype)
-    if dtype.kind == "c":
+    if etype.kind == "c":
         if op_name == "mul":  # on the unit circle: products neither blow up nor vanish
             return np.exp(1j * rng.normal(0, 0.01, n)).astype(dtype)
         return (rng.uniform(0, 1, n) + 1j * rng.uniform(-1, 1, n)).astype(dtype)
-    if dtype.kind == "f":
+    if etype.kind == "f":
         if op_name == "mul":
             return rng.uniform(0.999, 1.001, n).astype(dtype)
         if op_name == "last_nonzero":
@@ -203,10 +218,28 @@ def random_input(rng, dtype, op_name, n):
     return values
 
 
+def exact_affine_pairs(rng, n):
+    """AFFINE_PAIR maps x -> m*x + c with m = +-1 and small integer c: every composition is
+    exact in float64 (and still depends on the order), so any grouping agrees exactly."""
+    x = np.zeros(n, AFFINE_PAIR)
+    x["m"] = rng.choice([-1.0, 1.0], n)
+    x["c"] = rng.integers(-8, 9, n)
+    return x
+
+
+def value_index_input(rng, n):
+    """VALUE_INDEX values with many ties (ARGMAX keeps the first), each with its index."""
+    x = np.zeros(n, VALUE_INDEX)
+    x["value"], x["index"] = rng.integers(0, 20, n), np.arange(n)
+    return x
+
+
 def poison_values(rng, dtype, n):
     """Host values a correct kernel would not leave in an output by chance."""
     dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
+    if dtype.fields is not None:  # every byte 0xFF: NaN in float fields, -1 in integer ones
+        return np.full(n * dtype.itemsize, 0xFF, np.uint8).view(dtype)
+    if kind(dtype) in "fc":
         return np.full(n, np.nan, dtype)
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
@@ -289,8 +322,9 @@ def run_readme_block(marker, what):
 def expected(x, op, mode):
     """Reference scan with the operator itself; float add/mul accumulate in long double to
     keep the reference's own rounding out of the comparison."""
-    if x.dtype.kind == "f" and op.name in ("add", "mul"):
-        inclusive = op.reference.accumulate(x.astype(np.longdouble))
+    if kind(x.dtype) == "f" and op.name in ("add", "mul"):
+        # through float64, exact for every float type (ml_dtypes' have no longdouble cast)
+        inclusive = op.reference.accumulate(x.astype(np.float64).astype(np.longdouble))
         if mode == "inclusive":
             return inclusive
         return np.concatenate([[np.longdouble(op.identity)], inclusive[:-1]])[: x.size]
@@ -316,29 +350,37 @@ def scan_reference(x, op, mode="inclusive", *, reverse=False, initial=None):
     return full[1:] if mode == "inclusive" else full[:-1]
 
 
-def segmented_reference(x, heads, op, mode):
-    """Scan each segment on its own (a segment starts at 0 and wherever heads is nonzero),
-    with the operator itself, in order."""
+def segmented_reference(x, heads, op, mode, *, reverse=False, initial=None):
+    """Scan each segment on its own (a segment starts at 0 and wherever heads is nonzero)
+    as scan_reference does: with the operator itself, in order, from its last element with
+    ``reverse``, and starting from ``initial`` where one is given."""
     x = np.asarray(x)
     out = np.empty_like(x)
     starts = sorted({0, *np.flatnonzero(heads).tolist()}) if x.size else []
     for first, end in zip(starts, starts[1:] + [x.size]):
-        out[first:end] = scangen.reference_scan(x[first:end], op, mode)
+        out[first:end] = scan_reference(x[first:end], op, mode, reverse=reverse,
+                                        initial=initial)
     return out
 
 
 def assert_scan_equal(got, want, dtype, n):
     dtype = np.dtype(dtype)
-    if dtype.kind in "fc":
-        eps = np.finfo(dtype).eps
+    if kind(dtype) in "fc":
+        eps = float(element_type(dtype).finfo().eps)
         tolerance = eps * 16 * (np.sqrt(n) + 4)  # tree and sequential orders drift apart with n
-        wide = np.clongdouble if dtype.kind == "c" else np.longdouble
-        np.testing.assert_allclose(got.astype(wide), want, rtol=tolerance, atol=tolerance)
+        # through the 64-bit types, exact for every float type (ml_dtypes' included)
+        exact, wide = (np.complex128, np.clongdouble) if kind(dtype) == "c" else \
+            (np.float64, np.longdouble)
+        np.testing.assert_allclose(got.astype(exact).astype(wide), want, rtol=tolerance,
+                                   atol=tolerance)
     else:
         np.testing.assert_array_equal(got, want)
 
 
-__all__ = ["AFFINE_MAPS", "COMPACTION", "FakeDeviceArray", "simulate_device", "PARTITION", "AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
-           "VALUE_INDEX", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
-           "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
-           "poisoned", "precompile", "random_input", "readme_python_blocks", "run_readme_block", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
+__all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "assert_scan_equal",
+           "BFLOAT16", "boundary_sizes", "COMPACTION", "DTYPES", "exact_affine_pairs", "expected",
+           "FakeDeviceArray", "flipped", "kind", "MODES", "needs_bfloat16", "operator",
+           "OPERATORS", "PARTITION", "poison_values", "poisoned", "precompile", "random_input",
+           "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
+           "scan_reference", "segmented_reference", "simulate_device", "STATS", "TABLE_LOOKUP",
+           "type_operator_pairs", "valid", "VALUE_INDEX", "value_index_input"]

@@ -17,6 +17,8 @@ What it emulates:
   ``RecordHooks``); the "totals" io reads values[i] and writes values[i] = prev_item;
 * a segmented spec combines (value, head) pairs as module.cu.j2's acc_combine does, and the
   user io gives the output the identity as prev_item at a segment start;
+* an initial value (hooks with ``initial``) is combined on the left of item, prev_item and
+  last_item by the user io, as io.cuh.j2 does (so each segment starts from it);
 * the single-pass state: tickets taken in a random block order from a counter that keeps
   counting from call to call (a machine is one stream's scratch), the runtime's ticket base
   and epoch.
@@ -61,7 +63,7 @@ class Acc:
         self.op = spec.operator
         self.value_dtype = spec.etype.dtype
         self.segmented = spec.segmented
-        self.value_identity = self.value_dtype.type(self.op.identity_for(spec.etype))
+        self.value_identity = spec.etype.numpy_value(self.op.identity_for(spec.etype))
         if self.segmented:
             size = self.value_dtype.itemsize
             self.dtype = np.dtype({"names": ["value", "head"], "formats": [self.value_dtype, "u1"],
@@ -79,6 +81,9 @@ class Acc:
         return out
 
     def _op(self, a, b):
+        # Operands of one shape: the struct operators' references build their result from
+        # one operand's shape.
+        a, b = np.broadcast_arrays(np.asarray(a, self.value_dtype), np.asarray(b, self.value_dtype))
         with np.errstate(all="ignore"):
             return np.asarray(self.op.reference(a, b)).astype(self.value_dtype, copy=False)
 
@@ -102,24 +107,37 @@ class Acc:
     def value(self, acc):
         return acc["value"] if self.segmented else acc
 
+    def after(self, first, values):
+        """``first op values[k]`` for every k: a value combined on the left of each."""
+        return self._op(first, values)
+
 
 # --- the hooks of the user io, modelled in numpy -------------------------------------------
 
 class ScanHooks:
     """scangen.Scan's hooks: input ``x[i]``; output ``out[i] = item;`` (inclusive) or
-    ``out[i] = prev_item;`` (exclusive). ``in_place``: out is x (Scan's ``out=x``)."""
+    ``out[i] = prev_item;`` (exclusive). ``in_place``: out is x (Scan's ``out=x``).
+    SegmentedScan's and Scan's rows: ``heads`` (segments start where it is nonzero) and
+    ``initial`` (the value every segment starts from)."""
 
-    def __init__(self, x, mode, *, in_place=False):
+    def __init__(self, x, mode, *, in_place=False, heads=None, initial=None):
         assert mode in ("inclusive", "exclusive")
         self.x, self.mode, self.in_place = np.asarray(x), mode, in_place
+        self.heads, self.initial = heads, initial
 
     def memory(self, rng):
         x = self.x.copy()
         out = x if self.in_place else poison_values(rng, x.dtype, x.size)
-        return {"x": x, "out": out}
+        memory = {"x": x, "out": out}
+        if self.heads is not None:
+            memory["heads"] = np.asarray(self.heads, np.uint8).copy()
+        return memory
 
     def input(self, ctx, idx, blocks):
         return ctx.read("x", idx, blocks)
+
+    def segment_start(self, ctx, idx, blocks):
+        return ctx.read("heads", idx, blocks) != 0
 
     def output(self, ctx, idx, blocks, item, prev_item, last_item):
         ctx.write("out", idx, item if self.mode == "inclusive" else prev_item, blocks)
@@ -240,7 +258,11 @@ class UserSide:
         prev = acc.value(prev_item)
         if acc.segmented:  # io.cuh.j2: prev_item is the identity at a segment's start
             prev = np.where(self.hooks.segment_start(mem, idx, blocks), acc.value_identity, prev)
-        self.hooks.output(mem, idx, blocks, acc.value(item), prev, acc.value(last_item))
+        values = acc.value(item), prev, acc.value(last_item)
+        initial = getattr(self.hooks, "initial", None)
+        if initial is not None:  # io.cuh.j2: the initial value comes first (in scan order)
+            values = tuple(acc.after(initial, v) for v in values)
+        self.hooks.output(mem, idx, blocks, *values)
 
 
 class TotalsSide:
