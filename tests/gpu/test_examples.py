@@ -4,6 +4,7 @@ Each skips visibly without PyCUDA or a device (the ``gpu`` fixture); with
 SCANGEN_REQUIRE_GPU=1 they fail instead.
 """
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +146,14 @@ def test_readme_more_kinds_of_scan_runs(gpu, capsys):
                                   [0, 1, 3, 0, 4, 9, 15, 0, 8, 17, 27, 38])
     assert not namespace["report"]
     assert "breaks the operator contract" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("index", range(len(readme_python_blocks())))
+def test_every_readme_python_block_runs(gpu, capsys, index):
+    """Each README block runs as written (the tests above also check what the main ones
+    compute); a block that uses CuPy or torch skips where that library is missing."""
+    block = readme_python_blocks()[index]
+    for library in ("cupy", "torch"):
+        if re.search(rf"^\s*import {library}\b|^\s*from {library}\b", block, flags=re.M):
+            pytest.importorskip(library)
+    exec(compile(block, f"README.md python block {index}", "exec"), {})
