@@ -203,6 +203,19 @@ def random_input(rng, dtype, op_name, n):
     return values
 
 
+def random_chunks(rng, n, most=None):
+    """Chunk sizes that add up to n, in random order: empty and one-element chunks among
+    them, and the rest cut at random places."""
+    most = max(1, n // 4) if most is None else most
+    sizes = [0, 1, 0] if n >= 1 else [0, 0]
+    left = n - sum(sizes)
+    while left:
+        size = int(rng.integers(1, min(most, left) + 1))
+        sizes.append(size)
+        left -= size
+    return tuple(int(s) for s in rng.permutation(sizes))
+
+
 def poison_values(rng, dtype, n):
     """Host values a correct kernel would not leave in an output by chance."""
     dtype = np.dtype(dtype)
@@ -341,4 +354,4 @@ def assert_scan_equal(got, want, dtype, n):
 __all__ = ["AFFINE_MAPS", "COMPACTION", "FakeDeviceArray", "simulate_device", "PARTITION", "AFFINE", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "RUNNING_STATS", "STATS",
            "VALUE_INDEX", "DTYPES", "MODES", "OPERATORS", "SATURATING_ADD", "TABLE_LOOKUP",
            "assert_scan_equal", "boundary_sizes", "expected", "operator", "poison_values",
-           "poisoned", "precompile", "random_input", "readme_python_blocks", "run_readme_block", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
+           "poisoned", "precompile", "random_chunks", "random_input", "readme_python_blocks", "run_readme_block", "scan_reference", "flipped", "segmented_reference", "type_operator_pairs", "valid"]
