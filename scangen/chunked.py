@@ -132,8 +132,17 @@ class GPUBackend:
     def __init__(self, **options):
         self.options = tuple(sorted(options.items()))
 
+    @staticmethod
+    def _on_gpu():
+        # Dask calls from its own threads, where no CUDA context is current yet and a host
+        # chunk's copy to the device comes before anything that would make one current.
+        from .compile import current_context
+
+        current_context()
+
     def total(self, chunk, op):
         """A one-element array (of the chunk's kind) holding the chunk's total."""
+        self._on_gpu()
         kernel = _chunk_total(np.dtype(chunk.dtype), op, self.options)
         return host_round_trip(lambda x: kernel(x), {"x": chunk}, None)
 
@@ -141,6 +150,7 @@ class GPUBackend:
         """The scan of the chunk, ``carry`` (a one-element array of its kind) combined
         first; None: no carry (the identity)."""
         _check_mode(mode)
+        self._on_gpu()
         if carry is None:
             one_shot = inclusive_scan if mode == "inclusive" else exclusive_scan
             return one_shot(chunk, op, **dict(self.options))
@@ -158,6 +168,7 @@ class GPUBackend:
         """The elements of the chunk for which ``predicate`` (a C expression in x) holds."""
         from .primitives import select
 
+        self._on_gpu()
         return select(chunk, predicate)
 
 

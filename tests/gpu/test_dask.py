@@ -8,7 +8,7 @@ import pytest
 import scangen
 from scangen.chunked import CarryScan, ChunkTotal, GPUBackend
 from tests.support import (AFFINE, assert_scan_equal, operator, random_chunks, random_input,
-                           scan_reference)
+                           run_readme_block, scan_reference)
 
 dask = pytest.importorskip("dask")
 da = pytest.importorskip("dask.array")
@@ -74,3 +74,12 @@ def test_carry_scan_reads_and_writes_its_carry(gpu, rng, mode):
     total = ChunkTotal(np.uint64, AFFINE)(gpu.to_gpu(x))
     np.testing.assert_array_equal(total.get(), scan_reference(x, AFFINE)[-1:])
     np.testing.assert_array_equal(GPUBackend().total(x, AFFINE), scan_reference(x, AFFINE)[-1:])
+
+
+def test_readme_dask_block_runs(gpu):
+    pytest.importorskip("cupy")
+    namespace = run_readme_block("scangen.dask.inclusive_scan", "More than one GPU (Dask)")
+    values = namespace["values"]
+    np.testing.assert_array_equal(namespace["y"].compute().get(),
+                                  scan_reference(values, scangen.LAST_NONZERO, "inclusive"))
+    assert namespace["kept"].compute().size == np.count_nonzero(values > 0)
