@@ -246,8 +246,8 @@ class StderrProgress:
     """``progress=True``: a line on stderr, rewritten at most twice a second: bytes done, of
     how many, and the rate so far."""
 
-    def __init__(self, itemsize, stream=sys.stderr):
-        self.itemsize, self.stream = itemsize, stream
+    def __init__(self, itemsize, stream=None):
+        self.itemsize, self.stream = itemsize, sys.stderr if stream is None else stream
         self.started = self.shown = time.perf_counter()
 
     def __call__(self, done, total):

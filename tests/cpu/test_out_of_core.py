@@ -2,6 +2,8 @@
 through every buffer slot, the carry between chunks, with a non-commutative operator), the
 schedule's waits checked against every buffer reuse, the budget, progress and refusals."""
 import io
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -165,3 +167,118 @@ def test_refusals_before_any_gpu_work(rng):
         ooc.inclusive_scan(x.astype(np.float32), "bit_or", chunk_elements=4)
     empty = np.empty(0, np.int32)
     assert ooc.inclusive_scan(empty, out=empty) is empty  # nothing to do, no GPU needed
+
+
+# --- the CUDA executor on a fake driver ------------------------------------------------------
+
+class FakeDriver:
+    """Enough of pycuda.driver and pycuda.gpuarray for the out-of-core executor, on host
+    memory: allocations are numpy byte arrays at made-up addresses, copies happen when
+    issued, streams and events do nothing (the schedule's order is tested above)."""
+
+    event_flags = types.SimpleNamespace(DISABLE_TIMING=2)
+
+    class Stream:
+        def wait_for_event(self, event):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Event:
+        def __init__(self, flags=0):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Allocation(int):
+        pass
+
+    def __init__(self, free=1 << 34):
+        self.memory, self.next, self.allocated, self.free = {}, 1 << 32, 0, free
+
+    def mem_get_info(self):
+        return self.free, self.free
+
+    def mem_alloc(self, nbytes):
+        base = self.next
+        self.memory[base] = np.zeros(nbytes, np.uint8)
+        self.next += nbytes + (1 << 20)
+        self.allocated += nbytes
+        return self.Allocation(base)
+
+    def view(self, address, dtype, count):
+        base = max(b for b in self.memory if b <= address)
+        offset = address - base
+        return self.memory[base][offset:offset + count * np.dtype(dtype).itemsize].view(dtype)
+
+    @staticmethod
+    def pagelocked_empty(shape, dtype):
+        return np.empty(shape, dtype)
+
+    def memcpy_htod_async(self, dest, src, stream=None):
+        self.view(int(dest), np.uint8, src.nbytes)[:] = src.view(np.uint8)
+
+    def memcpy_dtoh_async(self, dest, src, stream=None):
+        dest.view(np.uint8)[:] = self.view(int(src), np.uint8, dest.nbytes)
+
+    def to_gpu(self, host):
+        allocation = self.mem_alloc(host.nbytes)
+        self.memcpy_htod_async(allocation, host)
+        return type("FakeGPUArray", (), {"gpudata": allocation})()
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    from scangen import compile as scan_compile
+
+    driver = FakeDriver()
+    pycuda = types.ModuleType("pycuda")
+    pycuda.driver = driver
+    pycuda.gpuarray = types.SimpleNamespace(to_gpu=driver.to_gpu)
+    for name, module in (("pycuda", pycuda), ("pycuda.driver", driver),
+                         ("pycuda.gpuarray", pycuda.gpuarray)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(scan_compile, "current_context", lambda: None)
+
+    class NumpyCarryScan:
+        """CarryScan's contract on the fake device memory."""
+
+        def __init__(self, dtype, op, mode, **options):
+            self.dtype, self.op, self.mode = np.dtype(dtype), op, mode
+
+        def launch(self, pointers, n, stream):
+            x, out, carry_in, carry_out = (driver.view(p, self.dtype, count)
+                                           for p, count in zip(pointers, (n, n, 1, 1)))
+            carry = carry_in.copy()
+            out[:] = ReferenceBackend().scan(x, self.op, self.mode, carry)
+            carry_out[:] = ReferenceBackend().scan(x, self.op, "inclusive", carry)[-1:]
+
+    monkeypatch.setattr(ooc, "CarryScan", NumpyCarryScan)
+    return driver
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_cuda_executor_on_a_fake_driver(fake_driver, rng, mode, slots, capsys):
+    n = 50_000
+    x = random_input(rng, "uint64", "affine_then", n)
+    budget = 64 * 1024  # bytes: chunks of under 2 K uint64 elements, many of them
+    scan = ooc.inclusive_scan if mode == "inclusive" else ooc.exclusive_scan
+    got = scan(x, AFFINE, max_device_bytes=budget, slots=slots, progress=True)
+    np.testing.assert_array_equal(got, scan_reference(x, AFFINE, mode))
+    assert fake_driver.allocated <= budget + 2 * 8  # the buffers, and the two carries
+    err = capsys.readouterr().err
+    assert "(100%)" in err and err.endswith("GB/s\n")
+
+
+def test_default_budget_is_the_free_memory_less_a_margin(fake_driver, rng):
+    fake_driver.free = 1 << 20
+    x = random_input(rng, "int32", "last_nonzero", 100_000)
+    got = ooc.inclusive_scan(x, scangen.LAST_NONZERO, out=x.copy())
+    np.testing.assert_array_equal(got, scan_reference(x, scangen.LAST_NONZERO, "inclusive"))
+    assert fake_driver.allocated <= 0.9 * (1 << 20) + 2 * 4
