@@ -83,9 +83,11 @@ def _scan(mode, darr, operator, identity, backend, options):
     carries = (totals.rechunk((sum(one_each[0]),))
                .map_blocks(_scan_totals, backend, op, token="scangen-carries", **common)
                .rechunk(one_each))
-    # map_blocks pairs chunk k with carry k by block index (their lengths differ).
-    return _dask_array().map_blocks(_scan_chunk, darr, carries, backend, op, mode,
-                                    chunks=darr.chunks, token=f"scangen-{mode}-scan", **common)
+    # Chunk k with carry k, paired by block index: their lengths differ, so no alignment
+    # (which would cut the chunks to the carries' sizes); the output has darr's chunks.
+    return _dask_array().blockwise(_scan_chunk, "i", darr, "i", carries, "i", backend, None,
+                                   op, None, mode, None, align_arrays=False,
+                                   token=f"scangen-{mode}-scan", **common)
 
 
 _DOC = """The {mode} scan of a 1-D dask.array ``darr`` with ``operator``: a dask.array with
