@@ -19,6 +19,7 @@ without a GPU.
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
@@ -114,6 +115,13 @@ class ChunkTotal:
         return total
 
 
+#: One GPU backend call at a time per process. Dask's threaded scheduler calls from several
+#: threads, and scangen's per-stream scratch (tile-status epochs, ticket bases) is plain
+#: Python state: two threads on one stream could draw the same epoch. Device chunks only
+#: queue kernels under it, so it costs little.
+_GPU_LOCK = threading.Lock()
+
+
 @functools.lru_cache(maxsize=64)
 def _carry_scan(dtype, op, mode, options):
     return CarryScan(dtype, op, mode, **dict(options))
@@ -133,27 +141,28 @@ class GPUBackend:
         self.options = tuple(sorted(options.items()))
 
     @staticmethod
-    def _on_gpu():
-        # Dask calls from its own threads, where no CUDA context is current yet and a host
-        # chunk's copy to the device comes before anything that would make one current.
+    def _on_gpu(run, *args):
+        """run(*args) under the process's GPU lock, with a CUDA context current: Dask calls
+        from its own threads, where none is yet, and a host chunk's copy to the device
+        comes before anything that would make one current."""
         from .compile import current_context
 
-        current_context()
+        with _GPU_LOCK:
+            current_context()
+            return run(*args)
 
     def total(self, chunk, op):
         """A one-element array (of the chunk's kind) holding the chunk's total."""
-        self._on_gpu()
         kernel = _chunk_total(np.dtype(chunk.dtype), op, self.options)
-        return host_round_trip(lambda x: kernel(x), {"x": chunk}, None)
+        return self._on_gpu(host_round_trip, kernel, {"x": chunk}, None)
 
     def scan(self, chunk, op, mode, carry=None):
         """The scan of the chunk, ``carry`` (a one-element array of its kind) combined
         first; None: no carry (the identity)."""
         _check_mode(mode)
-        self._on_gpu()
         if carry is None:
             one_shot = inclusive_scan if mode == "inclusive" else exclusive_scan
-            return one_shot(chunk, op, **dict(self.options))
+            return self._on_gpu(lambda: one_shot(chunk, op, **dict(self.options)))
         kernel = _carry_scan(np.dtype(chunk.dtype), op, mode, self.options)
 
         def run(x, carry):
@@ -162,14 +171,13 @@ class GPUBackend:
             # carry_out is not needed here: the next chunk's carry comes from the totals.
             return kernel(x, out, carry, call.empty((1,), kernel.dtype)[0])
 
-        return host_round_trip(run, {"x": chunk, "carry": carry}, None)
+        return self._on_gpu(host_round_trip, run, {"x": chunk, "carry": carry}, None)
 
     def select(self, chunk, predicate):
         """The elements of the chunk for which ``predicate`` (a C expression in x) holds."""
         from .primitives import select
 
-        self._on_gpu()
-        return select(chunk, predicate)
+        return self._on_gpu(select, chunk, predicate)
 
 
 class ReferenceBackend:
