@@ -159,7 +159,6 @@ def main(argv=None) -> int:
                 ratio = f"{seconds / first:.2f}x" if first else ""
                 print(f"| {name} | {seconds * 1e6:.1f} | {100 * copy_seconds / seconds:.0f}% | "
                       f"{ratio} |")
-            del source, target
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

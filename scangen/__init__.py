@@ -18,6 +18,9 @@ from .one_shot import exclusive_scan, inclusive_scan
 from .primitives import (Histogram, Partition, RadixDigitOffsets, RadixSort, RunLengthEncode,
                          Select, Unique, argsort, histogram, partition, radix_digit_offsets,
                          radix_sort, remove_if, run_length_encode, select, unique)
+# Past one GPU, as modules: scangen.dask.inclusive_scan(darr), scangen.out_of_core.*_scan(host).
+# Neither imports Dask or CUDA until called.
+from . import dask, out_of_core
 
 __all__ = [
     # scans
@@ -29,6 +32,8 @@ __all__ = [
     "radix_digit_offsets", "radix_sort", "argsort", "histogram",
     # specs, tables and tuning
     "ScanSpec", "make_spec", "Tuning", "ALGORITHMS", "MODES", "STRATEGIES", "ELEMENT_TYPES",
+    # past one GPU (modules)
+    "dask", "out_of_core",
     # errors and the CUDA context
     "GPUUnavailableError", "ScanCompileError", "RenderError", "UserCodeError",
     "current_context",

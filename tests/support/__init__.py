@@ -234,6 +234,19 @@ def value_index_input(rng, n):
     return x
 
 
+def random_chunks(rng, n, most=None):
+    """Chunk sizes that add up to n, in random order: empty and one-element chunks among
+    them, and the rest cut at random places."""
+    most = max(1, n // 4) if most is None else most
+    sizes = [0, 1, 0] if n >= 1 else [0, 0]
+    left = n - sum(sizes)
+    while left:
+        size = int(rng.integers(1, min(most, left) + 1))
+        sizes.append(size)
+        left -= size
+    return tuple(int(s) for s in rng.permutation(sizes))
+
+
 def poison_values(rng, dtype, n):
     """Host values a correct kernel would not leave in an output by chance."""
     dtype = np.dtype(dtype)
@@ -380,7 +393,8 @@ def assert_scan_equal(got, want, dtype, n):
 __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "assert_scan_equal",
            "BFLOAT16", "boundary_sizes", "COMPACTION", "DTYPES", "exact_affine_pairs", "expected",
            "FakeDeviceArray", "flipped", "kind", "MODES", "needs_bfloat16", "operator",
-           "OPERATORS", "PARTITION", "poison_values", "poisoned", "precompile", "random_input",
-           "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
+           "OPERATORS", "PARTITION", "poison_values", "poisoned", "precompile", "random_chunks",
+           "random_input", "readme_python_blocks", "run_readme_block", "RUNNING_STATS",
+           "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "STATS", "TABLE_LOOKUP",
            "type_operator_pairs", "valid", "VALUE_INDEX", "value_index_input"]

@@ -1,0 +1,123 @@
+"""A scan of a Dask array of CuPy chunks on 1 and on k GPUs of one host (scangen.dask).
+
+For each GPU count, a local cluster with one worker per GPU (dask-cuda's LocalCUDACluster
+where it is installed; otherwise the same by hand: one Nanny per GPU with
+CUDA_VISIBLE_DEVICES set), an array of 2^log2n elements in chunks spread over the workers,
+created and persisted on the GPUs before timing; then the best of ``--repeat`` runs of
+``inclusive_scan(x).persist()`` until every chunk is done: compute only, no data creation,
+no gathering. ``--check`` first compares, at 2^26, the k-GPU result of a non-commutative
+scan (last non-zero) with the CPU reference. Run on the GPU host:
+
+    python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
+"""
+import argparse
+import contextlib
+import time
+
+import numpy as np
+
+import scangen
+
+
+@contextlib.contextmanager
+def cluster(gpus):
+    from distributed import Client
+
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        from distributed import Nanny, Scheduler, SpecCluster
+
+        workers = {i: {"cls": Nanny, "options": {"nthreads": 1,
+                                                 "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
+                   for i in range(gpus)}
+        made = SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {
+            "dashboard_address": None}})
+    else:
+        made = LocalCUDACluster(n_workers=gpus, CUDA_VISIBLE_DEVICES=list(range(gpus)))
+    with made, Client(made) as client:
+        yield client
+
+
+def _to_gpu(block, op_name, block_id=None):
+    import cupy
+
+    rng = cupy.random.default_rng(block_id[0])  # chunks differ: a carry from the wrong one shows
+    values = rng.random(len(block), dtype=np.float32)
+    if op_name == "last_nonzero":
+        values = cupy.where(values < 0.7, 0, (values * 1000).astype(np.int32)).astype(np.int32)
+    return values
+
+
+def on_gpus(client, n, chunk, op_name):
+    """A persisted dask.array of CuPy chunks, spread over the workers."""
+    import cupy
+    import dask.array as da
+    from distributed import wait
+
+    dtype = np.int32 if op_name == "last_nonzero" else np.float32
+    x = da.empty(n, chunks=chunk, dtype=np.uint8).map_blocks(
+        _to_gpu, op_name, dtype=dtype, meta=cupy.empty(0, dtype))
+    x = client.persist(x)
+    wait(x)
+    return x
+
+
+def operator(op_name):
+    return scangen.LAST_NONZERO if op_name == "last_nonzero" else op_name
+
+
+def check(client, chunk):
+    import scangen.dask as sd
+
+    n = 1 << 26
+    x = on_gpus(client, n, chunk, "last_nonzero")
+    got = sd.inclusive_scan(x, scangen.LAST_NONZERO).map_blocks(
+        lambda b: b.get(), meta=np.empty(0, np.int32)).compute()
+    host = x.map_blocks(lambda b: b.get(), meta=np.empty(0, np.int32)).compute()
+    same = np.array_equal(got, scangen.reference_scan(host, scangen.LAST_NONZERO))
+    print(f"  check: last non-zero over 2^26 int32 equals the CPU reference: {same}")
+    return same
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--log2n", type=int, default=31)
+    parser.add_argument("--chunk-log2", type=int, default=27)
+    parser.add_argument("--gpus", default="1,2")
+    parser.add_argument("--operator", default="add", choices=["add", "last_nonzero"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+
+    import scangen.dask as sd
+    from distributed import wait
+
+    n, chunk = 1 << args.log2n, 1 << args.chunk_log2
+    rows, base = [], None
+    for gpus in [int(g) for g in args.gpus.split(",")]:
+        with cluster(gpus) as client:
+            print(f"{gpus} GPU(s): {len(client.scheduler_info()['workers'])} workers")
+            if args.check and not check(client, chunk):
+                raise SystemExit("the multi-GPU scan differs from the reference")
+            x = on_gpus(client, n, chunk, args.operator)
+            best = float("inf")
+            for _ in range(args.repeat + 1):  # one more: the first compiles on every worker
+                start = time.perf_counter()
+                result = sd.inclusive_scan(x, operator(args.operator)).persist()
+                wait(result)
+                best = min(best, time.perf_counter() - start)
+                del result
+            base = base or best
+            rows.append((gpus, best, base / best))
+    itemsize = 4
+    print(f"\n2^{args.log2n} elements ({args.operator}), chunks of 2^{args.chunk_log2}:")
+    print("| GPUs | seconds | GB/s (read + write) | speedup |")
+    print("| --- | --- | --- | --- |")
+    for gpus, seconds, speedup in rows:
+        print(f"| {gpus} | {seconds:.3f} | {2 * n * itemsize / seconds / 1e9:.0f} | "
+              f"{speedup:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

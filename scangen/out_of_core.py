@@ -1,0 +1,351 @@
+"""Scans of host arrays larger than the GPU memory they may use: a numpy array or np.memmap
+streamed through the GPU in chunks, the result written to a host array (a memmap too).
+
+Each chunk travels host array -> pinned buffer (a host copy) -> device (upload stream) ->
+scan with the carry (compute stream) -> device -> pinned buffer (download stream) -> out (a
+host copy). Buffers come in ``slots`` (2: double buffering), so while chunk k is scanned,
+chunk k+1 is uploaded, chunk k-1 downloaded, and the host copies the next chunk in and the
+previous one out. Uploads and downloads have a stream each: PCIe is full duplex and the GPU
+has a copy engine per direction. The carry stays on the device: chunk k's scan
+(scangen.chunked.CarryScan) reads it and writes chunk k+1's, in two alternating slots (a
+kernel may not read and write one place, see CarryScan), and the compute stream keeps the
+scans in chunk order: no trip to the host between chunks.
+
+The plan (which step waits for which) is pure Python, apart from the CUDA calls:
+:func:`schedule` lists the steps, :func:`run` hands them to an executor; the CUDA executor
+here turns each wait into an event, and tests drive the same schedule with a CPU executor.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from .chunked import CarryScan, identity_of, operator_of
+from .types import element_type
+
+__all__ = ["inclusive_scan", "exclusive_scan", "Step", "schedule", "run", "chunk_elements_for",
+           "pipeline"]
+
+#: Where each step runs: None on the host (in program order), else its stream.
+STREAMS = {"stage": None, "upload": "upload", "scan": "compute", "download": "download",
+           "drain": None}
+
+#: The largest chunk by default: enough to hide a launch and an event (microseconds) behind
+#: milliseconds of transfer, small enough that a large budget does not pin GiBs of host
+#: memory and that the first upload and the last download (not overlapped) stay short.
+DEFAULT_MAX_CHUNK_BYTES = 256 << 20
+
+#: Part of the budget kept for the scan's own temporaries (section totals, tile states).
+_SCRATCH_SHARE = 1 / 32
+
+#: Free device memory left unused by the default budget (other allocations, the driver).
+_FREE_MARGIN = 0.1
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the pipeline on elements [start, stop) of chunk ``chunk`` in buffer slot
+    ``slot``; it may start once every step in ``after`` (pairs (op, chunk)) has finished."""
+
+    op: str
+    chunk: int
+    slot: int
+    start: int
+    stop: int
+    after: tuple = ()
+
+
+def chunk_bounds(n, chunk_elements):
+    """[(start, stop)] of consecutive chunks of at most chunk_elements covering [0, n)."""
+    if chunk_elements < 1:
+        raise ValueError(f"chunk_elements must be at least 1, got {chunk_elements}")
+    return [(start, min(start + chunk_elements, n)) for start in range(0, n, chunk_elements)]
+
+
+def schedule(n, chunk_elements, slots=2):
+    """The steps that scan n elements in chunks, in the order the host issues them.
+
+    Chunk k uses buffer slot k % slots, last used by chunk k - slots: each step waits for
+    the step that last read the buffer it writes (and for the one that wrote what it reads);
+    scans wait for the previous scan, whose carry they take. After issuing chunk k the host
+    drains chunk k - (slots - 1), the oldest in flight, so it copies out while the GPU
+    works on the newer ones (and waits for no more than it must: with 2 slots, chunk k-1).
+    """
+    if slots < 2:
+        raise ValueError("the pipeline needs at least 2 buffer slots to overlap anything")
+    steps = []
+    lag = slots - 1
+
+    def add(op, k, *after):
+        start, stop = bounds[k]
+        steps.append(Step(op, k, k % slots, start, stop,
+                          tuple((o, c) for o, c in after if c >= 0)))
+
+    bounds = chunk_bounds(n, chunk_elements)
+    for k in range(len(bounds)):
+        before = k - slots  # the chunk that used this slot's buffers last
+        add("stage", k, ("upload", before))                     # pinned in: uploaded
+        add("upload", k, ("stage", k), ("scan", before))        # device in: scanned
+        add("scan", k, ("upload", k), ("scan", k - 1), ("download", before))  # carry; out
+        add("download", k, ("scan", k), ("drain", before))      # pinned out: drained
+        if k >= lag:
+            add("drain", k - lag, ("download", k - lag))
+    for k in range(max(0, len(bounds) - lag), len(bounds)):
+        add("drain", k, ("download", k))
+    return steps
+
+
+def run(steps, executor, progress=None):
+    """Call ``executor.<op>(step)`` for each step in order; ``progress(done, total)`` after
+    each chunk lands in the output."""
+    total = steps[-1].stop if steps else 0
+    for step in steps:
+        getattr(executor, step.op)(step)
+        if progress is not None and step.op == "drain":
+            progress(step.stop, total)
+
+
+def chunk_elements_for(max_device_bytes, itemsize, slots=2):
+    """The largest chunk whose device buffers (an input and an output per slot) and scan
+    temporaries fit in max_device_bytes, at most DEFAULT_MAX_CHUNK_BYTES."""
+    usable = int(max_device_bytes * (1 - _SCRATCH_SHARE))
+    elements = min(usable // (2 * slots * itemsize), DEFAULT_MAX_CHUNK_BYTES // itemsize)
+    if elements < 1:
+        raise ValueError(f"max_device_bytes={max_device_bytes} cannot hold the buffers of one "
+                         f"element ({2 * slots} x {itemsize} bytes and scan temporaries)")
+    return elements
+
+
+def _default_budget():
+    from .compile import current_context
+    import pycuda.driver as driver
+
+    current_context()  # mem_get_info asks the current context's device
+    free, _ = driver.mem_get_info()
+    return int(free * (1 - _FREE_MARGIN))
+
+
+class _HostCopies:
+    """Large host copies split across threads (numpy releases the GIL while copying): one
+    thread copies a few GB/s, less than a PCIe link moves in one direction."""
+
+    _PIECE = 16 << 20
+
+    def __init__(self, workers=8):
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="scangen-copy")
+
+    def __call__(self, dst, src):
+        step = max(1, self._PIECE // max(1, dst.itemsize))
+        pieces = [slice(i, i + step) for i in range(0, len(dst), step)]
+        for done in [self._pool.submit(np.copyto, dst[p], src[p]) for p in pieces]:
+            done.result()
+
+    def close(self):
+        self._pool.shutdown()
+
+
+class _CUDAExecutor:
+    """The steps as CUDA calls: pinned and device buffers per slot, three streams, one event
+    per (op, slot) recorded after each stream step and waited on by the steps after it."""
+
+    def __init__(self, x, out, compute, chunk_elements, slots, first_carry):
+        import pycuda.driver as cuda
+        from pycuda import gpuarray
+
+        self._cuda = cuda
+        self.x, self.out, self.compute = x, out, compute
+        dtype = out.dtype
+        self.pinned = {side: [cuda.pagelocked_empty(chunk_elements, dtype)
+                              for _ in range(slots)] for side in ("in", "out")}
+        self.device = {side: [cuda.mem_alloc(chunk_elements * dtype.itemsize)
+                              for _ in range(slots)] for side in ("in", "out")}
+        self.carries = gpuarray.to_gpu(np.array([first_carry, first_carry], dtype))
+        self.streams = {name: cuda.Stream() for name in set(STREAMS.values()) if name}
+        # Events without timing are cheaper to record and wait on.
+        self.events = {(op, slot): cuda.Event(cuda.event_flags.DISABLE_TIMING)
+                       for op, stream in STREAMS.items() if stream for slot in range(slots)}
+        self.slots = slots
+        self.copy = _HostCopies()
+
+    def _stream_after(self, step):
+        """The step's stream, made to wait for the stream steps it comes after (host steps
+        are done already: the host issues in order)."""
+        stream = self.streams[STREAMS[step.op]]
+        for op, chunk in step.after:
+            if STREAMS[op]:
+                stream.wait_for_event(self.events[(op, chunk % self.slots)])
+        return stream
+
+    def _host_after(self, step):
+        for op, chunk in step.after:
+            if STREAMS[op]:
+                self.events[(op, chunk % self.slots)].synchronize()
+
+    def _record(self, step, stream):
+        self.events[(step.op, step.slot)].record(stream)
+
+    def stage(self, step):
+        self._host_after(step)
+        self.copy(self.pinned["in"][step.slot][:step.stop - step.start],
+                  self.x[step.start:step.stop])
+
+    def upload(self, step):
+        stream = self._stream_after(step)
+        self._cuda.memcpy_htod_async(self.device["in"][step.slot],
+                                     self.pinned["in"][step.slot][:step.stop - step.start],
+                                     stream)
+        self._record(step, stream)
+
+    def scan(self, step):
+        stream = self._stream_after(step)
+        carry = int(self.carries.gpudata)
+        itemsize = self.out.dtype.itemsize
+        self.compute(int(self.device["in"][step.slot]), int(self.device["out"][step.slot]),
+                     carry + (step.chunk % 2) * itemsize,
+                     carry + ((step.chunk + 1) % 2) * itemsize, step.stop - step.start, stream)
+        self._record(step, stream)
+
+    def download(self, step):
+        stream = self._stream_after(step)
+        self._cuda.memcpy_dtoh_async(self.pinned["out"][step.slot][:step.stop - step.start],
+                                     self.device["out"][step.slot], stream)
+        self._record(step, stream)
+
+    def drain(self, step):
+        self._host_after(step)
+        self.copy(self.out[step.start:step.stop],
+                  self.pinned["out"][step.slot][:step.stop - step.start])
+
+    def close(self):
+        self.copy.close()
+        for stream in self.streams.values():
+            stream.synchronize()
+
+
+def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progress=None):
+    """Stream x through the GPU into out, chunk by chunk, with ``compute(in_ptr, out_ptr,
+    carry_in_ptr, carry_out_ptr, n, stream)`` on each chunk (device addresses; a pycuda
+    stream). The scans below pass CarryScan.launch; benchmarks pass a copy, to measure the
+    same path without the scan."""
+    from .compile import current_context
+
+    current_context()
+    executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry)
+    try:
+        run(schedule(len(x), chunk_elements, slots), executor, progress)
+    finally:
+        executor.close()
+    return out
+
+
+class StderrProgress:
+    """``progress=True``: a line on stderr, rewritten at most twice a second: bytes done, of
+    how many, and the rate so far."""
+
+    def __init__(self, itemsize, stream=None):
+        self.itemsize, self.stream = itemsize, sys.stderr if stream is None else stream
+        self.started = self.shown = time.perf_counter()
+
+    def __call__(self, done, total):
+        now = time.perf_counter()
+        if done < total and now - self.shown < 0.5:
+            return
+        self.shown = now
+        gib = 1 << 30
+        rate = done * self.itemsize / max(now - self.started, 1e-9) / 1e9
+        self.stream.write(f"\rscangen.out_of_core: {done * self.itemsize / gib:.1f} of "
+                          f"{total * self.itemsize / gib:.1f} GiB ({100 * done // max(total, 1)}"
+                          f"%), {rate:.1f} GB/s" + ("\n" if done >= total else ""))
+        self.stream.flush()
+
+
+def _checked_out(x, out):
+    if out is None:
+        return np.empty_like(x)
+    if not isinstance(out, np.ndarray) or out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(f"out must be a host array (np.ndarray or np.memmap) of shape "
+                         f"{x.shape} and dtype {x.dtype}")
+    if not out.flags.writeable:
+        raise ValueError("out is read-only (a memmap opened with mode='r'?); open it with "
+                         "mode='r+' or 'w+'")
+    return out
+
+
+def _scan(mode, x, operator, identity, max_device_bytes, out, chunk_elements, initial,
+          progress, slots, options):
+    if not isinstance(x, np.ndarray) or x.ndim != 1:
+        raise ValueError("scangen.out_of_core scans a 1-D host numpy array or np.memmap; for "
+                         "device arrays use scangen.inclusive_scan")
+    op = operator_of(operator, identity)
+    op.check_dtype(x.dtype)
+    out = _checked_out(x, out)
+    if len(x) == 0:
+        return out
+    if chunk_elements is None:
+        budget = _default_budget() if max_device_bytes is None else max_device_bytes
+        chunk_elements = chunk_elements_for(budget, x.dtype.itemsize, slots)
+    chunk_elements = max(1, min(chunk_elements, len(x)))
+    if progress is True:
+        progress = StderrProgress(x.dtype.itemsize)
+    kernel = CarryScan(x.dtype, op, mode, **options)
+    first = identity_of(op, x.dtype) if initial is None else \
+        element_type(x.dtype).numpy_value(initial)
+
+    def scan(x, y, carry_in, carry_out, n, stream):
+        kernel.launch((x, y, carry_in, carry_out), n, stream)
+
+    return pipeline(x, out, scan, chunk_elements=chunk_elements, slots=slots,
+                    first_carry=first, progress=progress or None)
+
+
+_DOC = """The {mode} scan of a host array too large for the GPU: chunks streamed through
+    pinned buffers, transfers overlapping the scans, the carry kept on the device.
+
+    Parameters
+    ----------
+    x:
+        A 1-D host numpy array or np.memmap.
+    operator, identity:
+        As for scangen.{mode}_scan (associative; need not be commutative: each chunk's carry
+        is combined on the left). Floating-point results depend on the chunking in the last
+        bits.
+    max_device_bytes:
+        The device memory the scan may use (buffers for ``slots`` chunks in and out, and
+        the scan's temporaries); default: the free memory less a margin. Ignored when
+        ``chunk_elements`` is given.
+    out:
+        Where the result goes: a host array of x's shape and dtype (an np.memmap opened
+        with mode 'w+' or 'r+' for results larger than RAM); may be x itself. Default: a
+        new array.
+    chunk_elements:
+        Elements per chunk (default: from the budget, at most 256 MiB per chunk).
+    initial:
+        A value combined first (as Scan's initial=); default: the identity.
+    progress:
+        True for a progress line on stderr, or a function ``progress(done, total)``
+        called (in elements) as chunks land in ``out``.
+    slots:
+        Chunks in flight (buffers per direction); 2 is double buffering.
+    **options:
+        algorithm, section_size, ... as for scangen.Scan.
+    """
+
+
+def inclusive_scan(x, operator="add", *, identity=None, max_device_bytes=None, out=None,
+                   chunk_elements=None, initial=None, progress=None, slots=2, **options):
+    return _scan("inclusive", x, operator, identity, max_device_bytes, out, chunk_elements,
+                 initial, progress, slots, options)
+
+
+def exclusive_scan(x, operator="add", *, identity=None, max_device_bytes=None, out=None,
+                   chunk_elements=None, initial=None, progress=None, slots=2, **options):
+    return _scan("exclusive", x, operator, identity, max_device_bytes, out, chunk_elements,
+                 initial, progress, slots, options)
+
+
+inclusive_scan.__doc__ = _DOC.format(mode="inclusive")
+exclusive_scan.__doc__ = _DOC.format(mode="exclusive")

@@ -1,0 +1,109 @@
+"""scangen.dask without a GPU: the chunk / carry composition on local Dask schedulers with the
+CPU reference backend, non-commutative operators, random chunkings with empty and
+one-element chunks; and the two chunk kernels rendering (and compiling, with nvcc)."""
+import shutil
+
+import numpy as np
+import pytest
+
+import scangen
+from scangen.chunked import CarryScan, ChunkTotal, ReferenceBackend
+from tests.support import (AFFINE, assert_scan_equal, operator, random_chunks, random_input,
+                           scan_reference)
+
+dask = pytest.importorskip("dask")
+da = pytest.importorskip("dask.array")
+import scangen.dask as sd  # noqa: E402  (after the skip: it needs Dask to be useful)
+
+#: (dtype, operator name): two non-commutative operators, and float addition.
+CASES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float64", "add")]
+
+
+def _compute(array, scheduler):
+    with dask.config.set(scheduler=scheduler):
+        return array.compute()
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+@pytest.mark.parametrize("mode", scangen.MODES)
+@pytest.mark.parametrize("dtype,op_name", CASES)
+def test_chunked_scan_equals_whole_array_scan(rng, scheduler, mode, dtype, op_name):
+    n = int(rng.integers(200, 3000))
+    x = random_input(rng, dtype, op_name, n)
+    chunks = random_chunks(rng, n)
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    result = scan(da.from_array(x, chunks=(chunks,)), operator(op_name),
+                  backend=ReferenceBackend())
+    assert result.chunks == (chunks,) and result.dtype == x.dtype
+    assert_scan_equal(_compute(result, scheduler), scan_reference(x, operator(op_name), mode),
+                      dtype, n)
+
+
+@pytest.mark.parametrize("chunks", [(0,), (0, 0, 0), (1,), (1, 1, 1, 1, 1), (0, 5, 0)])
+def test_edge_chunkings(rng, chunks):
+    x = random_input(rng, "uint64", "affine_then", sum(chunks))
+    for mode, scan in (("inclusive", sd.inclusive_scan), ("exclusive", sd.exclusive_scan)):
+        got = _compute(scan(da.from_array(x, chunks=(chunks,)), AFFINE,
+                            backend=ReferenceBackend()), "synchronous")
+        np.testing.assert_array_equal(got, scan_reference(x, AFFINE, mode))
+
+
+def test_c_expression_operator_with_identity(rng):
+    x = random_input(rng, "int32", "last_nonzero", 500)
+    op = scangen.Operator("b != 0 ? b : a", 0, reference=lambda a, b: np.where(b != 0, b, a))
+    got = _compute(sd.inclusive_scan(da.from_array(x, chunks=37), op,
+                                     backend=ReferenceBackend()), "threads")
+    np.testing.assert_array_equal(got, scan_reference(x, op, "inclusive"))
+    with pytest.raises(ValueError, match="identity="):
+        sd.inclusive_scan(da.from_array(x, chunks=37), "b != 0 ? b : a")
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_reference_backend_carry_is_scans_initial(rng, mode):
+    """A carry means what Scan's initial= means: one more element before the first."""
+    x = random_input(rng, "uint64", "affine_then", 50)
+    carry = random_input(rng, "uint64", "affine_then", 1)
+    np.testing.assert_array_equal(ReferenceBackend().scan(x, AFFINE, mode, carry),
+                                  scan_reference(x, AFFINE, mode, initial=carry[0]))
+    np.testing.assert_array_equal(ReferenceBackend().total(x, AFFINE),
+                                  scan_reference(x, AFFINE)[-1:])
+
+
+def test_select_keeps_order_across_chunks(rng):
+    x = rng.normal(size=1000)
+    chunks = random_chunks(rng, x.size)
+    kept = sd.select(da.from_array(x, chunks=(chunks,)), lambda c: c > 0.3,
+                     backend=ReferenceBackend())
+    assert len(kept.chunks[0]) == len(chunks)
+    np.testing.assert_array_equal(_compute(kept, "threads"), x[x > 0.3])
+
+
+def test_refusals(rng):
+    x = da.from_array(random_input(rng, "int32", "last_nonzero", 100), chunks=10)
+    with pytest.raises(TypeError, match="dask.array"):
+        sd.inclusive_scan(np.arange(4))
+    with pytest.raises(ValueError, match="1-D"):
+        sd.inclusive_scan(x.reshape(10, 10))
+    with pytest.raises(TypeError, match="GPUBackend"):
+        sd.inclusive_scan(x, backend=ReferenceBackend(), algorithm="brent_kung")
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        sd.inclusive_scan(x[x > 0])
+    with pytest.raises(ValueError, match="index within a chunk"):
+        sd.select(x, "x > 0 && i % 2 == 0")
+    with pytest.raises(TypeError, match="bitwise"):
+        sd.inclusive_scan(x.astype(np.float32), "bit_or")
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_chunk_kernels_combine_the_carry_first(mode):
+    carry = CarryScan(np.uint64, AFFINE, mode)
+    assert "combine(carry_in[0], x[0])" in carry.kernel.source
+    assert "carry_out[0] = item" in carry.kernel.source
+    assert "total[0] = item" in ChunkTotal(np.uint64, AFFINE).kernel.source
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_chunk_kernels_compile():
+    for kernel in (CarryScan(np.uint64, AFFINE, "exclusive"), CarryScan(np.float32, "add"),
+                   ChunkTotal(np.int32, scangen.LAST_NONZERO)):
+        kernel.kernel.check_compile()

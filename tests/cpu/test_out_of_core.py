@@ -1,0 +1,284 @@
+"""scangen.out_of_core without a GPU: the pipeline's schedule driven by a CPU executor (data
+through every buffer slot, the carry between chunks, with a non-commutative operator), the
+schedule's waits checked against every buffer reuse, the budget, progress and refusals."""
+import io
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import scangen
+from scangen import out_of_core as ooc
+from scangen.chunked import ReferenceBackend
+from tests.support import AFFINE, random_input, scan_reference
+
+
+class CPUExecutor:
+    """The steps on numpy buffers, one per slot and place, executed in issue order: wrong
+    slots or a carry taken from the wrong chunk show up in the result."""
+
+    def __init__(self, x, out, chunk_elements, slots, mode, op, first_carry):
+        self.x, self.out, self.mode, self.op = x, out, mode, op
+        self.buffers = {place: [np.empty(chunk_elements, x.dtype) for _ in range(slots)]
+                        for place in ("pinned_in", "device_in", "device_out", "pinned_out")}
+        self.carries = np.array([first_carry, first_carry], x.dtype)
+        self.order = []
+
+    def _move(self, step, source, target):
+        m = step.stop - step.start
+        self.buffers[target][step.slot][:m] = self.buffers[source][step.slot][:m]
+
+    def stage(self, step):
+        self.buffers["pinned_in"][step.slot][:step.stop - step.start] = \
+            self.x[step.start:step.stop]
+
+    def upload(self, step):
+        self._move(step, "pinned_in", "device_in")
+
+    def scan(self, step):
+        self.order.append(step.chunk)
+        m = step.stop - step.start
+        chunk = self.buffers["device_in"][step.slot][:m]
+        carry = self.carries[step.chunk % 2:step.chunk % 2 + 1]
+        self.buffers["device_out"][step.slot][:m] = ReferenceBackend().scan(
+            chunk, self.op, self.mode, carry)
+        self.carries[(step.chunk + 1) % 2] = ReferenceBackend().scan(
+            chunk, self.op, "inclusive", carry)[-1]
+
+    def download(self, step):
+        self._move(step, "device_out", "pinned_out")
+
+    def drain(self, step):
+        self.out[step.start:step.stop] = \
+            self.buffers["pinned_out"][step.slot][:step.stop - step.start]
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_schedule_scans_chunk_by_chunk_with_the_carry(rng, mode, slots):
+    n = int(rng.integers(100, 2000))
+    chunk = int(rng.integers(1, n // 3))
+    x = random_input(rng, "uint64", "affine_then", n)
+    initial = random_input(rng, "uint64", "affine_then", 1)[0]
+    out = np.full_like(x, 7)
+    executor = CPUExecutor(x, out, chunk, slots, mode, AFFINE, initial)
+    seen = []
+    ooc.run(ooc.schedule(n, chunk, slots), executor, lambda done, total: seen.append(done))
+    np.testing.assert_array_equal(out, scan_reference(x, AFFINE, mode, initial=initial))
+    chunks = -(-n // chunk)
+    assert executor.order == list(range(chunks))
+    assert seen == [min((k + 1) * chunk, n) for k in range(chunks)]
+
+
+#: Which step writes and which reads each buffer of a slot.
+BUFFERS = {"pinned in": ("stage", "upload"), "device in": ("upload", "scan"),
+           "device out": ("scan", "download"), "pinned out": ("download", "drain")}
+
+
+def hazards(steps, slots):
+    """What can go wrong when each step starts as early as its waits, its stream's order
+    and the host's order allow: reads before the write, writes before the last read."""
+    index = {(s.op, s.chunk): i for i, s in enumerate(steps)}
+    before = [set() for _ in steps]  # the steps each one surely starts after
+    last_on, last_host = {}, None
+    for i, step in enumerate(steps):
+        edges = {index[dep] for dep in step.after}
+        stream = ooc.STREAMS[step.op]
+        if stream is None:
+            edges.add(last_host)
+            last_host = i
+        else:
+            edges |= {last_on.get(stream), last_host}  # issued after the host's work
+            last_on[stream] = i
+        for j in edges - {None}:
+            before[i] |= before[j] | {j}
+    found = []
+
+    def require(first, then, why):
+        if index[first] not in before[index[then]]:
+            found.append(f"{then} may start before {first}: {why}")
+
+    chunks = max(s.chunk for s in steps) + 1
+    for k in range(chunks):
+        for name, (writer, reader) in BUFFERS.items():
+            require((writer, k), (reader, k), f"{name} read before it is written")
+            if k + slots < chunks:
+                require((reader, k), (writer, k + slots), f"{name} overwritten while read")
+        if k:
+            require(("scan", k - 1), ("scan", k), "the carry")
+    return found
+
+
+@pytest.mark.parametrize("slots", [2, 3, 4])
+def test_schedule_waits_for_every_buffer_reuse(slots):
+    for n, chunk in ((10, 1), (10, 3), (12, 4), (5, 5), (1, 7)):
+        steps = ooc.schedule(n, chunk, slots)
+        assert hazards(steps, slots) == []
+        for op in ooc.STREAMS:  # every element passes every step once, in order
+            covered = [(s.start, s.stop) for s in steps if s.op == op]
+            assert covered == ooc.chunk_bounds(n, chunk)
+
+
+@pytest.mark.parametrize("op,wait,hazard", [("scan", "upload", "device in read before"),
+                                             ("download", "scan", "device out read before"),
+                                             ("drain", "download", "pinned out read before")])
+def test_hazard_check_finds_a_missing_wait(op, wait, hazard):
+    # The waits before overwriting a buffer are implied as well by the host draining chunk
+    # k - slots before it issues chunk k; those between streams are not.
+    steps = ooc.schedule(10, 2, 3)
+    broken = [ooc.Step(s.op, s.chunk, s.slot, s.start, s.stop,
+                       tuple(d for d in s.after if s.op != op or d[0] != wait))
+              for s in steps]
+    assert any(hazard in h for h in hazards(broken, 3))
+
+
+def test_budget_decides_the_chunk():
+    budget = 64 << 20
+    chunk = ooc.chunk_elements_for(budget, 4)
+    assert 2 * 2 * chunk * 4 <= budget * (1 - 1 / 32) < 2 * 2 * (chunk + 1) * 4
+    assert ooc.chunk_elements_for(1 << 40, 8) * 8 == ooc.DEFAULT_MAX_CHUNK_BYTES
+    with pytest.raises(ValueError, match="cannot hold"):
+        ooc.chunk_elements_for(10, 8)
+    with pytest.raises(ValueError, match="at least 2"):
+        ooc.schedule(10, 2, slots=1)
+
+
+def test_stderr_progress_ends_with_a_line():
+    text = io.StringIO()
+    progress = ooc.StderrProgress(4, stream=text)
+    progress(1 << 28, 1 << 29)
+    progress(1 << 29, 1 << 29)
+    assert text.getvalue().endswith("2.0 of 2.0 GiB (100%), " + text.getvalue().split(", ")[-1])
+    assert text.getvalue().endswith("GB/s\n")
+
+
+def test_refusals_before_any_gpu_work(rng):
+    x = random_input(rng, "int32", "last_nonzero", 100)
+    with pytest.raises(ValueError, match="1-D host"):
+        ooc.inclusive_scan(x.reshape(10, 10), chunk_elements=4)
+    with pytest.raises(ValueError, match="shape"):
+        ooc.inclusive_scan(x, out=np.empty(100, np.int64), chunk_elements=4)
+    read_only = np.empty_like(x)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        ooc.exclusive_scan(x, out=read_only, chunk_elements=4)
+    with pytest.raises(TypeError, match="bitwise"):
+        ooc.inclusive_scan(x.astype(np.float32), "bit_or", chunk_elements=4)
+    empty = np.empty(0, np.int32)
+    assert ooc.inclusive_scan(empty, out=empty) is empty  # nothing to do, no GPU needed
+
+
+# --- the CUDA executor on a fake driver ------------------------------------------------------
+
+class FakeDriver:
+    """Enough of pycuda.driver and pycuda.gpuarray for the out-of-core executor, on host
+    memory: allocations are numpy byte arrays at made-up addresses, copies happen when
+    issued, streams and events do nothing (the schedule's order is tested above)."""
+
+    event_flags = types.SimpleNamespace(DISABLE_TIMING=2)
+
+    class Stream:
+        def wait_for_event(self, event):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Event:
+        def __init__(self, flags=0):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+        def synchronize(self):
+            pass
+
+    class Allocation(int):
+        pass
+
+    def __init__(self, free=1 << 34):
+        self.memory, self.next, self.allocated, self.free = {}, 1 << 32, 0, free
+
+    def mem_get_info(self):
+        return self.free, self.free
+
+    def mem_alloc(self, nbytes):
+        base = self.next
+        self.memory[base] = np.zeros(nbytes, np.uint8)
+        self.next += nbytes + (1 << 20)
+        self.allocated += nbytes
+        return self.Allocation(base)
+
+    def view(self, address, dtype, count):
+        base = max(b for b in self.memory if b <= address)
+        offset = address - base
+        return self.memory[base][offset:offset + count * np.dtype(dtype).itemsize].view(dtype)
+
+    @staticmethod
+    def pagelocked_empty(shape, dtype):
+        return np.empty(shape, dtype)
+
+    def memcpy_htod_async(self, dest, src, stream=None):
+        self.view(int(dest), np.uint8, src.nbytes)[:] = src.view(np.uint8)
+
+    def memcpy_dtoh_async(self, dest, src, stream=None):
+        dest.view(np.uint8)[:] = self.view(int(src), np.uint8, dest.nbytes)
+
+    def to_gpu(self, host):
+        allocation = self.mem_alloc(host.nbytes)
+        self.memcpy_htod_async(allocation, host)
+        return type("FakeGPUArray", (), {"gpudata": allocation})()
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    from scangen import compile as scan_compile
+
+    driver = FakeDriver()
+    pycuda = types.ModuleType("pycuda")
+    pycuda.driver = driver
+    pycuda.gpuarray = types.SimpleNamespace(to_gpu=driver.to_gpu)
+    for name, module in (("pycuda", pycuda), ("pycuda.driver", driver),
+                         ("pycuda.gpuarray", pycuda.gpuarray)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(scan_compile, "current_context", lambda: None)
+
+    class NumpyCarryScan:
+        """CarryScan's contract on the fake device memory."""
+
+        def __init__(self, dtype, op, mode, **options):
+            self.dtype, self.op, self.mode = np.dtype(dtype), op, mode
+
+        def launch(self, pointers, n, stream):
+            x, out, carry_in, carry_out = (driver.view(p, self.dtype, count)
+                                           for p, count in zip(pointers, (n, n, 1, 1)))
+            carry = carry_in.copy()
+            out[:] = ReferenceBackend().scan(x, self.op, self.mode, carry)
+            carry_out[:] = ReferenceBackend().scan(x, self.op, "inclusive", carry)[-1:]
+
+    monkeypatch.setattr(ooc, "CarryScan", NumpyCarryScan)
+    return driver
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_cuda_executor_on_a_fake_driver(fake_driver, rng, mode, slots, capsys):
+    n = 50_000
+    x = random_input(rng, "uint64", "affine_then", n)
+    budget = 64 * 1024  # bytes: chunks of under 2 K uint64 elements, many of them
+    scan = ooc.inclusive_scan if mode == "inclusive" else ooc.exclusive_scan
+    got = scan(x, AFFINE, max_device_bytes=budget, slots=slots, progress=True)
+    np.testing.assert_array_equal(got, scan_reference(x, AFFINE, mode))
+    assert fake_driver.allocated <= budget + 2 * 8  # the buffers, and the two carries
+    err = capsys.readouterr().err
+    assert "(100%)" in err and err.endswith("GB/s\n")
+
+
+def test_default_budget_is_the_free_memory_less_a_margin(fake_driver, rng):
+    fake_driver.free = 1 << 20
+    x = random_input(rng, "int32", "last_nonzero", 100_000)
+    got = ooc.inclusive_scan(x, scangen.LAST_NONZERO, out=x.copy())
+    np.testing.assert_array_equal(got, scan_reference(x, scangen.LAST_NONZERO, "inclusive"))
+    assert fake_driver.allocated <= 0.9 * (1 << 20) + 2 * 4

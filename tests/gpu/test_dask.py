@@ -1,0 +1,85 @@
+"""scangen.dask on one GPU: CuPy chunks and numpy chunks, scanned by the GPU backend, equal to
+the single-GPU scan (and the reference) with non-commutative operators; the chunk kernels
+on their own. The chunk / carry composition itself is tested on the CPU
+(tests/cpu/test_dask.py); two GPUs are measured by benchmarks/dask_scan.py."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen.chunked import CarryScan, ChunkTotal, GPUBackend
+from tests.support import (AFFINE, assert_scan_equal, operator, random_chunks, random_input,
+                           run_readme_block, scan_reference)
+
+dask = pytest.importorskip("dask")
+da = pytest.importorskip("dask.array")
+import scangen.dask as sd  # noqa: E402
+
+CASES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float32", "add")]
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+@pytest.mark.parametrize("mode", scangen.MODES)
+@pytest.mark.parametrize("dtype,op_name", CASES)
+def test_cupy_chunks_equal_the_single_gpu_scan(gpu, rng, scheduler, mode, dtype, op_name):
+    cp = pytest.importorskip("cupy")
+    n = int(rng.integers(100_000, 3_000_000))
+    x = random_input(rng, dtype, op_name, n)
+    chunks = random_chunks(rng, n, most=n // 3)
+    op = operator(op_name)
+    darr = da.from_array(cp.asarray(x), chunks=(chunks,), asarray=False)
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    result = scan(darr, op)
+    assert result.chunks == (chunks,)
+    with dask.config.set(scheduler=scheduler):
+        got = result.compute()
+    assert isinstance(got, cp.ndarray)
+    one_gpu = getattr(scangen, f"{mode}_scan")(cp.asarray(x), op)
+    if dtype == "float32":  # another association of the sums: close, not equal
+        assert_scan_equal(cp.asnumpy(got), scan_reference(x, op, mode), dtype, n)
+    else:
+        np.testing.assert_array_equal(cp.asnumpy(got), cp.asnumpy(one_gpu))
+        np.testing.assert_array_equal(cp.asnumpy(got), scan_reference(x, op, mode))
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_numpy_chunks_go_through_the_gpu(gpu, rng, mode):
+    n = 200_001
+    x = random_input(rng, "uint64", "affine_then", n)
+    chunks = random_chunks(rng, n)
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    got = scan(da.from_array(x, chunks=(chunks,)), AFFINE).compute(scheduler="threads")
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_array_equal(got, scan_reference(x, AFFINE, mode))
+
+
+def test_select_on_cupy_chunks(gpu, rng):
+    cp = pytest.importorskip("cupy")
+    x = rng.normal(size=500_000).astype(np.float32)
+    darr = da.from_array(cp.asarray(x), chunks=(random_chunks(rng, x.size),), asarray=False)
+    got = sd.select(darr, "x > 0.25f").compute(scheduler="synchronous")
+    np.testing.assert_array_equal(cp.asnumpy(got), x[x > 0.25])
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_carry_scan_reads_and_writes_its_carry(gpu, rng, mode):
+    n = 1_000_003
+    x = random_input(rng, "uint64", "affine_then", n)
+    carry = random_input(rng, "uint64", "affine_then", 1)
+    kernel = CarryScan(np.uint64, AFFINE, mode)
+    out, carry_out = gpu.empty(n, np.uint64), gpu.to_gpu(np.zeros(1, np.uint64))
+    kernel(gpu.to_gpu(x), out, gpu.to_gpu(carry), carry_out)
+    np.testing.assert_array_equal(out.get(), scan_reference(x, AFFINE, mode, initial=carry[0]))
+    np.testing.assert_array_equal(carry_out.get(),
+                                  scan_reference(x, AFFINE, initial=carry[0])[-1:])
+    total = ChunkTotal(np.uint64, AFFINE)(gpu.to_gpu(x))
+    np.testing.assert_array_equal(total.get(), scan_reference(x, AFFINE)[-1:])
+    np.testing.assert_array_equal(GPUBackend().total(x, AFFINE), scan_reference(x, AFFINE)[-1:])
+
+
+def test_readme_dask_block_runs(gpu):
+    pytest.importorskip("cupy")
+    namespace = run_readme_block("scangen.dask.inclusive_scan", "More than one GPU (Dask)")
+    values = namespace["values"]
+    np.testing.assert_array_equal(namespace["y"].compute().get(),
+                                  scan_reference(values, scangen.LAST_NONZERO, "inclusive"))
+    assert namespace["kept"].compute().size == np.count_nonzero(values > 0)

@@ -1,0 +1,44 @@
+"""scangen.out_of_core on a GPU: host arrays streamed through a small device budget equal the
+in-memory scan, with a non-commutative operator; memmaps in and out, in place, initial=,
+progress. The schedule itself is tested on the CPU (tests/cpu/test_out_of_core.py);
+throughput is benchmarks/out_of_core.py."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen import out_of_core as ooc
+from tests.support import AFFINE, random_input, scan_reference
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_one_gib_under_a_64_mib_budget_equals_the_in_memory_scan(gpu, rng, mode):
+    n = 1 << 27  # uint64: 1 GiB
+    x = random_input(rng, "uint64", "affine_then", n)
+    seen = []
+    got = getattr(ooc, f"{mode}_scan")(x, AFFINE, max_device_bytes=64 << 20,
+                                      progress=lambda done, total: seen.append(done))
+    assert len(seen) > 16 and seen[-1] == n  # many chunks, all landed
+    in_memory = getattr(scangen, f"{mode}_scan")(gpu.to_gpu(x), AFFINE).get()
+    np.testing.assert_array_equal(got, in_memory)
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+def test_memmaps_in_place_and_initial(gpu, rng, tmp_path, slots):
+    n = 3_000_017
+    values = random_input(rng, "int32", "last_nonzero", n)
+    path = tmp_path / "x.bin"
+    values.tofile(path)
+    x = np.memmap(path, np.int32, mode="r+", shape=(n,))
+    ooc.exclusive_scan(x, scangen.LAST_NONZERO, out=x, initial=-5, chunk_elements=100_003,
+                       slots=slots)
+    x.flush()
+    np.testing.assert_array_equal(np.fromfile(path, np.int32),
+                                  scan_reference(values, scangen.LAST_NONZERO, "exclusive",
+                                                 initial=-5))
+
+
+def test_float_sum_and_a_chunk_larger_than_the_array(gpu, rng):
+    x = random_input(rng, "float64", "add", 1_000_000)
+    got = ooc.inclusive_scan(x, chunk_elements=1 << 24, progress=True)
+    np.testing.assert_allclose(got, scan_reference(x, scangen.BUILTIN_OPERATORS["add"],
+                                                   "inclusive"), rtol=1e-9)
