@@ -255,15 +255,14 @@ int main(int argc, char **argv)
         std::fprintf(stderr, "usage: %s N [N ...]  (sizes; CUB_TRIALS, default 7)\n", argv[0]);
         return 2;
     }
-    const char *trials_env = std::getenv("CUB_TRIALS");
-    const int trials = trials_env ? std::atoi(trials_env) : 7;
+    const int trials = trials_from_env();
     for (int k = 1; k < argc; ++k) {
         const long long n = std::strtoll(argv[k], nullptr, 10);
         if (n < 1 || n > INT_MAX) {
             std::fprintf(stderr, "size %s: want 1 to %d\n", argv[k], INT_MAX);
             return 2;
         }
-        const Bench bench{int(n), std::max(trials, 1), 3, k == 1};
+        const Bench bench{int(n), trials, 3, k == 1};
         std::mt19937_64 rng(2026);
         select_and_partition(bench, rng);
         radix_sort(bench, rng);

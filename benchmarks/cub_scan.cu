@@ -4,7 +4,7 @@
 // `python -m scangen bench --cub`, which builds and runs this file on the GPU machine.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_scan benchmarks/cub_scan.cu
-//   ./cub_scan float32 add 1048576 268435456     # one JSON line per size
+//   CUB_TRIALS=7 ./cub_scan float32 add 1048576 268435456     # one JSON line per size
 #include <cub/device/device_scan.cuh>
 
 #include "cub_timing.cuh"
@@ -90,8 +90,7 @@ int main(int argc, char **argv)
                      "int64 uint32; OP: add last_nonzero)\n", argv[0]);
         return 2;
     }
-    const char *trials_env = std::getenv("CUB_SCAN_TRIALS");
-    const int trials = trials_env ? std::atoi(trials_env) : 7, warmup = 3;
+    const int trials = trials_from_env(), warmup = 3;
     const std::string dtype = argv[1];
     for (int k = 3; k < argc; ++k) {
         const size_t n = std::strtoull(argv[k], nullptr, 10);

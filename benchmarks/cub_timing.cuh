@@ -19,10 +19,18 @@
         }                                                                                \
     } while (0)
 
+// Trials per measurement: CUB_TRIALS from the environment (scangen's --trials), default 7.
+inline int trials_from_env()
+{
+    const char *text = std::getenv("CUB_TRIALS");
+    return text ? std::max(std::atoi(text), 1) : 7;
+}
+
 // Calls per timed batch: about 200 MB moved per batch, 1 to 200 calls.
 inline int batch_size(size_t bytes)
 {
-    return int(std::max<size_t>(1, std::min<size_t>(200, size_t(2e8) / std::max<size_t>(bytes, 1))));
+    return int(
+        std::max<size_t>(1, std::min<size_t>(200, size_t(2e8) / std::max<size_t>(bytes, 1))));
 }
 
 // Seconds per call: the median over trials of (batch time / batch size).
