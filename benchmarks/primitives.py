@@ -132,6 +132,13 @@ def cub_timings(args, driver) -> dict:
     return found
 
 
+def after_scangen(rows, inserted):
+    """rows, (contender, seconds) pairs, with `inserted` after the last scangen row."""
+    scangen_rows = [i for i, (name, _) in enumerate(rows) if name.startswith("scangen")]
+    at = scangen_rows[-1] + 1 if scangen_rows else len(rows)
+    return rows[:at] + inserted + rows[at:]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", type=parse_size, default=[1 << 20, 1 << 26])
@@ -171,9 +178,7 @@ def main(argv=None) -> int:
                     print(f"  {name} failed: {err}", file=sys.stderr)
                     continue
                 rows.append((name, seconds))
-            scangen_rows = [i for i, (name, _) in enumerate(rows) if name.startswith("scangen")]
-            after = scangen_rows[-1] + 1 if scangen_rows else len(rows)
-            rows[after:after] = cub.get((primitive, n), [])
+            rows = after_scangen(rows, cub.get((primitive, n), []))
             results += [dict(primitive=primitive, n=n, contender=name, seconds=seconds,
                              device=device) for name, seconds in rows]
             copy_seconds = rows[0][1]

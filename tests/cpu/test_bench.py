@@ -82,6 +82,9 @@ def test_cub_rows_join_the_primitive_tables(tmp_path, monkeypatch):
     args = SimpleNamespace(sizes=[16, 32], trials=5)
     assert primitives.cub_timings(args, driver) == {("p", 16): [("cub A", 1.5), ("cub B", 2)]}
     assert (tmp_path / "cub_primitives.args").read_text() == "5 16 32\n"
+    rows = [("copy", 1), ("scangen.A", 2), ("scangen.B", 3), ("torch.a", 4)]
+    assert primitives.after_scangen(rows, [("cub A", 5)]) == [
+        ("copy", 1), ("scangen.A", 2), ("scangen.B", 3), ("cub A", 5), ("torch.a", 4)]
 
 
 def bench_arguments(*argv):
