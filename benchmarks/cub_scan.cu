@@ -4,26 +4,17 @@
 // `python -m scangen bench --cub`, which builds and runs this file on the GPU machine.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_scan benchmarks/cub_scan.cu
-//   ./cub_scan float32 add 1048576 268435456     # one JSON line per size
+//   CUB_TRIALS=7 ./cub_scan float32 add 1048576 268435456     # one JSON line per size
 #include <cub/device/device_scan.cuh>
 
-#include <algorithm>
+#include "cub_timing.cuh"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
-
-#define CHECK(call)                                                                      \
-    do {                                                                                 \
-        cudaError_t error_ = (call);                                                     \
-        if (error_ != cudaSuccess) {                                                     \
-            std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__,                      \
-                         cudaGetErrorString(error_));                                    \
-            std::exit(1);                                                                \
-        }                                                                                \
-    } while (0)
 
 // "last non-zero wins": associative, not commutative (the operator scangen's tests use).
 struct LastNonzero
@@ -46,33 +37,6 @@ std::vector<T> random_input(size_t n, bool sparse)
         host[i] = sparse && rng() % 10 < 7 ? T(0) : value;
     }
     return host;
-}
-
-// Seconds per call: the median over trials of (batch time / batch size).
-template <class Call>
-double seconds_per_call(Call call, size_t bytes, int trials, int warmup)
-{
-    for (int i = 0; i < warmup; ++i)
-        call();
-    CHECK(cudaDeviceSynchronize());
-    const int batch = int(std::max<size_t>(1, std::min<size_t>(200, size_t(2e8) / std::max<size_t>(bytes, 1))));
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    std::vector<double> times;
-    for (int t = 0; t < trials; ++t) {
-        CHECK(cudaEventRecord(start));
-        for (int i = 0; i < batch; ++i)
-            call();
-        CHECK(cudaEventRecord(stop));
-        CHECK(cudaEventSynchronize(stop));
-        float ms = 0;
-        CHECK(cudaEventElapsedTime(&ms, start, stop));
-        times.push_back(ms / 1e3 / batch);
-    }
-    CHECK(cudaGetLastError());
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
 }
 
 template <class T, class Op>
@@ -126,8 +90,7 @@ int main(int argc, char **argv)
                      "int64 uint32; OP: add last_nonzero)\n", argv[0]);
         return 2;
     }
-    const char *trials_env = std::getenv("CUB_SCAN_TRIALS");
-    const int trials = trials_env ? std::atoi(trials_env) : 7, warmup = 3;
+    const int trials = trials_from_env(), warmup = 3;
     const std::string dtype = argv[1];
     for (int k = 3; k < argc; ++k) {
         const size_t n = std::strtoull(argv[k], nullptr, 10);

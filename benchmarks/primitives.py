@@ -1,6 +1,6 @@
 """Time scangen's primitives next to their peers (torch, cupy) and a copy of the same bytes.
 
-    python benchmarks/primitives.py [--sizes 2^20 2^26] [--json out.json]
+    python benchmarks/primitives.py [--sizes 2^20 2^26] [--json out.json] [--cub]
 
 Every contender is timed the way ``python -m scangen bench`` times scans (scangen.bench.Timer:
 CUDA events on the default stream around back-to-back calls, warm-up first, median of the
@@ -8,6 +8,9 @@ trials). A primitive whose result size is data-dependent (select, unique) reads 
 the host, as torch.masked_select does; ``count_on_device`` rows leave it on the GPU. The
 "copy" row of each table moves the bytes the primitive must move at least (reads plus
 writes) with one device-to-device copy, the roof the issue's targets are stated against.
+With ``--cub``, CUB's primitives join the tables after scangen's rows: the program
+benchmarks/cub_primitives.cu, built with the nvcc on PATH, timed the same way on input made
+the same way (its counts stay on the device).
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import scangen  # noqa: E402
-from scangen.bench import Timer, parse_size  # noqa: E402
+from scangen.bench import Timer, cub_program, cub_rows, parse_size  # noqa: E402
+
+CUB_SOURCE = Path(__file__).resolve().parent / "cub_primitives.cu"
 
 
 def _peers():
@@ -113,12 +118,36 @@ def cases(n, rng, gpuarray, driver, peers):
     return out
 
 
+def cub_timings(args, driver) -> dict:
+    """{(primitive, n): [(contender, seconds)]} from CUB_SOURCE, built once and run with the
+    same sizes and trials; {} (after a skip line) without nvcc."""
+    major, minor = driver.Context.get_device().compute_capability()
+    found = {}
+    with cub_program(CUB_SOURCE, f"sm_{major}{minor}") as binary:
+        if binary is not None:
+            print(f"\n{CUB_SOURCE.name} {' '.join(map(str, args.sizes))} ...", file=sys.stderr)
+            for r in cub_rows(binary, args.sizes, args.trials):
+                found.setdefault((r["primitive"], r["n"]), []).append((r["contender"],
+                                                                       r["seconds"]))
+    return found
+
+
+def after_scangen(rows, inserted):
+    """rows, (contender, seconds) pairs, with `inserted` after the last scangen row."""
+    scangen_rows = [i for i, (name, _) in enumerate(rows) if name.startswith("scangen")]
+    at = scangen_rows[-1] + 1 if scangen_rows else len(rows)
+    return rows[:at] + inserted + rows[at:]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", type=parse_size, default=[1 << 20, 1 << 26])
     parser.add_argument("--trials", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", help="write every result here")
+    parser.add_argument("--cub", action="store_true",
+                        help="also time CUB's primitives (benchmarks/cub_primitives.cu, built "
+                             "with the nvcc on PATH; rows after scangen's)")
     args = parser.parse_args(argv)
 
     from scangen.compile import current_context, require_pycuda
@@ -131,6 +160,7 @@ def main(argv=None) -> int:
     peers = _peers()
     timer = Timer(driver, args.trials, args.warmup)
     rng = np.random.default_rng(2026)
+    cub = cub_timings(args, driver) if args.cub else {}
     results = []
     for n in args.sizes:
         for primitive, n_bytes, calls in cases(n, rng, gpuarray, driver, peers):
@@ -148,8 +178,9 @@ def main(argv=None) -> int:
                     print(f"  {name} failed: {err}", file=sys.stderr)
                     continue
                 rows.append((name, seconds))
-                results.append(dict(primitive=primitive, n=n, contender=name,
-                                    seconds=seconds, device=device))
+            rows = after_scangen(rows, cub.get((primitive, n), []))
+            results += [dict(primitive=primitive, n=n, contender=name, seconds=seconds,
+                             device=device) for name, seconds in rows]
             copy_seconds = rows[0][1]
             print(f"\n**{primitive}, n = {n:,}** ({device})\n")
             print("| contender | time (us) | % of copy | time / first scangen row |")

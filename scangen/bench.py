@@ -10,10 +10,14 @@ the same way, against a copy of the same bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -231,33 +235,45 @@ CUB_SOURCE = Path(__file__).resolve().parent.parent / "benchmarks" / "cub_scan.c
 CUB_DTYPES = ("float32", "float64", "int32", "int64", "uint32")
 
 
+@contextlib.contextmanager
+def cub_program(source: Path, arch: str):
+    """Build a CUB peer program (benchmarks/cub_*.cu) once, with the nvcc on PATH, into a
+    temporary directory; yield the binary's path, or None after a skip line without nvcc."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None or not source.is_file():
+        _progress(f"  cub: skipped (needs nvcc and {source})\n")
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        binary = Path(tmp) / source.stem
+        _progress(f"building {source.name} ...")
+        built = subprocess.run([nvcc, "-O3", "-std=c++17", f"-arch={arch}", "-o", str(binary),
+                                str(source)], capture_output=True, text=True)
+        if built.returncode != 0:
+            raise RuntimeError(f"nvcc failed on {source}:\n{built.stderr}")
+        yield binary
+
+
+def cub_rows(binary: Path, arguments, trials: int) -> list[dict]:
+    """Run a built CUB peer with CUB_TRIALS set: one dict per JSON line it prints."""
+    stdout = subprocess.run([str(binary), *map(str, arguments)], check=True,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "CUB_TRIALS": str(trials)}).stdout
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
 def cub_results(args, arch: str) -> list[Result]:
     """Build benchmarks/cub_scan.cu (once per run) and time CUB the bench's way."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    nvcc = shutil.which("nvcc")
-    if nvcc is None or not CUB_SOURCE.is_file():
-        _progress(f"  cub: skipped (needs nvcc and {CUB_SOURCE})\n")
-        return []
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        binary = Path(tmp) / "cub_scan"
-        _progress("building the CUB peer ...")
-        subprocess.run([nvcc, "-O3", "-std=c++17", f"-arch={arch}", "-o", str(binary),
-                        str(CUB_SOURCE)], check=True, capture_output=True)
+    with cub_program(CUB_SOURCE, arch) as binary:
+        if binary is None:
+            return []
         for dtype in args.dtypes:
             for op_name in args.ops:
                 if dtype not in CUB_DTYPES or op_name not in ("add", "last_nonzero"):
                     continue
                 _progress(f"{dtype} {op_name} cub.DeviceScan ...")
-                lines = subprocess.run(
-                    [str(binary), dtype, op_name, *map(str, args.sizes)], check=True,
-                    capture_output=True, text=True,
-                    env={**os.environ, "CUB_SCAN_TRIALS": str(args.trials)}).stdout
-                for line in lines.splitlines():
-                    r = json.loads(line)
+                for r in cub_rows(binary, [dtype, op_name, *args.sizes], args.trials):
                     n_bytes = 2 * r["n"] * np.dtype(dtype).itemsize
                     results.append(Result(r["contender"], dtype, op_name, r["n"],
                                           r["seconds"], n_bytes / r["seconds"] / 1e9, False))

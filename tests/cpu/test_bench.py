@@ -1,8 +1,12 @@
 """The bench's pieces that need no GPU: size parsing, the struct scan option, and the CUB
-peer program compiling."""
+peer programs compiling and joining the tables."""
 import argparse
+import contextlib
+import importlib.util
 import shutil
 import subprocess
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -24,14 +28,63 @@ def test_bad_sizes(text):
         bench.parse_size(text)
 
 
+PRIMITIVES_SCRIPT = Path(bench.__file__).resolve().parent.parent / "benchmarks" / "primitives.py"
+
+
+def load_primitives_script():
+    spec = importlib.util.spec_from_file_location("primitives_benchmark", PRIMITIVES_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_the_cub_peer_compiles(tmp_path):
-    binary = tmp_path / "cub_scan"
+@pytest.mark.parametrize("source", [bench.CUB_SOURCE, PRIMITIVES_SCRIPT.with_name(
+    "cub_primitives.cu")], ids=lambda source: source.name)
+def test_a_cub_peer_compiles_without_warnings(tmp_path, source):
+    binary = tmp_path / source.stem
     result = subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-o", str(binary),
-                             str(bench.CUB_SOURCE)], capture_output=True, text=True)
+                             str(source)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+    assert result.stdout + result.stderr == ""
     usage = subprocess.run([str(binary)], capture_output=True, text=True)
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+def test_without_nvcc_the_cub_peer_is_skipped(monkeypatch, capsys):
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
+    with bench.cub_program(bench.CUB_SOURCE, "sm_90") as binary:
+        assert binary is None
+    assert "cub: skipped (needs nvcc" in capsys.readouterr().err
+
+
+def test_cub_rows_join_the_primitive_tables(tmp_path, monkeypatch):
+    """primitives.py --cub: the program's JSON lines grouped by (primitive, n), in order,
+    from a run with the sizes and trials asked for (a stand-in program here)."""
+    fake = tmp_path / "cub_primitives"
+    fake.write_text('#!/bin/sh\necho "$CUB_TRIALS $*" > "$0.args"\n'
+                    'echo \'{"primitive": "p", "contender": "cub A", "n": 16, "seconds": 1.5}\'\n'
+                    'echo \'{"primitive": "p", "contender": "cub B", "n": 16, "seconds": 2}\'\n')
+    fake.chmod(0o755)
+    primitives = load_primitives_script()
+
+    @contextlib.contextmanager
+    def built(source, arch):
+        assert source.name == "cub_primitives.cu" and arch == "sm_90"
+        yield fake
+
+    class Device:
+        def compute_capability(self):
+            return 9, 0
+
+    driver = SimpleNamespace(Context=SimpleNamespace(get_device=Device))
+    monkeypatch.setattr(primitives, "cub_program", built)
+    args = SimpleNamespace(sizes=[16, 32], trials=5)
+    assert primitives.cub_timings(args, driver) == {("p", 16): [("cub A", 1.5), ("cub B", 2)]}
+    assert (tmp_path / "cub_primitives.args").read_text() == "5 16 32\n"
+    rows = [("copy", 1), ("scangen.A", 2), ("scangen.B", 3), ("torch.a", 4)]
+    assert primitives.after_scangen(rows, [("cub A", 5)]) == [
+        ("copy", 1), ("scangen.A", 2), ("scangen.B", 3), ("cub A", 5), ("torch.a", 4)]
 
 
 def bench_arguments(*argv):

@@ -227,7 +227,8 @@ def test_python_dash_m_scangen():
 
 
 @pytest.mark.parametrize("script,option", [("tune_single_pass.py", "--sizes"),
-                                           ("per_call_overhead.py", "--calls")])
+                                           ("per_call_overhead.py", "--calls"),
+                                           ("primitives.py", "--cub")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,
