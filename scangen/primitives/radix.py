@@ -292,8 +292,8 @@ class RadixDigitOffsets(_RadixPrimitive):
     """Where each key goes when keys are stably ordered by one digit.
 
     ``RadixDigitOffsets(key_dtype, bits=8)(keys, shift)`` -> ``(dest, digit_start)``, both
-    int64 arrays of the keys' kind: ``dest[i]`` is the stable position of ``keys[i]`` when keys are ordered
-    by the digit ``(ordered_bits(keys[i]) >> shift) & (2**bits - 1)``, and
+    int64 arrays of the keys' kind: ``dest[i]`` is the stable position of ``keys[i]`` when
+    keys are ordered by the digit ``(ordered_bits(keys[i]) >> shift) & (2**bits - 1)``, and
     ``digit_start[d]`` is how many keys have a smaller digit. ``ordered_bits`` is the
     order-preserving bit pattern radix_sort uses: the key itself for unsigned keys, the
     sign bit flipped for signed ones, and for floats the negatives' bits flipped and the
