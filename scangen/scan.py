@@ -28,7 +28,8 @@ class Scan:
         A built-in name (add, mul, min, max, bit_and, bit_or, bit_xor) or a scangen.Operator.
         Must be associative; it need not be commutative (operand order is kept).
     mode:
-        "inclusive" (y[i] = x0 op ... op xi) or "exclusive" (y[i] = identity op x0 op ... op x(i-1)).
+        "inclusive" (y[i] = x0 op ... op xi) or "exclusive" (y[i] = identity op x0 op ...
+        op x(i-1)).
     result_dtype:
         The type scanned and written, as numpy's accumulate ``dtype=``: each input is
         converted first (``Scan(np.uint8, "add", result_dtype=np.int64)``). It must hold

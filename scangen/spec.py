@@ -148,8 +148,8 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
     section size and items per thread tuned for the element size; other algorithms a
     1024-element section. Naming only the section of a coarsening algorithm (warp_shuffle,
-    coarsened) keeps the tuned block size and derives the items per thread; strategy "auto"; ``tuning`` (a scangen.Tuning) the
-    measured defaults.
+    coarsened) keeps the tuned block size and derives the items per thread; strategy "auto";
+    ``tuning`` (a scangen.Tuning) the measured defaults.
     """
     op = resolve_operator(operator)
     etype = op.check_dtype(dtype)

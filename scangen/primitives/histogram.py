@@ -89,11 +89,11 @@ class Histogram:
     """Counts of equal-width bins, as numpy.histogram(x, bins, range).
 
     ``Histogram(dtype)(x, bins, range)`` -> ``(counts, edges)``: counts an int64 array of
-    ``bins`` entries, of x's kind (GPUArray, CuPy, torch), edges the ``bins + 1`` edges (a numpy array: float32 for float32 data,
-    else float64, as numpy's for a range of Python numbers; range values are taken as
-    Python floats). The arithmetic is numpy's, so every value lands in the bin numpy
-    puts it in; the last bin includes ``range[1]``; values outside the range and NaN are
-    not counted. Dtypes: the integers, float32, float64.
+    ``bins`` entries, of x's kind (GPUArray, CuPy, torch), edges the ``bins + 1`` edges (a
+    numpy array: float32 for float32 data, else float64, as numpy's for a range of Python
+    numbers; range values are taken as Python floats). The arithmetic is numpy's, so every
+    value lands in the bin numpy puts it in; the last bin includes ``range[1]``; values
+    outside the range and NaN are not counted. Dtypes: the integers, float32, float64.
     """
 
     def __init__(self, dtype):

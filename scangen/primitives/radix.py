@@ -343,8 +343,9 @@ class RadixSort(_RadixPrimitive):
 
     ``RadixSort(key_dtype, value_dtype=None)(keys, values=None, *, descending=False,
     begin_bit=0, end_bit=None, stream=None)`` -> the sorted keys, or ``(keys, values)``:
-    new arrays of the keys' kind (GPUArray, CuPy, torch); the inputs are left as they are. Keys: uint8..uint64, int8..int64,
-    float32, float64 (NaN last, -0.0 and +0.0 in input order, as numpy's stable sort);
+    new arrays of the keys' kind (GPUArray, CuPy, torch); the inputs are left as they are.
+    Keys: uint8..uint64, int8..int64, float32, float64 (NaN last, -0.0 and +0.0 in input
+    order, as numpy's stable sort);
     values: any scangen dtype (structs too). ``begin_bit``/``end_bit`` sort by those bits
     of the order-preserving pattern only (see RadixDigitOffsets). One pass per 8 bits; the
     scratch of a pass (counts, offsets, a spare buffer) is kept between calls, per stream.
