@@ -43,8 +43,9 @@ def main() -> int:
                     failures += 1
                     print(f"MISMATCH {strategy} {algorithm} {mode} {dtype} {op_name} n={n}")
     failures += hooks_and_values(rng, gpuarray)
-    print(f"sanitize_targets: {len(cases) * len(ALGORITHMS) * 6} scans and the hook, segment "
-          f"and struct cases, {failures} mismatches")
+    failures += sorting_and_histograms(rng, gpuarray)
+    print(f"sanitize_targets: {len(cases) * len(ALGORITHMS) * 6} scans, the hook, segment "
+          f"and struct cases, and the radix and histogram kernels: {failures} mismatches")
     return 1 if failures else 0
 
 
@@ -81,6 +82,31 @@ def hooks_and_values(rng, gpuarray) -> int:
         got = seg(gpuarray.to_gpu(maps), flags=gpuarray.to_gpu(heads)).get()
         want = segmented_reference(maps, heads, AFFINE_PAIRS, "inclusive", initial=start)
         failures += not np.array_equal(got, want)
+    return failures
+
+
+def sorting_and_histograms(rng, gpuarray) -> int:
+    """The radix passes (ranking and staging in shared memory: what racecheck is for) on
+    keys alone, keys with values, argsort's index values and digit offsets, over a few tiles
+    and a partial one; histograms with bins in shared memory and past it."""
+    failures = 0
+    n = 3 * 4096 + 5
+    keys = rng.integers(0, 2 ** 32, n, dtype=np.uint32)
+    floats = rng.normal(size=n).astype(np.float32)
+    order = np.argsort(keys, kind="stable")
+    failures += not np.array_equal(scangen.radix_sort(gpuarray.to_gpu(keys)).get(),
+                                   keys[order])
+    sorted_keys, ids = scangen.radix_sort(gpuarray.to_gpu(floats),
+                                          gpuarray.to_gpu(np.arange(n, dtype=np.int32)))
+    failures += not np.array_equal(ids.get(), np.argsort(floats, kind="stable"))
+    failures += not np.array_equal(scangen.argsort(gpuarray.to_gpu(keys)).get(), order)
+    dest, _ = scangen.radix_digit_offsets(gpuarray.to_gpu(keys), 24)
+    want = np.empty(n, np.int64)
+    want[np.argsort(keys >> np.uint32(24), kind="stable")] = np.arange(n)
+    failures += not np.array_equal(dest.get(), want)
+    for bins in (100, 10_000):  # in shared memory, and straight to the global counts
+        counts, _ = scangen.histogram(gpuarray.to_gpu(floats), bins, (-2.0, 2.0))
+        failures += not np.array_equal(counts.get(), np.histogram(floats, bins, (-2.0, 2.0))[0])
     return failures
 
 
