@@ -8,7 +8,7 @@ import scangen
 from scangen import compile as scan_compile
 from scangen.primitives.radix import KEY_DTYPES, RadixModule, digit_offsets_scan
 
-from tests.support import precompile
+from tests.support import ordered_bits, precompile
 
 #: Around warp runs, tiles (2048 and 4096 keys, by key and value width) and many tiles.
 SIZES = [0, 1, 2, 31, 33, 255, 257, 2047, 2048, 2049, 4095, 4096, 4097, 3 * 4096 + 5,
@@ -103,19 +103,13 @@ def test_bit_range(gpu, rng, begin, end):
     np.testing.assert_array_equal(got, keys[np.argsort(part, kind="stable")])
 
 
-def _ordered_bits(keys):
-    """What RadixDigitOffsets documents for integers: the key, or its sign bit flipped."""
-    bits = keys.view(f"u{keys.itemsize}").astype(np.uint64)
-    return bits ^ np.uint64(1 << (8 * keys.itemsize - 1)) if keys.dtype.kind == "i" else bits
-
-
 @pytest.mark.parametrize("dtype,shift,bits", [("uint32", 0, 8), ("uint32", 24, 8),
                                               ("int32", 28, 4), ("uint8", 0, 1),
                                               ("int64", 56, 8), ("uint16", 12, 8)])
 def test_radix_digit_offsets(gpu, rng, dtype, shift, bits):
     for n in SIZES:
         keys = keys_for(rng, dtype, n, "random")
-        digit = (_ordered_bits(keys) >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+        digit = (ordered_bits(keys) >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
         dest, digit_start = scangen.radix_digit_offsets(gpu.to_gpu(keys), shift, bits)
         want = np.empty(n, np.int64)
         want[np.argsort(digit, kind="stable")] = np.arange(n)

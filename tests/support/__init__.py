@@ -311,6 +311,24 @@ def simulate_device(monkeypatch, device=0, context=0xC0):
     monkeypatch.setattr(streams, "stream_context", lambda handle: context)
 
 
+# --- radix keys -------------------------------------------------------------------------
+
+def ordered_bits(keys):
+    """The pattern RadixDigitOffsets documents, in numpy: unsigned as is, signed with the
+    sign bit flipped, floats with negatives' bits flipped and positives' sign bit set
+    (-0.0 as +0.0, NaN as all ones)."""
+    width = 8 * keys.itemsize
+    bits = keys.view(f"u{keys.itemsize}").astype(np.uint64)
+    sign = np.uint64(1 << (width - 1))
+    if keys.dtype.kind == "i":
+        return bits ^ sign
+    if keys.dtype.kind == "f":
+        bits = np.where(bits == sign, np.uint64(0), bits)
+        bits = np.where(bits & sign, ~bits & np.uint64((1 << width) - 1), bits | sign)
+        return np.where(np.isnan(keys), np.uint64((1 << width) - 1), bits)
+    return bits
+
+
 # --- README blocks ------------------------------------------------------------------------
 
 def readme_python_blocks():
@@ -390,11 +408,11 @@ def assert_scan_equal(got, want, dtype, n):
         np.testing.assert_array_equal(got, want)
 
 
-__all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX", "assert_scan_equal",
-           "BFLOAT16", "boundary_sizes", "COMPACTION", "DTYPES", "exact_affine_pairs", "expected",
-           "FakeDeviceArray", "flipped", "kind", "MODES", "needs_bfloat16", "operator",
-           "OPERATORS", "PARTITION", "poison_values", "poisoned", "precompile", "random_chunks",
-           "random_input", "readme_python_blocks", "run_readme_block", "RUNNING_STATS",
-           "SATURATING_ADD",
+__all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
+           "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "DTYPES",
+           "exact_affine_pairs", "expected", "FakeDeviceArray", "flipped", "kind", "MODES",
+           "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
+           "poison_values", "poisoned", "precompile", "random_chunks", "random_input",
+           "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "STATS", "TABLE_LOOKUP",
            "type_operator_pairs", "valid", "VALUE_INDEX", "value_index_input"]

@@ -1,0 +1,142 @@
+"""RadixSort's and argsort's passes without a GPU: which digit each pass takes, where its
+keys and values come from and go (the last pass must land in the returned arrays), with
+each pass replaced by a numpy model of what radix_scatter_tiles computes (a stable order by
+one digit of the order-preserving bit pattern). The kernels themselves are checked against
+numpy on the GPU (tests/gpu/test_radix.py); this checks the Python around them on CI."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen.primitives import radix
+
+from tests.support import ordered_bits, simulate_device
+
+
+class Memory:
+    """Host arrays at made-up device addresses, seen through __cuda_array_interface__."""
+
+    def __init__(self):
+        self.arrays, self.next_address = {}, 0x100000
+
+    def array(self, host):
+        host = np.ascontiguousarray(host)
+        address, self.next_address = self.next_address, self.next_address + host.nbytes + 256
+        self.arrays[address] = host
+        return FakeArray(host, address)
+
+    def empty(self, shape, dtype):
+        return self.array(np.zeros(shape, dtype))
+
+    def at(self, view):
+        return None if view is None or not view.size else self.arrays[view.ptr]
+
+
+class FakeArray:
+    """What the driver sees of an array: the interface, and (as of a pycuda GPUArray, which
+    the spare buffers are) ptr, size and dtype."""
+
+    def __init__(self, host, address):
+        self.host, self.address = host, address
+        self.ptr, self.size, self.dtype = address, host.size, host.dtype
+        self.__cuda_array_interface__ = {"shape": host.shape, "typestr": host.dtype.str,
+                                         "data": (address, False), "version": 3}
+
+
+@pytest.fixture
+def memory(monkeypatch):
+    simulate_device(monkeypatch)
+    memory = Memory()
+    monkeypatch.setattr(radix, "_gpuarray", lambda: memory)
+    from scangen import interop
+    monkeypatch.setattr(interop._Kind, "empty",
+                        lambda self, shape, dtype, like, stream, current:
+                        memory.empty(shape, dtype))
+    passes = []
+
+    def run(self, keys, moved, n, shift, bits, descending, stream, digit_start=None):
+        """What one pass computes: a stable order by the digit; keys (and values, or the
+        indices where there are none) to their places, or each key's place to dest."""
+        host = memory.at(keys)
+        width = 8 * host.itemsize
+        pattern = ordered_bits(host)
+        if descending:
+            pattern = ~pattern & np.uint64((1 << width) - 1)
+        digit = (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+        order = np.argsort(digit, kind="stable")
+        passes.append((shift, bits, keys.ptr, [None if a is None else a.ptr for a in moved]))
+        if self.module.output == "dest":
+            memory.at(moved[0])[order] = np.arange(n)
+            return
+        memory.at(moved[0])[:] = host[order]
+        if len(moved) > 1:
+            values = memory.at(moved[1])
+            values = np.arange(n) if values is None else values
+            memory.at(moved[2])[:] = values[order]
+
+    monkeypatch.setattr(radix._RadixPasses, "run", run)
+    memory.passes = passes
+    # The one-shots' cached objects keep their spare buffers: none may outlive this memory.
+    radix._radix_sort.cache_clear()
+    yield memory
+    radix._radix_sort.cache_clear()
+
+
+def keys_of(rng, dtype, n):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        x = rng.normal(size=n).astype(dtype)
+        specials = rng.random(n) < 0.1
+        x[specials] = rng.choice(np.array([0.0, -0.0, np.nan, np.inf, -np.inf], dtype),
+                                 specials.sum())
+        return x
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.parametrize("dtype,passes", [("uint8", 1), ("int16", 2), ("float32", 4),
+                                          ("int64", 8)])
+@pytest.mark.parametrize("n", [1, 2, 1000])
+def test_passes_cover_the_key_and_end_in_the_output(memory, rng, dtype, passes, n):
+    keys, values = keys_of(rng, dtype, n), rng.random(n)
+    given_keys, given_values = memory.array(keys), memory.array(values)
+    got_keys, got_values = scangen.RadixSort(dtype, np.float64)(given_keys, given_values)
+    order = np.argsort(keys, kind="stable")
+    np.testing.assert_array_equal(got_keys.host.view(f"u{keys.itemsize}"),
+                                  keys[order].view(f"u{keys.itemsize}"))
+    np.testing.assert_array_equal(got_values.host, values[order])
+    assert [(shift, bits) for shift, bits, _, _ in memory.passes] == \
+        [(8 * k, 8) for k in range(passes)]
+    # the first pass reads the caller's arrays, the last one writes the returned ones
+    (_, _, first_keys, (_, first_values, _)) = memory.passes[0]
+    (_, _, _, (last_keys, _, last_values)) = memory.passes[-1]
+    assert (first_keys, first_values) == (given_keys.address, given_values.address)
+    assert (last_keys, last_values) == (got_keys.address, got_values.address)
+    np.testing.assert_array_equal(given_keys.host.view(np.uint8), keys.view(np.uint8))
+
+
+def test_argsort_numbers_the_keys_in_its_first_pass(memory, rng):
+    keys = keys_of(rng, "float64", 5000)
+    got = scangen.argsort(memory.array(keys))
+    np.testing.assert_array_equal(got.host, np.argsort(keys, kind="stable"))
+    assert memory.passes[0][3][1] is None  # no values array: the kernel numbers the keys
+    down = scangen.argsort(memory.array(keys), descending=True)
+    _, rank = np.unique(keys, return_inverse=True)
+    np.testing.assert_array_equal(down.host,
+                                  np.lexsort((np.arange(keys.size), -rank.reshape(-1))))
+
+
+@pytest.mark.parametrize("begin,end,shifts", [(0, 8, [(0, 8)]), (4, 12, [(4, 8)]),
+                                              (3, 20, [(3, 8), (11, 8), (19, 1)]),
+                                              (5, 5, [(0, 0)]), (32, 32, [(0, 0)])])
+def test_bit_ranges(memory, rng, begin, end, shifts):
+    keys = rng.integers(0, 2 ** 32, 3000, dtype=np.uint32)
+    got = scangen.radix_sort(memory.array(keys), begin_bit=begin, end_bit=end)
+    part = (keys.astype(np.uint64) >> np.uint64(begin)) & np.uint64((1 << (end - begin)) - 1)
+    np.testing.assert_array_equal(got.host, keys[np.argsort(part, kind="stable")])
+    assert [(shift, bits) for shift, bits, _, _ in memory.passes] == shifts
+
+
+def test_empty_keys_launch_nothing(memory):
+    got_keys, got_values = scangen.radix_sort(memory.array(np.zeros(0, np.int32)),
+                                              memory.array(np.zeros(0, np.float32)))
+    assert got_keys.host.size == 0 and got_values.host.size == 0 and not memory.passes
