@@ -114,7 +114,27 @@ class Acc:
 
 # --- the hooks of the user io, modelled in numpy -------------------------------------------
 
-class ScanHooks:
+class _InputHooks:
+    """What both models read: ``input_expr`` ``x[i]`` and, for segments,
+    ``is_segment_start_expr`` ``heads[i] != 0``."""
+
+    x: np.ndarray
+    heads = None
+
+    def with_heads(self, memory: dict) -> dict:
+        """``memory`` with the segment heads added, where there are any."""
+        if self.heads is not None:
+            memory["heads"] = np.asarray(self.heads, np.uint8).copy()
+        return memory
+
+    def input(self, ctx, idx, blocks):
+        return ctx.read("x", idx, blocks)
+
+    def segment_start(self, ctx, idx, blocks):
+        return ctx.read("heads", idx, blocks) != 0
+
+
+class ScanHooks(_InputHooks):
     """scangen.Scan's hooks: input ``x[i]``; output ``out[i] = item;`` (inclusive) or
     ``out[i] = prev_item;`` (exclusive). ``in_place``: out is x (Scan's ``out=x``).
     SegmentedScan's and Scan's rows: ``heads`` (segments start where it is nonzero) and
@@ -128,16 +148,7 @@ class ScanHooks:
     def memory(self, rng):
         x = self.x.copy()
         out = x if self.in_place else poison_values(rng, x.dtype, x.size)
-        memory = {"x": x, "out": out}
-        if self.heads is not None:
-            memory["heads"] = np.asarray(self.heads, np.uint8).copy()
-        return memory
-
-    def input(self, ctx, idx, blocks):
-        return ctx.read("x", idx, blocks)
-
-    def segment_start(self, ctx, idx, blocks):
-        return ctx.read("heads", idx, blocks) != 0
+        return self.with_heads({"x": x, "out": out})
 
     def output(self, ctx, idx, blocks, item, prev_item, last_item):
         ctx.write("out", idx, item if self.mode == "inclusive" else prev_item, blocks)
@@ -146,7 +157,7 @@ class ScanHooks:
         return memory["out"]
 
 
-class RecordHooks:
+class RecordHooks(_InputHooks):
     """A ScanKernel whose output records what it is given::
 
         items[i] = item; prevs[i] = prev_item; lasts[i] = last_item;
@@ -163,15 +174,7 @@ class RecordHooks:
                   "prevs": poison_values(rng, dtype, n)}
         if self.last_item:
             memory["lasts"] = poison_values(rng, dtype, n)
-        if self.heads is not None:
-            memory["heads"] = np.asarray(self.heads, np.uint8).copy()
-        return memory
-
-    def input(self, ctx, idx, blocks):
-        return ctx.read("x", idx, blocks)
-
-    def segment_start(self, ctx, idx, blocks):
-        return ctx.read("heads", idx, blocks) != 0
+        return self.with_heads(memory)
 
     def output(self, ctx, idx, blocks, item, prev_item, last_item):
         ctx.write("items", idx, item, blocks)
