@@ -520,6 +520,12 @@ def dtype_of(value, name="x") -> np.dtype:
         raise not_an_array(name, value) from None
 
 
+#: What the one-shot primitives say of their arrays, in their docstrings.
+ONE_SHOT_ARRAYS = """Arrays are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, or
+    any object with __cuda_array_interface__ or __dlpack__) and results are of that kind; or
+    host numpy arrays, copied to the GPU and the results copied back."""
+
+
 def host_round_trip(run, arrays: dict, stream):
     """``run(**arrays)``, where host numpy arrays are first copied to the device (as pycuda
     GPUArrays) and the device arrays ``run`` returns are copied back; an ``out`` given on the

@@ -75,7 +75,7 @@ def acc_itemsize(etype, segmented: bool) -> int:
     return -(-(size + 1) // alignment) * alignment if segmented else size
 
 
-def _as_int(name: str, value) -> int:
+def as_int(name: str, value) -> int:
     """Accept Python and numpy integers (not bools, not floats)."""
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int, not {value!r}")
@@ -171,13 +171,13 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
 
     if items_per_thread is None and algo.coarsening_is_parameter and named_section:
         # A named section keeps the tuned block size; the items per thread follow from it.
-        section = _as_int("section_size", section_size)
+        section = as_int("section_size", section_size)
         block = tuning_table.fast_path(acc_itemsize(etype, segmented)).block_size
         items_per_thread = max(1, section // block) if _is_power_of_two(section) else 1
     if items_per_thread is None:
         items_per_thread = algo.default_items_per_thread
     else:
-        items_per_thread = _as_int("items_per_thread", items_per_thread)
+        items_per_thread = as_int("items_per_thread", items_per_thread)
     if items_per_thread != algo.default_items_per_thread and not algo.coarsening_is_parameter:
         takers = " and ".join(repr(a.name) for a in ALGORITHMS.values()
                               if a.coarsening_is_parameter)
@@ -188,7 +188,7 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if not _is_power_of_two(items_per_thread):
         raise ValueError(f"items_per_thread must be a power of two, not {items_per_thread}")
 
-    section_size = _as_int("section_size", section_size)
+    section_size = as_int("section_size", section_size)
     if not _is_power_of_two(section_size) or section_size < 2:
         raise ValueError(f"section_size must be a power of two of at least 2, not {section_size}")
     if section_size < items_per_thread:

@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from ..interop import Call, dtype_of, host_round_trip
+from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, overlaps
 from ..runtime.streams import before_host_read, memset_d8_async
@@ -268,11 +268,6 @@ def _select(dtype, predicate, flags, keep):
     return Select(dtype, predicate, flags=flags, keep=keep)
 
 
-_ARRAYS = """x (and flags) are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, or any
-    object with __cuda_array_interface__ or __dlpack__), and the results are of that kind; or
-    host numpy arrays, copied to the GPU and the results copied back."""
-
-
 def select(x, predicate=None, *, flags=None, stream=None):
     """The elements of x for which ``predicate`` (a C expression in x and i) holds, or where
     ``flags`` (a bool or integer array of len(x)) is nonzero, in order: a new array.
@@ -328,4 +323,4 @@ def run_length_encode(x, *, stream=None):
 
 
 for _function in (select, remove_if, partition, unique, run_length_encode):
-    _function.__doc__ = _function.__doc__.format(arrays=_ARRAYS)
+    _function.__doc__ = _function.__doc__.format(arrays=ONE_SHOT_ARRAYS)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..interop import Call, dtype_of, host_round_trip
+from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function
 from ..runtime.streams import memset_d8_async
 from ..types import element_type
@@ -102,7 +102,7 @@ class Histogram:
             raise TypeError(f"histogram takes {', '.join(str(k) for k in KEY_DTYPES)}, "
                             f"not {dtype}")
         self.module = HistogramModule(dtype)
-        self._edges = None  # the last call's edges, on the device
+        self._edges = None  # the last call's edges: (on the host, on the device)
 
     @property
     def source(self) -> str:
@@ -126,13 +126,14 @@ class Histogram:
             return counts, edges
         from ..compile import compile_module
 
-        # Kept with the object: freed while the kernel runs, the edges could be overwritten.
-        if self._edges is None or not np.array_equal(self._edges.get(), edges):
-            self._edges = _gpuarray().to_gpu(edges)
+        # Kept with the object (freed while the kernel runs, the edges could be overwritten),
+        # beside their host copy, so a call with the same bins reads nothing back.
+        if self._edges is None or not np.array_equal(self._edges[0], edges):
+            self._edges = (edges.copy(), _gpuarray().to_gpu(edges))
         blocks = min(-(-n // _BLOCK_SIZE), _MAX_BLOCKS)
         launch_function(compile_module(self.module), "histogram_counts", call.stream)(
             (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, np.uintp(view.ptr),
-            np.uintp(self._edges.ptr), np.uintp(counts_view.ptr), np.int64(n),
+            np.uintp(self._edges[1].ptr), np.uintp(counts_view.ptr), np.int64(n),
             np.int32(len(edges) - 1), np.float64(low), np.float64(high),
             np.float64(high - low))
         return counts, edges
@@ -144,8 +145,10 @@ def _histogram(dtype):
 
 
 def histogram(x, bins, range, *, stream=None):
-    """``(counts, edges)`` of ``bins`` equal-width bins over ``range``: see Histogram. x is
-    a 1-D device array of any kind (counts come back in that kind), or a host numpy array
-    (copied to the GPU, counts copied back)."""
+    """``(counts, edges)`` of ``bins`` equal-width bins over ``range``: see Histogram.
+    {arrays}"""
     hist = _histogram(dtype_of(x))
     return host_round_trip(lambda x: hist(x, bins, range, stream=stream), {"x": x}, stream)
+
+
+histogram.__doc__ = histogram.__doc__.format(arrays=ONE_SHOT_ARRAYS)

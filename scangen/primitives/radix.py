@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args import Argument
-from ..interop import Call, dtype_of, host_round_trip
+from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, launch_function
+from ..spec import as_int
 from ..types import element_type
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
@@ -266,11 +267,10 @@ class _RadixPasses:
 
 
 def _check_bits(name, value, width) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, not {value!r}")
-    if not 0 <= int(value) <= width:
+    value = as_int(name, value)
+    if not 0 <= value <= width:
         raise ValueError(f"{name}={value} is outside the key's {width} bits (0..{width})")
-    return int(value)
+    return value
 
 
 class _RadixPrimitive:
@@ -303,13 +303,12 @@ class RadixDigitOffsets(_RadixPrimitive):
 
     def __init__(self, key_dtype, bits=8):
         self.key_dtype = key_type(key_dtype)
-        if isinstance(bits, (bool, np.bool_)) or not isinstance(bits, (int, np.integer)):
-            raise TypeError(f"bits must be an int, not {bits!r}")
+        bits = as_int("bits", bits)
         if not 1 <= bits <= MAX_RADIX_BITS:
             raise ValueError(f"bits={bits}: a digit has 1..{MAX_RADIX_BITS} bits (one pass "
                              f"ranks at most {1 << MAX_RADIX_BITS} digits in shared memory); "
                              "for a wider digit run two passes, least significant first")
-        self.bits = int(bits)
+        self.bits = bits
         self._passes = _RadixPasses(RadixModule(self.key_dtype, output="dest",
                                                 radix_bits=self.bits))
 
@@ -414,11 +413,6 @@ def _digit_offsets(key_dtype, bits):
     return RadixDigitOffsets(key_dtype, bits)
 
 
-_ARRAYS = """Arrays are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, or any
-    object with __cuda_array_interface__ or __dlpack__) and results are of that kind; or host
-    numpy arrays, copied to the GPU and the results copied back."""
-
-
 def radix_digit_offsets(keys, shift, bits=8, *, descending=False, stream=None):
     """``(dest, digit_start)`` for ordering ``keys`` stably by one digit: see
     RadixDigitOffsets (which keeps its scratch between calls). {arrays}"""
@@ -449,4 +443,4 @@ def argsort(keys, *, descending=False, stream=None):
 
 
 for _function in (radix_digit_offsets, radix_sort, argsort):
-    _function.__doc__ = _function.__doc__.format(arrays=_ARRAYS)
+    _function.__doc__ = _function.__doc__.format(arrays=ONE_SHOT_ARRAYS)
