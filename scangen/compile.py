@@ -13,11 +13,13 @@ A ScanKernel's KernelSpec is one; the radix sort's module is another.
 from __future__ import annotations
 
 import atexit
+import gc
 import re
 import shutil
 import subprocess
 import tempfile
 import threading
+import weakref
 from pathlib import Path
 
 from .args import launch_format
@@ -49,11 +51,24 @@ def require_pycuda():
 
 
 _driver = None
+_primary = None          # device 0's primary context, one pycuda object for every thread
+_primary_lock = threading.Lock()
+_this_thread = threading.local()
+_main_thread_pushed = False
+#: Objects holding device memory or modules (``release_device_memory()``), released at exit.
+_holders = weakref.WeakSet()
 
 
 def current_context():
-    """The current CUDA context, retaining device 0's primary context if there is none."""
-    global _driver
+    """The current CUDA context, making device 0's primary context current if there is none.
+
+    PyCUDA keeps a context stack per thread, aborts the process if a thread's stack is not
+    empty when that thread's stack is destroyed, and frees memory only in a context object
+    of the freeing thread or one current there. So every thread pushes the same pycuda
+    object for the primary context, and pops it when the thread ends; at exit, scangen's own
+    device memory is released with the context current (see _release_at_exit).
+    """
+    global _driver, _primary, _main_thread_pushed
     if _driver is None:
         driver = require_pycuda()
         try:
@@ -64,20 +79,67 @@ def current_context():
     context = _driver.Context.get_current()
     if context is None:
         try:
-            # The device's primary context: the one torch and cupy use, so arrays and
-            # events can be shared with them.
-            context = _driver.Device(0).retain_primary_context()
-            context.push()
+            with _primary_lock:  # threads starting at once must share one object
+                if _primary is None:
+                    # The device's primary context: the one torch and cupy use, so arrays
+                    # and events can be shared with them.
+                    _primary = _driver.Device(0).retain_primary_context()
+                    atexit.register(_release_at_exit)
+            _primary.push()
         except _driver.Error as err:
             raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
-        atexit.register(_pop_context, context)
+        if threading.current_thread() is threading.main_thread():
+            _main_thread_pushed = True
+        else:
+            _this_thread.pushed = _PopWhenThreadEnds(_primary)
+        context = _primary
     return context
 
 
-def _pop_context(context) -> None:
+def release_at_exit(holder) -> None:
+    """Have ``holder.release_device_memory()`` called at exit, while the primary context is
+    still current (PyCUDA could not free it later if another thread made the context)."""
+    _holders.add(holder)
+
+
+class _PopWhenThreadEnds:
+    """Held in a threading.local: CPython drops it in the ending thread itself, before
+    PyCUDA destroys that thread's context stack, so the pop happens in time."""
+
+    def __init__(self, context):
+        self.context = context
+
+    def __del__(self):
+        _pop_context(self.context)
+
+
+def _release_at_exit() -> None:
+    """Free scangen's device memory and modules with the primary context current in the
+    main thread, then pop it (each push once)."""
+    pushes = int(_main_thread_pushed)
     try:
-        context.pop()
-    except Exception:  # the process is ending; a context already gone is fine
+        current = _driver.Context.get_current()
+        if current is None or current.handle != _primary.handle:
+            _primary.push()
+            pushes += 1
+        for holder in list(_holders):
+            holder.release_device_memory()
+        _cache.clear()
+        gc.collect()
+    except Exception:  # the process is ending: free what can be freed
+        pass
+    for _ in range(pushes):
+        _pop_context(_primary)
+
+
+def _pop_context(context) -> None:
+    """Pop ``context`` if it is this thread's current one (the thread or process is ending;
+    a context already gone is fine)."""
+    try:
+        current = _driver.Context.get_current()
+        if current is not None and current.handle == context.handle:
+            context.pop()
+    except Exception:
         pass
 
 

@@ -50,6 +50,8 @@ class DeviceArray:
 
 def c_contiguous(shape, strides, itemsize) -> bool:
     """Whether byte ``strides`` lay out ``shape`` in C order (extents of 1 have any stride)."""
+    if len(shape) == 1:  # the common case, on every call
+        return shape[0] <= 1 or strides[0] == itemsize
     expected = itemsize
     for extent, stride in zip(reversed(shape), reversed(strides)):
         if extent > 1 and stride != expected:
@@ -271,36 +273,37 @@ class Call:
     __slots__ = ("kind", "like", "stream", "views", "_default_stream")
 
     def __init__(self, stream, arrays: dict, writes=()):
+        # One pass, as this runs on every call: the first array decides the kind and the
+        # stream (which a DLPack view needs), every later one must be of the same kind.
         kind = like = first = None
-        for name, value in arrays.items():
-            if value is None:
-                continue
-            this = kind_of(value)
-            if this is None:
-                raise not_an_array(name, value)
-            if kind is None:
-                kind, like, first = this, value, name
-            elif this is not kind:
-                raise TypeError(f"{name} is a {this.label} but {first} is a {kind.label}: pass "
-                                "arrays of one kind in a call (cupy.asarray and "
-                                "torch.as_tensor wrap other CUDA arrays without a copy)")
-        self.kind = kind = PYCUDA if kind is None else kind
-        self.like = like
-        self._default_stream = stream is None
-        self.stream = as_stream(kind.default_stream(like) if stream is None and like is not None
-                                else stream, check_device=stream is not None)
         views, by_object = {}, {}
         for name, value in arrays.items():
             if value is None:
                 views[name] = None
                 continue
+            this = _KIND_OF_TYPE.get(type(value)) or kind_of(value)
+            if this is None:
+                raise not_an_array(name, value)
+            if kind is None:
+                kind, like, first = this, value, name
+                self._default_stream = stream is None
+                stream = as_stream(kind.default_stream(value) if stream is None else stream,
+                                   check_device=stream is not None)
+            elif this is not kind:
+                raise TypeError(f"{name} is a {this.label} but {first} is a {kind.label}: pass "
+                                "arrays of one kind in a call (cupy.asarray and "
+                                "torch.as_tensor wrap other CUDA arrays without a copy)")
             view = by_object.get(id(value))
             if view is None:
-                view = by_object[id(value)] = kind.view(value, name, self.stream)
-            if name in writes and getattr(view, "readonly", False):
+                view = by_object[id(value)] = kind.view(value, name, stream)
+            # Only views scangen made can be read-only (a GPUArray, its own view, cannot).
+            if name in writes and type(view) is DeviceArray and view.readonly:
                 raise ValueError(f"{name} is read-only; scangen writes its results there")
             views[name] = view
-        self.views = views
+        if kind is None:  # no array given: pycuda's kind, on the stream given
+            kind, self._default_stream = PYCUDA, stream is None
+            stream = as_stream(stream)
+        self.kind, self.like, self.stream, self.views = kind, like, stream, views
 
     def empty(self, shape, dtype):
         """``(native, view)``: a new array of the call's kind, and the view kernels write."""

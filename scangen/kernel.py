@@ -249,7 +249,7 @@ class ScanKernel:
         self._runtime(args, n=n, stream=stream)
 
     def launch_converted(self, values: tuple, n: int, stream=None, initial=None) -> None:
-        """Launch with argument values already converted (device addresses as np.uintp,
+        """Launch with argument values already converted (device addresses as ints or np.uintp,
         scalars as numpy scalars of their C type) on a stream already resolved by
         scangen.interop (None, a pycuda Stream or a RawStream): for clients such as Scan
         that validate their own arrays and want the per-call cost of nothing more. The

@@ -133,8 +133,9 @@ def make_plan(kernel_spec, n) -> Plan:
     sections = ceil_div(n, spec.section_size)
     if sections > MAX_GRID:
         raise ValueError(_too_many_sections(spec, n, sections))
-    strategy = resolve(spec.strategy, kernel_spec.hooks.uses_last_item, spec, n)
-    builder = PlanBuilder(spec)
+    needs_last_item = kernel_spec.hooks.uses_last_item
+    strategy = resolve(spec.strategy, needs_last_item, spec, n)
+    builder = PlanBuilder(spec, needs_last_item)
     if n > 0:
         strategy.build(builder, n, USER_ARGS, 0)
     return Plan(kernel_spec, n, strategy.name, tuple(builder.launches),

@@ -157,7 +157,7 @@ class Scan:
         n = x_view.size
         if n == 0:
             return out
-        pointers = (np.uintp(x_view.ptr), np.uintp(out_view.ptr))
+        pointers = (x_view.ptr, out_view.ptr)  # ints: the launch packs them as pointers
         if len(x_view.shape) == 2:
             pointers += (np.int64(x_view.shape[1]),)
             kernel = self.rows_kernel

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args import Argument, c_parameters
+from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function
 from ..runtime.streams import memset_d8_async
@@ -103,6 +104,10 @@ class Histogram:
                             f"not {dtype}")
         self.module = HistogramModule(dtype)
         self._edges = None  # the last call's edges: (on the host, on the device)
+        release_at_exit(self)
+
+    def release_device_memory(self) -> None:
+        self._edges = None
 
     @property
     def source(self) -> str:

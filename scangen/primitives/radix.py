@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..args import Argument
+from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, launch_function
@@ -221,6 +222,10 @@ class _RadixPasses:
     def __init__(self, module: RadixModule):
         self.module = module
         self._scratch = {}  # stream handle -> _Scratch
+        release_at_exit(self)
+
+    def release_device_memory(self) -> None:
+        self._scratch.clear()
 
     @property
     def source(self) -> str:
@@ -311,7 +316,6 @@ class RadixDigitOffsets(_RadixPrimitive):
         self.bits = bits
         self._passes = _RadixPasses(RadixModule(self.key_dtype, output="dest",
                                                 radix_bits=self.bits))
-
 
     def __call__(self, keys, shift, *, descending=False, stream=None):
         call = Call(stream, {"keys": keys})

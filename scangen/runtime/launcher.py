@@ -7,7 +7,7 @@ import functools
 
 import numpy as np
 
-from ..compile import compile_module, current_context, require_pycuda
+from ..compile import compile_module, current_context, release_at_exit, require_pycuda
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from .scratch import StreamScratch
 from .streams import RawLaunch, RawStream
@@ -45,13 +45,13 @@ class Launcher:
         return self.generation != self.scratch.generation
 
     def __call__(self, user_values: tuple, stream) -> None:
-        runtime = {}
         if self.tiles:
             ticket_base, epoch = self.scratch.next_single_pass_call(self.tiles, stream)
             runtime = {"ticket_base": np.uint64(ticket_base), "epoch": np.uint32(epoch)}
-        for launch, grid, block, takes_user_args, args, runtime_slots in self.steps:
-            for index, name in runtime_slots:
-                args[index] = runtime[name]
+            for _, _, _, _, args, runtime_slots in self.steps:
+                for index, name in runtime_slots:
+                    args[index] = runtime[name]
+        for launch, grid, block, takes_user_args, args, _ in self.steps:
             if takes_user_args:
                 launch(grid, block, stream, *user_values, *args)
             else:
@@ -66,7 +66,28 @@ def launch_function(compiled, name, stream):
     function = compiled.functions[name]
     if isinstance(stream, RawStream):
         return RawLaunch(compiled.raw_functions().function(name), function.arg_format)
-    return function.prepared_async_call
+    return _prepared_launch(function)
+
+
+def _prepared_launch(function):
+    """What ``function.prepared_async_call`` does for scangen's kernels (pack the arguments
+    by the prepared format, launch with no dynamic shared memory: the kernels declare
+    theirs), without its per-call keyword handling, import and texture loop, which cost
+    about a microsecond of a small scan. Falls back to prepared_async_call itself where
+    pycuda lacks the pieces it is made of."""
+    launch_kernel = getattr(function, "_launch_kernel", None)
+    try:
+        from pycuda._pvt_struct import pack
+    except ImportError:
+        pack = None
+    if launch_kernel is None or pack is None or getattr(function, "texrefs", None):
+        return function.prepared_async_call
+    arg_format = function.arg_format
+
+    def launch(grid, block, stream, *args):
+        launch_kernel(grid, block, pack(arg_format, *args), 0, stream)
+
+    return launch
 
 
 def _bind(arg, bindings):
@@ -86,6 +107,11 @@ class Runtime:
         self.kernel_spec = kernel_spec
         self._scratch = {}  # (stream handle, context handle) -> StreamScratch
         self._launchers = {}  # (n, stream handle, context handle, raw) -> Launcher
+        release_at_exit(self)
+
+    def release_device_memory(self) -> None:
+        self._scratch.clear()
+        self._launchers.clear()
 
     def plan(self, n):
         return cached_plan(self.kernel_spec, n)

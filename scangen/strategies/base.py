@@ -70,8 +70,10 @@ class Temporary:
 class PlanBuilder:
     """Collects launches and temporaries while a strategy plans."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, needs_last_item: bool = False):
         self.spec = spec
+        #: Whether the output uses last_item, so the plan must compute the grand total.
+        self.needs_last_item = needs_last_item
         self.itemsize = spec.acc_itemsize
         self.launches: list[Launch] = []
         self.temporaries: list[Temporary] = []

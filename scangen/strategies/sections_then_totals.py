@@ -2,10 +2,12 @@
 their totals, the totals scanned exclusively in place by the same strategy one level down,
 and a second pass over the sections that combines each with its prefix and runs the output.
 
-At the top level the totals get one entry more than there are sections (the first pass sets
-it to the identity), so their exclusive scan ends with the grand total: the user's
-last_item. Lower levels need no total (their output ignores last_item) and scan only the
-section totals, so every level is shorter than the one above and the recursion ends."""
+The totals get one entry more than there are sections (the first pass sets it to the
+identity). Where the output uses last_item, the top level scans that entry too, so the
+exclusive scan ends with the grand total. Otherwise, and at lower levels (whose output
+ignores last_item), only the section totals are scanned: one entry more would cost a whole
+extra level whenever the sections number exactly a section size, as 2^24 elements in 4096
+sections of 4096 do. Every level is shorter than the one above, so the recursion ends."""
 from __future__ import annotations
 
 from ..kernels import IOS, Kernel, KernelFamily
@@ -35,16 +37,17 @@ class SectionsThenTotals(Strategy):
         io = io_of(io_arg)
         sections = ceil_div(n, builder.spec.section_size)
         buffers = self.buffers(builder, n, level)
-        # The first pass writes one entry past the section totals (the identity); only at
-        # the top level is it scanned, to end with the grand total.
+        # The first pass writes one entry past the section totals (the identity); it is
+        # scanned, to end with the grand total, only where the output reads last_item.
+        grand_total = io == "user" and builder.needs_last_item
         totals = builder.temporary(f"totals{level}", sections + 1,
                                    f"{sections} section totals, then the grand total"
-                                   if io == "user" else f"{sections} section totals")
+                                   if grand_total else f"{sections} section totals")
         reads, writes = self.first_traffic(n, sections)
         builder.launch(Kernel(self.first, io), sections, io_arg, buffers + (totals, n),
                        reads=reads, writes=writes, level=level,
                        why=f"{self.first.summary.split(': ', 1)[1]} ({sections} sections)")
-        below = sections + 1 if io == "user" else sections
+        below = sections + 1 if grand_total else sections
         self.build(builder, below, totals, level + 1)
         builder.launch(Kernel(self.second, io), sections, io_arg, buffers + (totals, n),
                        reads=n + sections + 1, writes=n, level=level,

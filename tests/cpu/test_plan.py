@@ -82,11 +82,11 @@ def effective_strategy(kernel_spec, n):
     return spec.strategy
 
 
-def section_levels(count, section):
-    """Levels of a sections-then-totals plan: the top level's totals (sections + 1 entries,
-    the last becoming the grand total) and each lower level's section totals are scanned one
+def section_levels(count, section, grand_total=False):
+    """Levels of a sections-then-totals plan: each level's section totals (at the top level
+    with one entry more, the grand total, where the output reads last_item) are scanned one
     level down until they fit one section."""
-    levels, extra = 1, 1
+    levels, extra = 1, int(grand_total)
     while count > section:
         count = ceil_div(count, section) + extra
         levels, extra = levels + 1, 0
@@ -135,9 +135,10 @@ def model_plan(kernel_spec, n):
         args = (io_arg, *buffers, totals, count)
         model.launches.append((f"{first}_{io(io_arg)}", sections, args, count, first_writes,
                                level))
-        # Only the top level needs the grand total (last_item) at the end of its totals.
-        sections_then_totals(sections + 1 if io_arg is USER_ARGS else sections, totals,
-                             level + 1)
+        # Only the top level, and only where the output reads last_item, scans the grand
+        # total at the end of its totals.
+        grand_total = io_arg is USER_ARGS and kernel_spec.hooks.uses_last_item
+        sections_then_totals(sections + 1 if grand_total else sections, totals, level + 1)
         model.launches.append((f"{second}_{io(io_arg)}", sections, args,
                                count + sections + 1, count, level))
 
@@ -215,10 +216,12 @@ def check_plan(plan):
         assert traffic == 2 * n
     elif plan.strategy == "hierarchical":
         assert 4 * n < traffic <= 4 * n + 6 * totals
-        assert plan.levels == section_levels(n, spec.section_size)
+        assert plan.levels == section_levels(n, spec.section_size,
+                                             kernel_spec.hooks.uses_last_item)
     else:
         assert 3 * n < traffic <= 3 * n + 6 * totals
-        assert plan.levels == section_levels(n, spec.section_size)
+        assert plan.levels == section_levels(n, spec.section_size,
+                                             kernel_spec.hooks.uses_last_item)
 
 
 def check_too_many_sections(kernel_spec, n):
@@ -309,16 +312,16 @@ def test_levels_past_two_to_the_31():
     kernel = scan("int8", "add", algorithm="warp_shuffle", section_size=1024,
                   strategy="hierarchical").kernel
     plan = kernel.plan(2**31 + 5)
-    # 2^31+5 elements: 2^21+1 sections, whose totals and grand total (2^21+2 entries) make
-    # 2049 sections, whose totals (2049 entries: no grand total below the top) make 3
-    # sections, whose 3 totals fit one section
+    # 2^31+5 elements: 2^21+1 sections, whose totals (2^21+1 entries: a plain scan needs no
+    # grand total) make 2049 sections, whose 2049 totals make 3 sections, whose 3 totals fit
+    # one section. Each totals buffer has room for one entry more.
     assert plan.levels == 4 and len(plan.launches) == 7
     assert [launch.grid for launch in plan.launches] == [2**21 + 1, 2049, 3, 1, 3, 2049,
                                                          2**21 + 1]
-    assert [launch.args[-1] for launch in plan.launches] == [2**31 + 5, 2**21 + 2, 2049, 3,
-                                                             2049, 2**21 + 2, 2**31 + 5]
+    assert [launch.args[-1] for launch in plan.launches] == [2**31 + 5, 2**21 + 1, 2049, 3,
+                                                             2049, 2**21 + 1, 2**31 + 5]
     temps = {t.name: t.nbytes for t in plan.temporaries}
-    assert temps == {"partial0": 2**31 + 5, "totals0": 2**21 + 2, "partial1": 2**21 + 2,
+    assert temps == {"partial0": 2**31 + 5, "totals0": 2**21 + 2, "partial1": 2**21 + 1,
                      "totals1": 2050, "partial2": 2049, "totals2": 4}
     check_plan(plan)
     for strategy in ("chained", "decoupled_lookback", "auto", "reduce_then_scan"):

@@ -149,11 +149,13 @@ def test_readme_more_kinds_of_scan_runs(gpu, capsys):
 
 
 @pytest.mark.parametrize("index", range(len(readme_python_blocks())))
-def test_every_readme_python_block_runs(gpu, capsys, index):
+def test_every_readme_python_block_runs(gpu, capsys, index, tmp_path, monkeypatch):
     """Each README block runs as written (the tests above also check what the main ones
-    compute); a block that uses CuPy or torch skips where that library is missing."""
+    compute); a block that imports an optional library (CuPy, torch, Dask, dask-cuda) skips
+    where that library is missing."""
     block = readme_python_blocks()[index]
-    for library in ("cupy", "torch"):
+    for library in ("cupy", "torch", "dask", "dask_cuda", "distributed"):
         if re.search(rf"^\s*import {library}\b|^\s*from {library}\b", block, flags=re.M):
             pytest.importorskip(library)
+    monkeypatch.chdir(tmp_path)  # blocks that write files (a memmap) write them there
     exec(compile(block, f"README.md python block {index}", "exec"), {})

@@ -1,0 +1,61 @@
+"""Scans from threads other than the main one, in a fresh process: PyCUDA aborts a process
+whose thread ends with a context still on its stack, and refuses to free memory through a
+context object made in another thread unless it is current. Each case must exit 0 without
+a PyCUDA error or warning, scangen's own memory (scratch, modules) included at exit."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CASES = {
+    # A thread that scans and ends while the process goes on.
+    "thread_ends_first": """
+        t = threading.Thread(target=scan_some, args=(1000,)); t.start(); t.join()
+        scan_some(5)
+    """,
+    # The first context use is in a worker; the main thread scans later and frees what the
+    # worker allocated.
+    "worker_first": """
+        with ThreadPoolExecutor(2) as pool:
+            kept = list(pool.map(scan_some, [70000, 3, 1 << 20]))
+        scan_some(70000); del kept; gc.collect()
+    """,
+    # Pool threads alive until interpreter shutdown, as Dask's default pool is; the main
+    # thread holds the context (as the README's examples do) and frees what they returned.
+    "pool_until_exit": """
+        scangen.current_context()
+        pool = ThreadPoolExecutor(3)
+        kept = list(pool.map(scan_some, [70000, 3, 1 << 20, 999]))
+        del kept
+    """,
+}
+
+PRELUDE = """
+    import gc, threading
+    from concurrent.futures import ThreadPoolExecutor
+    import numpy as np, scangen
+    from pycuda import gpuarray
+
+    SCAN = scangen.Scan("int64", "add")
+
+    def scan_some(n):
+        scangen.current_context()
+        x = np.arange(n, dtype=np.int64)
+        y = SCAN(gpuarray.to_gpu(x))
+        assert (y.get() == np.cumsum(x)).all()
+        return y
+"""
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_scans_in_threads_exit_cleanly(gpu, case):
+    program = textwrap.dedent(PRELUDE) + textwrap.dedent(CASES[case])
+    done = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "out-of-thread" not in done.stderr and "PyCUDA ERROR" not in done.stderr, \
+        done.stderr[-3000:]
