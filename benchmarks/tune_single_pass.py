@@ -1,8 +1,10 @@
 """Tuning sweep for the single-pass kernel (run on the GPU host; results go to stdout).
 
 Varies the register bound (blocks per SM) and the polling back-off, which are rendered into
-the kernel, by building specs with a scangen.Tuning of other values, and times decoupled look-back against a device-to-device copy
-of the same bytes in the same run. Used to choose the values in scangen/tuning.py.
+the kernel, by building specs with a scangen.Tuning of other values, and times decoupled
+look-back against a device-to-device copy of the same bytes in the same run. Used to choose
+the values in scangen/tuning.py. ``--status-16`` sweeps the float64 tile status instead:
+16-byte words (Tuning.status_16_byte_words) against the split layout, per register bound.
 """
 import argparse
 import itertools
@@ -18,14 +20,22 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=bench.parse_size, default=[1 << 24, 1 << 28],
                         help="element counts, e.g. 2^24 2^28 (default: %(default)s)")
-    sizes = parser.parse_args(argv).sizes
+    parser.add_argument("--status-16", action="store_true",
+                        help="float64 only: the 16-byte status words on and off")
+    args = parser.parse_args(argv)
+    sizes = args.sizes
     driver = scan_compile.require_pycuda()
     scan_compile.current_context()
     from pycuda import gpuarray
 
     timer = bench.Timer(driver, trials=5, warmup=2)
     rng = np.random.default_rng(1)
-    for dtype in ("float32", "float64"):
+    dtypes = ("float64",) if args.status_16 else ("float32", "float64")
+    # (threads per SM, back-off range, 16-byte status words)
+    configs = (itertools.product((256, 1536), ((8, 256),), (False, True)) if args.status_16
+               else itertools.product((256, 1536, 2048), ((8, 256), (32, 1024)), (False,)))
+    configs = list(configs)
+    for dtype in dtypes:
         arrays = {n: gpuarray.to_gpu(rng.uniform(0.5, 1.5, n).astype(dtype)) for n in sizes}
         outs = {n: gpuarray.empty_like(a) for n, a in arrays.items()}
         for n in sizes:
@@ -33,9 +43,9 @@ def main(argv=None):
             copy = timer.seconds_per_call(
                 lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, x.nbytes), 2 * x.nbytes)
             print(f"{dtype} n=2^{n.bit_length() - 1} copy {copy * 1e6:.1f} us", flush=True)
-        for threads, (lo, hi) in itertools.product((256, 1536, 2048), ((8, 256), (32, 1024))):
+        for threads, (lo, hi), wide in configs:
             tuning = scangen.Tuning(tile_min_threads_per_sm=threads, backoff_min_ns=lo,
-                                    backoff_max_ns=hi)
+                                    backoff_max_ns=hi, status_16_byte_words=wide)
             scan = scangen.Scan(dtype, "add", strategy="decoupled_lookback", tuning=tuning)
             line = []
             for n in sizes:
@@ -44,9 +54,10 @@ def main(argv=None):
                 copy = timer.seconds_per_call(
                     lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, x.nbytes),
                     2 * x.nbytes)
-                line.append(f"2^{n.bit_length() - 1}: {t * 1e6:8.1f} us {100 * copy / t:5.1f}% of copy")
-            print(f"{dtype} threads/SM={threads} backoff={lo}..{hi}  " + "  ".join(line),
-                  flush=True)
+                line.append(f"2^{n.bit_length() - 1}: {t * 1e6:8.1f} us "
+                            f"{100 * copy / t:5.1f}% of copy")
+            print(f"{dtype} threads/SM={threads} backoff={lo}..{hi} status_16={wide}  "
+                  + "  ".join(line), flush=True)
 
 
 if __name__ == "__main__":

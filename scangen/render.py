@@ -96,7 +96,7 @@ def template_context(kernel_spec) -> dict:
     etype = spec.etype
     kernels = kernel_spec.kernels
     strategy = kernel_spec.strategy
-    state = TileState(spec.acc_itemsize)
+    state = TileState.of(spec)
     return dict(
         title=hooks.title,
         dtype=etype.name,
@@ -124,6 +124,7 @@ def template_context(kernel_spec) -> dict:
         strategy=spec.strategy,
         protocol=strategy.protocol,
         packed_status=state.packed,
+        status_word_bytes=state.word_bytes,
         status_word_bits=state.slot_word_bits,
         status_slot_words=state.slot_words,
         backoff_min_ns=spec.tuning.backoff_min_ns,

@@ -62,6 +62,12 @@ class Tuning:
     #: (56 registers, 1024 threads/SM) 47% of copy at 2^28, 1536 threads 50%, 2048 threads
     #: 41% (spills); float64: 42%, 48%, 38%.
     tile_min_threads_per_sm: int = 1536
+    #: Single-pass tile status of values of 5 to 8 bytes: True packs each value with its
+    #: epoch and flag in one 16-byte word, read and written with one relaxed vector access
+    #: (one round trip per poll, as CUB's ScanTileState does for 8-byte values); False keeps
+    #: a 32-bit flag word and separate value slots (acquire the flag, then load the value).
+    #: Not yet measured on a GPU, so off; benchmarks/tune_single_pass.py --status-16 sweeps it.
+    status_16_byte_words: bool = False
 
     def tile_min_blocks(self, block_size: int) -> int:
         """Blocks per multiprocessor for tile_min_threads_per_sm (CUDA allows 1 to 32)."""

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..compile import compile_module, current_context, release_at_exit, require_pycuda
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
+from ..strategies.tile_state import TileState
 from .scratch import StreamScratch
 from .streams import RawLaunch, RawStream
 
@@ -134,7 +135,7 @@ class Runtime:
         if launcher is None or launcher.stale():
             scratch = self._scratch.get((stream_key, context.handle))
             if scratch is None:
-                scratch = StreamScratch(self.kernel_spec.scan.acc_itemsize)
+                scratch = StreamScratch(TileState.of(self.kernel_spec.scan))
                 self._scratch[(stream_key, context.handle)] = scratch
             launcher = Launcher(self.plan(n), compile_module(self.kernel_spec), scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:

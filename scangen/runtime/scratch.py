@@ -17,8 +17,8 @@ from .streams import memset_d8_async
 
 
 class StreamScratch:
-    def __init__(self, itemsize: int):
-        self.tile_state = TileState(itemsize)
+    def __init__(self, tile_state: TileState):
+        self.tile_state = tile_state
         self.temporaries = None  # (allocation, nbytes)
         self.state = None  # (allocation, tile capacity)
         self.epoch = 0

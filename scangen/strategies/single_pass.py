@@ -35,7 +35,7 @@ class SinglePass(Strategy):
         if n <= spec.section_size:
             return ONE_SECTION_STRATEGY.build(builder, n, io_arg, level)
         tiles = ceil_div(n, spec.section_size)
-        state = TileState(spec.acc_itemsize)
+        state = TileState.of(spec)
         builder.temporaries.append(Temporary("ticket", TICKET_BYTES, persistent=True,
                                              what="atomic tile counter"))
         builder.temporaries.append(Temporary("status", tiles * state.word_bytes,

@@ -6,6 +6,9 @@ runtime (what it allocates and clears) all ask this object.
 * Values of up to 4 bytes are *packed*: epoch, flag and value share one 64-bit word, written
   and read whole with relaxed accesses, so a reader sees a value together with the flag
   that vouches for it.
+* Values of 5 to 8 bytes are packed the same way into one 16-byte word (value, then epoch
+  and flag), read and written with one relaxed vector access, where the spec's tuning asks
+  for it (Tuning.status_16_byte_words); otherwise they are split, as wider ones are.
 * Wider values (any size) are *split*: a 32-bit epoch-and-flag word per tile, and two value
   slots per tile (aggregate, inclusive prefix) written before the flag is released and read
   word by word after it is acquired.
@@ -32,18 +35,28 @@ def aligned(nbytes: int) -> int:
 
 @dataclass(frozen=True)
 class TileState:
-    """The status layout for values of ``itemsize`` bytes."""
+    """The status layout for values of ``itemsize`` bytes (``wide_words``: values of 5 to 8
+    bytes packed in 16-byte words)."""
 
     itemsize: int
+    wide_words: bool = False
+
+    @classmethod
+    def of(cls, spec) -> TileState:
+        """The layout a ScanSpec's kernels use: its accumulator size and its tuning."""
+        return cls(spec.acc_itemsize, spec.tuning.status_16_byte_words)
 
     @property
     def packed(self) -> bool:
-        return self.itemsize <= 4
+        """Whether value, epoch and flag share one word (of word_bytes)."""
+        return self.itemsize <= 4 or (self.wide_words and self.itemsize <= 8)
 
     @property
     def word_bytes(self) -> int:
         """Bytes of one tile's status word."""
-        return 8 if self.packed else 4
+        if not self.packed:
+            return 4
+        return 8 if self.itemsize <= 4 else 16
 
     @property
     def slot_word_bits(self) -> int:
@@ -70,7 +83,7 @@ class TileState:
 
     def describe(self, tiles: int) -> str:
         if self.packed:
-            return f"{tiles} packed 64-bit words: epoch, flag and value"
+            return f"{tiles} packed {8 * self.word_bytes}-bit words: epoch, flag and value"
         return (f"{tiles} epoch-tagged 32-bit flags and {2 * tiles} value slots "
                 f"(aggregate and inclusive prefix of each tile)")
 

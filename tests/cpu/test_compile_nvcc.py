@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from scangen import (ALGORITHMS, LAST_NONZERO, MODES, STRATEGIES, Operator, Scan,
-                     ScanCompileError, ScanKernel, make_spec)
+                     ScanCompileError, ScanKernel, Tuning, make_spec)
 from scangen.kernel import KernelSpec
 from scangen.kernels import FAMILIES
 from scangen.render import render
@@ -312,6 +312,26 @@ def batch_bfloat16():
     return entries
 
 
+def batch_status_16_byte_words():
+    """Tuning.status_16_byte_words: every value of 5 to 8 bytes (64-bit scalars, complex64,
+    a 6-byte struct, a float32 segmented scan's (value, head) pair) on both single-pass
+    strategies, its tile status one 16-byte word per tile."""
+    wide = Tuning(status_16_byte_words=True)
+    modes = itertools.cycle(MODES)
+    triple = np.dtype([("a", np.int16), ("b", np.int16), ("c", np.int16)])
+    sums = Operator("scan_t{(short)(a.a + b.a), (short)(a.b + b.b), (short)(a.c + b.c)}",
+                    (0, 0, 0), name="triple_sums")
+    entries = []
+    for strategy in SINGLE_PASS:
+        entries += [scan(dtype, op, next(modes), strategy=strategy, tuning=wide)
+                    for dtype, op in [("int64", LAST_NONZERO), ("uint64", "add"),
+                                      ("float64", "max"), ("complex64", "mul"),
+                                      (triple, sums)]]
+        entries.append(scan_kernel("segmented", "float32", LAST_NONZERO, SEGMENTED,
+                                   strategy=strategy, tuning=wide))
+    return entries
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -321,6 +341,7 @@ BATCHES = {
     "user_operators": batch_user_operators,
     "scan_kernels": batch_scan_kernels,
     "radix_histogram": batch_radix_histogram,
+    "status_16_byte_words": batch_status_16_byte_words,
     # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
     **({"bfloat16": batch_bfloat16} if BFLOAT16 is not None else {}),
 }

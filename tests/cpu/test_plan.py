@@ -148,9 +148,13 @@ def model_plan(kernel_spec, n):
         sections_then_totals(n, USER_ARGS, 0)
     else:
         tiles = model.tiles = ceil_div(n, section)
-        packed = acc <= 4  # epoch, flag and value in one 64-bit word
+        # epoch, flag and value in one 64-bit word, or (where the tuning asks) one 16-byte
+        # word for values of 5 to 8 bytes
+        wide = spec.tuning.status_16_byte_words and acc <= 8
+        packed = acc <= 4 or wide
         model.temporaries["ticket"] = (8, True)
-        model.temporaries["status"] = (tiles * (8 if packed else 4), True)
+        model.temporaries["status"] = (tiles * (16 if wide and acc > 4 else 8 if packed else 4),
+                                       True)
         values = NULL
         if not packed:  # a 32-bit flag per tile, two value slots (aggregate, prefix)
             assert acc % 8 == 0
@@ -306,6 +310,22 @@ def test_plan_numbers_at_boundaries(case, strategy, rng):
             assert plan == make_plan(kernel.kernel_spec, n)
             check_plan(plan)
         check_too_many_sections(kernel.kernel_spec, largest + 1)
+
+
+@pytest.mark.parametrize("strategy", SINGLE_PASS)
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float64", "complex64", "complex128"])
+def test_status_16_byte_words_where_the_tuning_asks(dtype, strategy, rng):
+    """Tuning.status_16_byte_words packs values of 5 to 8 bytes with their flag in one 16-byte
+    word (status 16 bytes per tile, no value slots); other sizes keep their layout."""
+    wide = scan(dtype, "add", strategy=strategy,
+                tuning=Tuning(status_16_byte_words=True)).kernel
+    for n in _sizes(wide.spec.section_size, rng):
+        check_plan(wide.plan(n))
+    sixteen = 4 < wide.spec.acc_itemsize <= 8
+    assert ("ld.relaxed.gpu.global.v2.u64" in wide.source) == sixteen
+    assert "v2.u64" not in scan(dtype, "add", strategy=strategy).kernel.source
+    temporaries = {t.name for t in wide.plan(10**6).temporaries}
+    assert ("status_values" in temporaries) == (wide.spec.acc_itemsize > 4 and not sixteen)
 
 
 def test_levels_past_two_to_the_31():

@@ -119,3 +119,24 @@ def test_two_streams_at_once(gpu, rng, strategy):
         for x, out, s in zip(inputs, outs, streams):
             s.synchronize()
             np.testing.assert_array_equal(out.get(), scangen.reference_scan(x, LAST_NONZERO))
+
+
+@pytest.mark.parametrize("strategy", ["chained", "decoupled_lookback"])
+@pytest.mark.parametrize("dtype,op_name", [("int64", "last_nonzero"), ("float64", "add"),
+                                           ("complex64", "add"), ("uint64", "affine_then")])
+def test_status_16_byte_words(gpu, rng, strategy, dtype, op_name):
+    """Tuning.status_16_byte_words (values of 5 to 8 bytes and their flag in one 16-byte word):
+    tiny sections for long look-back chains, a size past what runs at once, and an epoch
+    wrap-around."""
+    wide = scangen.Tuning(status_16_byte_words=True)
+    scan = scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=wide,
+                        algorithm="warp_shuffle", section_size=64, items_per_thread=2)
+    for n in (1, 63, 64, 65, 64 * 33 + 1, (1 << 22) + 5):
+        check(gpu, rng, scan, n, op_name)
+    big = scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=wide)
+    check(gpu, rng, big, (1 << 24) + 3, op_name)
+    (scratch,) = big.kernel._runtime._scratch.values()
+    scratch.epoch = EPOCH_LIMIT - 2
+    for _ in range(4):
+        check(gpu, rng, big, 1_000_000, op_name)
+    assert 1 <= scratch.epoch < 10
