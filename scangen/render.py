@@ -123,6 +123,7 @@ def template_context(kernel_spec) -> dict:
         pad_every=spec.pad_every,
         strategy=spec.strategy,
         protocol=strategy.protocol,
+        warp_runs=spec.uses_warp_runs,
         packed_status=state.packed,
         status_word_bytes=state.word_bytes,
         status_word_bits=state.slot_word_bits,

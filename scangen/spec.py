@@ -115,6 +115,13 @@ class ScanSpec:
         return ALGORITHMS[self.algorithm].block_size(self.section_size, self.items_per_thread)
 
     @property
+    def uses_warp_runs(self) -> bool:
+        """Whether the single-pass tile kernel moves data warp by warp (Tuning.tile_warp_runs,
+        which applies to the warp_shuffle algorithm in blocks of whole warps)."""
+        return (self.tuning.tile_warp_runs and self.algorithm == "warp_shuffle"
+                and self.block_size % WARP_SIZE == 0)
+
+    @property
     def pad_every(self) -> int:
         """Elements between padding slots of the section in shared memory (0: no padding)."""
         return 128 // self.acc_itemsize if ALGORITHMS[self.algorithm].padded else 0

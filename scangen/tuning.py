@@ -68,6 +68,12 @@ class Tuning:
     #: a 32-bit flag word and separate value slots (acquire the flag, then load the value).
     #: Not yet measured on a GPU, so off; benchmarks/tune_single_pass.py --status-16 sweeps it.
     status_16_byte_words: bool = False
+    #: Single-pass tiles of the warp_shuffle algorithm (whole warps): True moves data
+    #: warp by warp (coalesced loads, a transpose through the warp's own shared memory into
+    #: per-lane runs scanned in registers; one block barrier for the warp totals, as CUB's
+    #: BLOCK_LOAD_WARP_TRANSPOSE with warp scans); False stages the section in shared memory
+    #: and runs the block scan (three barriers more). Not yet measured on a GPU, so off.
+    tile_warp_runs: bool = False
 
     def tile_min_blocks(self, block_size: int) -> int:
         """Blocks per multiprocessor for tile_min_threads_per_sm (CUDA allows 1 to 32)."""

@@ -332,6 +332,29 @@ def batch_status_16_byte_words():
     return entries
 
 
+def batch_tile_warp_runs():
+    """Tuning.tile_warp_runs: the single-pass tiles moved warp by warp, on both single-pass
+    strategies, for 1- to 16-byte values, both modes, a reverse scan, a segmented ScanKernel
+    and a compaction (its output reads prev_item), in blocks of one warp to 1024 threads."""
+    runs = Tuning(tile_warp_runs=True)
+    modes = itertools.cycle(MODES)
+    entries = []
+    for strategy in SINGLE_PASS:
+        entries += [scan(dtype, op, next(modes), strategy=strategy, tuning=runs)
+                    for dtype, op in [("int8", "max"), ("float32", "add"),
+                                      ("int64", LAST_NONZERO), ("complex128", "add")]]
+        entries += [scan("float32", "add", "exclusive", strategy=strategy, tuning=runs,
+                         algorithm="warp_shuffle", section_size=section, items_per_thread=items)
+                    for section, items in [(32, 1), (2048, 64), (8192, 8)]]
+        entries.append(scan("uint64", AFFINE, "inclusive", strategy=strategy, tuning=runs,
+                            reverse=True))
+        entries.append(scan_kernel("segmented", "float32", LAST_NONZERO, SEGMENTED,
+                                   strategy=strategy, tuning=runs))
+        entries.append(scan_kernel("compaction", "int64", "add", COMPACTION,
+                                   strategy=strategy, tuning=runs))
+    return entries
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -342,6 +365,7 @@ BATCHES = {
     "scan_kernels": batch_scan_kernels,
     "radix_histogram": batch_radix_histogram,
     "status_16_byte_words": batch_status_16_byte_words,
+    "tile_warp_runs": batch_tile_warp_runs,
     # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
     **({"bfloat16": batch_bfloat16} if BFLOAT16 is not None else {}),
 }

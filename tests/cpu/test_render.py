@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from scangen import (ALGORITHMS, BUILTIN_OPERATORS, LAST_NONZERO, MODES, STRATEGIES, Operator,
-                     Scan, ScanKernel, make_spec)
+                     Scan, ScanKernel, Tuning, make_spec)
 from scangen.args import c_parameters
 from scangen.kernels import FAMILIES, IOS
 from scangen.render import ModuleSource, render
@@ -450,3 +450,26 @@ def test_rendering_never_imports_pycuda(block):
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("algorithm,section,items", [("warp_shuffle", None, None),
+                                                     ("warp_shuffle", 16, 1),
+                                                     ("kogge_stone", 1024, None)])
+def test_tile_warp_runs_only_where_it_applies(strategy, algorithm, section, items):
+    """Tuning.tile_warp_runs changes the single-pass tile kernel of the warp_shuffle algorithm
+    in blocks of whole warps, and nothing else: other kernels, algorithms and a 16-thread
+    block render as without it."""
+    options = dict(strategy=strategy, algorithm=algorithm, section_size=section,
+                   items_per_thread=items)
+    plain = Scan("float32", "add", **options)
+    runs = Scan("float32", "add", tuning=Tuning(tile_warp_runs=True),
+                        **options)
+    applies = (strategy in ("auto", "chained", "decoupled_lookback")
+               and algorithm == "warp_shuffle" and runs.spec.block_size % 32 == 0)
+    assert runs.spec.uses_warp_runs == (algorithm == "warp_shuffle"
+                                        and runs.spec.block_size % 32 == 0)
+    assert ("emit_runs(io, data, run," in runs.kernel.source) == applies
+    assert "emit_runs" not in plain.kernel.source
+    if not applies:  # the same text, but for the tuning in nothing at all
+        assert runs.kernel.source == plain.kernel.source

@@ -15,7 +15,7 @@ from scangen.spec import ALGORITHMS, MODES, STRATEGIES
 from scangen.strategies.tile_state import EPOCH_LIMIT
 
 from tests.support import (assert_scan_equal, expected, operator, poisoned, precompile,
-                           random_input, type_operator_pairs)
+                           random_input, scan_reference, type_operator_pairs)
 
 SECTION = 128
 TYPES = [("int32", "add"), ("float64", "last_nonzero"), ("uint8", "max"),
@@ -140,3 +140,37 @@ def test_status_16_byte_words(gpu, rng, strategy, dtype, op_name):
     for _ in range(4):
         check(gpu, rng, big, 1_000_000, op_name)
     assert 1 <= scratch.epoch < 10
+
+
+#: (dtype, operator, section, items per thread): the tuned tile, one warp of one item each,
+#: two items each, and for small values 64 items in one warp and 1024-thread blocks.
+WARP_RUN_CASES = [(dtype, op_name, section, items)
+                  for dtype, op_name in [("int8", "max"), ("float32", "add"),
+                                         ("int64", "last_nonzero"), ("uint64", "affine_then"),
+                                         ("complex128", "add")]
+                  for section, items in [(None, None), (32, 1), (256, 2)]
+                  + ([(2048, 64), (8192, 8)] if dtype in ("int8", "float32") else [])]
+
+
+@pytest.mark.parametrize("strategy", ["chained", "decoupled_lookback"])
+@pytest.mark.parametrize("dtype,op_name,section,items", WARP_RUN_CASES)
+def test_tile_warp_runs(gpu, rng, strategy, dtype, op_name, section, items):
+    """Tuning.tile_warp_runs (single-pass tiles moved warp by warp, runs scanned in
+    registers): both modes, sizes around tile and warp boundaries, in place, reverse."""
+    runs = scangen.Tuning(tile_warp_runs=True)
+    for mode in MODES:
+        scan = scangen.Scan(dtype, operator(op_name), mode=mode, strategy=strategy,
+                            algorithm="warp_shuffle", section_size=section,
+                            items_per_thread=items, tuning=runs)
+        assert scan.spec.uses_warp_runs
+        tile, warp_items = scan.spec.section_size, 32 * scan.spec.items_per_thread
+        for n in sorted({1, warp_items - 1, warp_items + 1, tile - 1, tile, tile + 1,
+                         3 * tile + warp_items + 5, 40 * tile + 1,
+                         int(rng.integers(1, 100 * tile))}):
+            check(gpu, rng, scan, n, op_name, in_place=n % 2 == 1)
+    backward = scangen.Scan(dtype, operator(op_name), mode="exclusive", strategy=strategy,
+                            reverse=True, tuning=runs)
+    x = random_input(rng, dtype, op_name, 100_003)
+    assert_scan_equal(backward(gpu.to_gpu(x)).get(),
+                      scan_reference(x, operator(op_name), "exclusive", reverse=True),
+                      dtype, x.size)
