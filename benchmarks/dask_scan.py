@@ -1,7 +1,7 @@
 """A scan of a Dask array of CuPy chunks on 1 and on k GPUs of one host (scangen.dask).
 
-For each GPU count, a local cluster with one worker per GPU (dask-cuda's LocalCUDACluster
-where it is installed; otherwise the same by hand: one Nanny per GPU with
+For each GPU count, a local cluster with one worker per GPU (scangen.dask.gpu_cluster:
+dask-cuda's LocalCUDACluster where it is installed, otherwise one Nanny per GPU with
 CUDA_VISIBLE_DEVICES set), an array of 2^log2n elements in chunks spread over the workers,
 created and persisted on the GPUs before timing; then the best of ``--repeat`` runs of
 ``inclusive_scan(x).persist()`` until every chunk is done: compute only, no data creation,
@@ -11,32 +11,11 @@ scan (last non-zero) with the CPU reference. Run on the GPU host:
     python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
 """
 import argparse
-import contextlib
 import time
 
 import numpy as np
 
 import scangen
-
-
-@contextlib.contextmanager
-def cluster(gpus):
-    from distributed import Client
-
-    try:
-        from dask_cuda import LocalCUDACluster
-    except ImportError:
-        from distributed import Nanny, Scheduler, SpecCluster
-
-        workers = {i: {"cls": Nanny, "options": {"nthreads": 1,
-                                                 "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
-                   for i in range(gpus)}
-        made = SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {
-            "dashboard_address": None}})
-    else:
-        made = LocalCUDACluster(n_workers=gpus, CUDA_VISIBLE_DEVICES=list(range(gpus)))
-    with made, Client(made) as client:
-        yield client
 
 
 def _to_gpu(block, op_name, block_id=None):
@@ -96,7 +75,7 @@ def main(argv=None):
     n, chunk = 1 << args.log2n, 1 << args.chunk_log2
     rows, base = [], None
     for gpus in [int(g) for g in args.gpus.split(",")]:
-        with cluster(gpus) as client:
+        with sd.gpu_cluster(gpus) as client:
             print(f"{gpus} GPU(s): {len(client.scheduler_info()['workers'])} workers")
             if args.check and not check(client, chunk):
                 raise SystemExit("the multi-GPU scan differs from the reference")

@@ -19,14 +19,16 @@ Dask is imported when a function here is called; install it with ``pip install
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
 
 import numpy as np
 
 from .chunked import GPUBackend, operator_of
 
-__all__ = ["inclusive_scan", "exclusive_scan", "select"]
+__all__ = ["inclusive_scan", "exclusive_scan", "select", "gpu_cluster"]
 
 
 def _dask_array():
@@ -143,3 +145,49 @@ def select(darr, predicate, *, backend=None):
     unknown = ((np.nan,) * darr.numblocks[0],)
     return darr.map_blocks(_select, backend, predicate, chunks=unknown, dtype=darr.dtype,
                            meta=darr._meta, token="scangen-select")
+
+
+@contextlib.contextmanager
+def gpu_cluster(gpus=None):
+    """A local Dask cluster with one single-threaded worker process per GPU, and a
+    distributed Client of it (``with scangen.dask.gpu_cluster(2) as client: ...``).
+
+    dask-cuda's LocalCUDACluster where dask-cuda is installed; otherwise one distributed
+    Nanny per GPU with CUDA_VISIBLE_DEVICES set to that GPU, so each worker sees its GPU as
+    device 0, the one scangen runs on. ``gpus``: how many (default: every GPU this process
+    sees); the workers take the first ``gpus`` of CUDA_VISIBLE_DEVICES where it is set.
+    """
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ImportError("scangen.dask.gpu_cluster needs distributed: pip install "
+                          "'scangen[dask]'") from None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if gpus is None:
+        gpus = len(visible.split(",")) if visible else _device_count()
+    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+        raise ValueError(f"gpus={gpus!r}: give a positive number of GPUs")
+    devices = visible.split(",")[:gpus] if visible else [str(i) for i in range(gpus)]
+    if len(devices) < gpus:
+        raise ValueError(f"gpus={gpus}, but CUDA_VISIBLE_DEVICES names {len(devices)}")
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        from distributed import Nanny, Scheduler, SpecCluster
+
+        workers = {f"gpu-{device}": {"cls": Nanny, "options": {
+            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": device}}} for device in devices}
+        cluster = SpecCluster(workers=workers, scheduler={
+            "cls": Scheduler, "options": {"dashboard_address": None}})
+    else:
+        cluster = LocalCUDACluster(n_workers=gpus, CUDA_VISIBLE_DEVICES=devices)
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+def _device_count() -> int:
+    from .compile import require_pycuda
+
+    driver = require_pycuda()
+    driver.init()
+    return driver.Device.count()

@@ -1,6 +1,7 @@
 """scangen.dask without a GPU: the chunk / carry composition on local Dask schedulers with the
 CPU reference backend, non-commutative operators, random chunkings with empty and
 one-element chunks; and the two chunk kernels rendering (and compiling, with nvcc)."""
+import importlib.util
 import shutil
 
 import numpy as np
@@ -107,3 +108,47 @@ def test_chunk_kernels_compile():
     for kernel in (CarryScan(np.uint64, AFFINE, "exclusive"), CarryScan(np.float32, "add"),
                    ChunkTotal(np.int32, scangen.LAST_NONZERO)):
         kernel.kernel.check_compile()
+
+
+def _visible_devices():
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+@pytest.mark.parametrize("visible,gpus,expected_devices", [(None, 2, ["0", "1"]),
+                                                           ("3,5,7", 2, ["3", "5"])])
+def test_gpu_cluster_gives_each_worker_one_gpu(monkeypatch, rng, visible, gpus,
+                                               expected_devices):
+    """Without dask-cuda: one worker process per GPU, each seeing only its GPU; a chunked
+    scan over them (reference backend, no GPU here) equals the whole-array scan."""
+    pytest.importorskip("distributed")
+    if importlib.util.find_spec("dask_cuda") is not None:
+        pytest.skip("dask-cuda is installed: gpu_cluster is its LocalCUDACluster")
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with sd.gpu_cluster(gpus) as client:
+        seen = client.run(_visible_devices)
+        assert sorted(seen.values()) == expected_devices
+        x = random_input(rng, "int32", "last_nonzero", 5000)
+        got = sd.inclusive_scan(da.from_array(x, chunks=613), scangen.LAST_NONZERO,
+                                backend=ReferenceBackend()).compute()
+        np.testing.assert_array_equal(got, scan_reference(x, scangen.LAST_NONZERO))
+
+
+@pytest.mark.parametrize("gpus", [0, -1, 1.5, True, "2"])
+def test_gpu_cluster_refuses_a_bad_count(gpus):
+    pytest.importorskip("distributed")
+    with pytest.raises(ValueError, match="positive number of GPUs"):
+        with sd.gpu_cluster(gpus):
+            pass
+
+
+def test_gpu_cluster_refuses_more_than_visible(monkeypatch):
+    pytest.importorskip("distributed")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(ValueError, match="CUDA_VISIBLE_DEVICES names 1"):
+        with sd.gpu_cluster(2):
+            pass

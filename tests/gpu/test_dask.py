@@ -1,7 +1,8 @@
 """scangen.dask on one GPU: CuPy chunks and numpy chunks, scanned by the GPU backend, equal to
 the single-GPU scan (and the reference) with non-commutative operators; the chunk kernels
-on their own. The chunk / carry composition itself is tested on the CPU
-(tests/cpu/test_dask.py); two GPUs are measured by benchmarks/dask_scan.py."""
+on their own; and where the host has two GPUs or more, a scan spread over two workers (one
+per GPU) equal to the single-GPU one. The chunk / carry composition itself is tested on the
+CPU (tests/cpu/test_dask.py); two GPUs are measured by benchmarks/dask_scan.py."""
 import numpy as np
 import pytest
 
@@ -83,3 +84,48 @@ def test_readme_dask_block_runs(gpu):
     np.testing.assert_array_equal(namespace["y"].compute().get(),
                                   scan_reference(values, scangen.LAST_NONZERO, "inclusive"))
     assert namespace["kept"].compute().size == np.count_nonzero(values > 0)
+
+
+def _make_chunk(block, block_id=None):
+    """Chunk k of a test array, made on the worker's GPU (values 0..3, so last-non-zero
+    carries reach across chunks)."""
+    import cupy
+
+    return cupy.random.default_rng(block_id[0]).integers(0, 4, len(block), dtype=np.int32)
+
+
+def _device_of(block):
+    import cupy
+
+    return np.array([cupy.cuda.runtime.getDeviceProperties(0)["pciBusID"]])
+
+
+@pytest.mark.parametrize("dtype,op_name", [("int32", "last_nonzero"), ("uint64", "affine_then")])
+def test_two_gpus_equal_one(gpu, rng, dtype, op_name):
+    """Chunks on two GPUs (one worker each, scangen.dask.gpu_cluster): the scan equals the
+    single-GPU scan of the whole array, for operators that are not commutative."""
+    cp = pytest.importorskip("cupy")
+    pytest.importorskip("distributed")
+    import pycuda.driver as driver
+
+    if driver.Device.count() < 2:
+        pytest.skip("one GPU here: the two-GPU scan needs two")
+    from distributed import wait
+
+    n, chunk = 3_000_017, 250_000
+    op = operator(op_name)
+    with sd.gpu_cluster(2) as client:
+        x = da.empty(n, chunks=chunk, dtype=np.uint8).map_blocks(
+            _make_chunk, dtype=np.int32, meta=cp.empty(0, np.int32))
+        if dtype != "int32":
+            x = x.astype(dtype)
+        x = client.persist(x)
+        wait(x)
+        buses = x.map_blocks(_device_of, chunks=(1,), dtype=np.int64,
+                             meta=np.empty(0, np.int64)).compute()
+        assert len(set(buses.tolist())) == 2, "the chunks are not on two GPUs"
+        got = sd.inclusive_scan(x, op).map_blocks(cp.asnumpy, meta=np.empty(0, dtype)).compute()
+        host = x.map_blocks(cp.asnumpy, meta=np.empty(0, dtype)).compute()
+    one_gpu = scangen.inclusive_scan(cp.asarray(host), op)
+    np.testing.assert_array_equal(got, cp.asnumpy(one_gpu))
+    np.testing.assert_array_equal(got, scan_reference(host, op))
