@@ -31,6 +31,9 @@ from ..types import element_type
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
 MAX_RADIX_BITS = 8
+#: radix_digit_offsets takes digits up to this wide: wider than one pass, it sorts by the
+#: digit in passes and finishes with the "places" kernels.
+MAX_DIGIT_BITS = 16
 KEY_DTYPES = tuple(np.dtype(t) for t in (
     "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
     "float32", "float64"))
@@ -42,6 +45,9 @@ _BITS_C_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
 #: (the scatter kernel's registers leave 256-thread blocks at 25% occupancy).
 _NARROW_TILE, _WIDE_TILE = (512, 8), (256, 16)
 _STATIC_SHARED_BYTES = 48 * 1024
+
+#: Blocks of a grid-stride launch (the places kernels): enough to fill any GPU.
+_MAX_GRID_STRIDE_BLOCKS = 16384
 
 _N = Argument("n", "long long")
 _PASS_PARAMETERS = (_N, Argument("shift", "int"), Argument("mask", "unsigned int"),
@@ -62,9 +68,11 @@ class RadixModule:
     """The module of radix passes for one key type (and value type): a module spec for
     scangen.compile, hashable, rendered from templates/radix.cu.j2.
 
-    ``output`` is "keys" (keys, and values if any, move to their places) or "dest" (each
-    key's place is written to ``dest``: radix_digit_offsets). ``index_values``: the value
-    array may be NULL, and each key then carries its index (argsort's first pass)."""
+    ``output`` is "keys" (keys, and values if any, move to their places), "dest" (each
+    key's place is written to ``dest``: radix_digit_offsets) or "places" (no passes: the
+    two kernels that finish a digit wider than a pass, see RadixDigitOffsets).
+    ``index_values``: the value array may be NULL, and each key then carries its index
+    (argsort's first pass)."""
 
     key_dtype: np.dtype
     value_dtype: np.dtype | None = None
@@ -78,10 +86,10 @@ class RadixModule:
 
     def __post_init__(self):
         key_type(self.key_dtype)
-        if self.output not in ("keys", "dest"):
-            raise ValueError(f"output must be 'keys' or 'dest', not {self.output!r}")
-        if self.output == "dest" and self.value_dtype is not None:
-            raise ValueError("a 'dest' pass moves nothing, so it carries no values")
+        if self.output not in ("keys", "dest", "places"):
+            raise ValueError(f"output must be 'keys', 'dest' or 'places', not {self.output!r}")
+        if self.output != "keys" and self.value_dtype is not None:
+            raise ValueError(f"a {self.output!r} module moves no values")
         if self.index_values and self.value_dtype != np.dtype(np.int64):
             raise ValueError("index values are int64")
         if not 1 <= self.radix_bits <= MAX_RADIX_BITS:
@@ -106,7 +114,7 @@ class RadixModule:
     def items_per_thread(self) -> int:
         """Keys per thread: as many as the staging area (keys and values of a whole tile)
         holds, up to 16."""
-        if self.output == "dest":
+        if self.output != "keys":
             return self.max_items
         # What the digit counters leave of the static limit: a counter per digit per warp,
         # and the tile's counts, starts (4 bytes) and bases (8 bytes) per digit.
@@ -135,6 +143,14 @@ class RadixModule:
     # The module spec protocol of scangen.compile.
 
     def entry_points(self):
+        if self.output == "places":
+            return (("radix_places_from_order",
+                     (Argument("order", "long long", pointer=True, const=True),
+                      Argument("dest", "long long", pointer=True), _N)),
+                    ("radix_digit_starts",
+                     (Argument("sorted", "radix_key_t", pointer=True, const=True),
+                      Argument("digit_start", "long long", pointer=True))
+                     + _PASS_PARAMETERS))
         keys = Argument("keys", "radix_key_t", pointer=True, const=True)
         offsets = Argument("offsets", "long long", pointer=True, const=True)
         count = (keys, Argument("counts", "unsigned int", pointer=True)) + _PASS_PARAMETERS
@@ -153,6 +169,8 @@ class RadixModule:
 
     @property
     def description(self) -> str:
+        if self.output == "places":
+            return f"radix places and digit starts of {self.key_dtype} keys"
         values = "" if self.value_dtype is None else f" with {self.value_dtype} values"
         return f"radix passes over {self.key_dtype} keys{values}"
 
@@ -258,8 +276,7 @@ class _RadixPasses:
         offsets = scratch.get("offsets", module.radix * tiles, np.int64)
         if digit_start is None:
             digit_start = scratch.get("digit_start", module.radix, np.int64)
-        flip = np.uint64(2 ** 64 - 1 if descending else 0)
-        pass_args = (np.int64(n), np.int32(shift), np.uint32((1 << bits) - 1), flip)
+        pass_args = _pass_arguments(n, shift, bits, descending)
         grid, block = (tiles, 1, 1), (module.block_size, 1, 1)
         launch_function(compiled, "radix_count_tiles", stream)(
             grid, block, stream, _ptr(keys), _ptr(counts), *pass_args)
@@ -269,6 +286,29 @@ class _RadixPasses:
         launch_function(compiled, "radix_scatter_tiles", stream)(
             grid, block, stream, _ptr(keys), *(_ptr(a) for a in moved), _ptr(offsets),
             *pass_args)
+
+
+def _pass_arguments(n, shift, bits, descending) -> tuple:
+    """The values of _PASS_PARAMETERS: n, the digit's shift and mask, and the flip (all ones
+    for a descending order)."""
+    flip = np.uint64(2 ** 64 - 1 if descending else 0)
+    return np.int64(n), np.int32(shift), np.uint32((1 << bits) - 1), flip
+
+
+def _finish_wide_digit(module, sorted_keys, order, dest, digit_start, n, shift, bits,
+                       descending, stream) -> None:
+    """The places module's two launches: dest from the stable order by the digit, and where
+    each digit starts from the keys in that order."""
+    from ..compile import compile_module
+
+    compiled = compile_module(module)
+    grid = (min(-(-n // module.block_size), _MAX_GRID_STRIDE_BLOCKS), 1, 1)
+    block = (module.block_size, 1, 1)
+    launch_function(compiled, "radix_places_from_order", stream)(
+        grid, block, stream, _ptr(order), _ptr(dest), np.int64(n))
+    launch_function(compiled, "radix_digit_starts", stream)(
+        grid, block, stream, _ptr(sorted_keys), _ptr(digit_start),
+        *_pass_arguments(n, shift, bits, descending))
 
 
 def _check_bits(name, value, width) -> int:
@@ -303,19 +343,44 @@ class RadixDigitOffsets(_RadixPrimitive):
     order-preserving bit pattern radix_sort uses: the key itself for unsigned keys, the
     sign bit flipped for signed ones, and for floats the negatives' bits flipped and the
     positives' sign bit set (-0.0 as +0.0, NaN as all ones). Bits past the key's width
-    read as zero. ``descending=True`` orders by the flipped pattern.
+    read as zero. ``descending=True`` orders by the flipped pattern. ``bits`` is 1 to 16:
+    up to 8, one pass (three launches); wider, a stable argsort by the digit in passes of 8
+    bits and then two launches that give each key's place and each digit's start.
     """
 
     def __init__(self, key_dtype, bits=8):
         self.key_dtype = key_type(key_dtype)
         bits = as_int("bits", bits)
-        if not 1 <= bits <= MAX_RADIX_BITS:
-            raise ValueError(f"bits={bits}: a digit has 1..{MAX_RADIX_BITS} bits (one pass "
-                             f"ranks at most {1 << MAX_RADIX_BITS} digits in shared memory); "
-                             "for a wider digit run two passes, least significant first")
+        if not 1 <= bits <= MAX_DIGIT_BITS:
+            raise ValueError(f"bits={bits}: a digit has 1..{MAX_DIGIT_BITS} bits")
         self.bits = bits
-        self._passes = _RadixPasses(RadixModule(self.key_dtype, output="dest",
-                                                radix_bits=self.bits))
+        self._order = None
+        if bits <= MAX_RADIX_BITS:  # one pass writes each key's place
+            self._passes = _RadixPasses(RadixModule(self.key_dtype, output="dest",
+                                                    radix_bits=self.bits))
+        else:
+            # Wider than one pass: a stable argsort by the digit's bits (passes of at most 8
+            # bits, least significant first), then the places module: each key's place
+            # from that order, and each digit's start from the keys in that order.
+            self._order = RadixSort(self.key_dtype, np.int64, _index_values=True)
+            self._passes = self._order._passes
+            self._places = RadixModule(self.key_dtype, output="places")
+
+    @property
+    def source(self) -> str:
+        """The CUDA of the passes, of the digit-offset scan and (digits wider than a pass)
+        of the places module (no GPU needed)."""
+        if self._order is None:
+            return self._passes.source
+        return self._passes.source + "\n" + self._places.module_source().text
+
+    def check_compile(self) -> None:
+        """Compile every module the digit offsets use with the nvcc on PATH."""
+        from ..compile import check_with_nvcc
+
+        self._passes.check_compile()
+        if self._order is not None:
+            check_with_nvcc(self._places)
 
     def __call__(self, keys, shift, *, descending=False, stream=None):
         call = Call(stream, {"keys": keys})
@@ -328,9 +393,19 @@ class RadixDigitOffsets(_RadixPrimitive):
         digit_start, digit_start_view = call.empty((1 << self.bits,), np.int64)
         if n == 0:
             _zero(digit_start_view, call.stream)
-        else:
+        elif self._order is None:
             self._passes.run(view, (dest_view,), n, shift, self.bits, descending, call.stream,
                              digit_start_view)
+        else:
+            scratch = self._passes.scratch(call.stream)
+            sorted_keys = scratch.get("sorted", n, self.key_dtype)
+            order = scratch.get("order", n, np.int64)
+            # Bits past the key's width read as zero: nothing to sort by there.
+            end = min(shift + self.bits, width)
+            self._order.sort_views(view, None, sorted_keys, order, n, shift, end, descending,
+                                   call.stream)
+            _finish_wide_digit(self._places, sorted_keys, order, dest_view, digit_start_view,
+                               n, shift, self.bits, descending, call.stream)
         return dest, digit_start
 
 
@@ -360,7 +435,6 @@ class RadixSort(_RadixPrimitive):
         self._passes = _RadixPasses(RadixModule(self.key_dtype, self.value_dtype,
                                                 index_values=_index_values))
 
-
     def __call__(self, keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                  stream=None):
         call = Call(stream, {"keys": keys, "values": values})
@@ -384,25 +458,31 @@ class RadixSort(_RadixPrimitive):
         out_keys, out_keys_view = call.empty((n,), self.key_dtype)
         out_values, out_values_view = call.empty((n,), self.value_dtype) if carries \
             else (None, None)
-        result = (out_keys, out_values) if carries else out_keys
-        if n == 0:
-            return result
+        if n:
+            self.sort_views(keys, values, out_keys_view, out_values_view, n, begin, end,
+                            descending, call.stream)
+        return (out_keys, out_values) if carries else out_keys
+
+    def sort_views(self, keys, values, out_keys, out_values, n, begin, end, descending,
+                   stream) -> None:
+        """The passes over bits begin..end of n keys (views, checked by the caller) into
+        out_keys (and out_values)."""
+        carries = self.value_dtype is not None
         # (shift, bits) of each pass; with no bits to sort by, one pass over a digit that is
         # always 0 (a stable pass then copies keys and values, and numbers argsort's indices)
         passes = [(shift, min(MAX_RADIX_BITS, end - shift))
                   for shift in range(begin, end, MAX_RADIX_BITS)] or [(0, 0)]
         # Ping-pong between the output and a spare so that the last pass lands in the output.
-        scratch = self._passes.scratch(call.stream)
+        scratch = self._passes.scratch(stream)
         spare_keys = scratch.get("keys", n, self.key_dtype)
         spare_values = scratch.get("values", n, self.value_dtype) if carries else None
-        targets = [(out_keys_view, out_values_view), (spare_keys, spare_values)]
+        targets = [(out_keys, out_values), (spare_keys, spare_values)]
         source = (keys, values)
         for number, (shift, bits) in enumerate(passes):
             target = targets[(len(passes) - 1 - number) % 2]
             moved = (target[0],) + ((source[1], target[1]) if carries else ())
-            self._passes.run(source[0], moved, n, shift, bits, descending, call.stream)
+            self._passes.run(source[0], moved, n, shift, bits, descending, stream)
             source = target
-        return result
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------

@@ -278,7 +278,8 @@ def batch_scan_kernels():
 
 def batch_radix_histogram():
     """The radix passes (keys only, with values of 1 to 16 bytes and structs, argsort's index
-    values, destinations with narrow digits) and the histogram kernel."""
+    values, destinations with narrow digits), the places of digits wider than a pass, and
+    the histogram kernel."""
     from scangen.primitives.histogram import HistogramModule
     from scangen.primitives.radix import KEY_DTYPES, RadixModule
 
@@ -290,7 +291,7 @@ def batch_radix_histogram():
         modules = [RadixModule(key, next(values)), RadixModule(key, np.dtype("int64"),
                                                                 index_values=True),
                    RadixModule(key, output="dest", radix_bits=1 + key.itemsize % 8),
-                   HistogramModule(key)]
+                   RadixModule(key, output="places"), HistogramModule(key)]
         entries += [Entry(f"{m.description} {getattr(m, 'output', '')}", m) for m in modules]
     return entries
 

@@ -59,11 +59,14 @@ def test_sources_show_both_modules():
     (lambda: scangen.RadixSort(np.complex64), TypeError, "cannot be radix sorted"),
     (lambda: scangen.RadixSort(np.float16), TypeError, "cannot be radix sorted"),
     (lambda: scangen.RadixSort(np.uint32, "not a dtype"), TypeError, "dtype"),
-    (lambda: scangen.RadixDigitOffsets(np.uint32, bits=0), ValueError, "1..8 bits"),
-    (lambda: scangen.RadixDigitOffsets(np.uint32, bits=9), ValueError, "two passes"),
+    (lambda: scangen.RadixDigitOffsets(np.uint32, bits=0), ValueError, "1..16 bits"),
+    (lambda: scangen.RadixDigitOffsets(np.uint32, bits=17), ValueError, "1..16 bits"),
     (lambda: scangen.RadixDigitOffsets(np.uint32, bits=2.0), TypeError, "bits must be an int"),
     (lambda: RadixModule(np.dtype("uint32"), np.dtype("int8"), output="dest"), ValueError,
-     "carries no values"),
+     "moves no values"),
+    (lambda: RadixModule(np.dtype("uint32"), np.dtype("int8"), output="places"), ValueError,
+     "moves no values"),
+    (lambda: RadixModule(np.dtype("uint32"), output="ranks"), ValueError, "'places'"),
     (lambda: scangen.Histogram(np.complex64), TypeError, "histogram takes"),
 ])
 def test_construction_errors(make, error, message):

@@ -12,6 +12,14 @@ from scangen.primitives import radix
 from tests.support import ordered_bits, simulate_device
 
 
+def digits(keys, shift, bits, descending=False):
+    """The digit a pass sorts by, from the order-preserving pattern (flipped: descending)."""
+    pattern = ordered_bits(keys)
+    if descending:
+        pattern = ~pattern & np.uint64((1 << (8 * keys.itemsize)) - 1)
+    return (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+
+
 class Memory:
     """Host arrays at made-up device addresses, seen through __cuda_array_interface__."""
 
@@ -57,12 +65,7 @@ def memory(monkeypatch):
         """What one pass computes: a stable order by the digit; keys (and values, or the
         indices where there are none) to their places, or each key's place to dest."""
         host = memory.at(keys)
-        width = 8 * host.itemsize
-        pattern = ordered_bits(host)
-        if descending:
-            pattern = ~pattern & np.uint64((1 << width) - 1)
-        digit = (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
-        order = np.argsort(digit, kind="stable")
+        order = np.argsort(digits(host, shift, bits, descending), kind="stable")
         passes.append((shift, bits, keys.ptr, [None if a is None else a.ptr for a in moved]))
         if self.module.output == "dest":
             memory.at(moved[0])[order] = np.arange(n)
@@ -75,6 +78,26 @@ def memory(monkeypatch):
 
     monkeypatch.setattr(radix._RadixPasses, "run", run)
     memory.passes = passes
+
+    def finish_wide_digit(module, sorted_keys, order, dest, digit_start, n, shift, bits,
+                          descending, stream):
+        """What the places kernels compute: each key's place from the stable order, and
+        where each digit starts (the first key in that order with that digit or more)."""
+        assert module.output == "places"
+        memory.at(dest)[memory.at(order)] = np.arange(n)
+        digit = digits(memory.at(sorted_keys), shift, bits, descending)
+        memory.at(digit_start)[:] = np.searchsorted(digit, np.arange(1 << bits))
+        memory.finished.append((shift, bits))
+
+    monkeypatch.setattr(radix, "_finish_wide_digit", finish_wide_digit)
+    memory.finished = []
+
+    def zero(view, stream):
+        memory.at(view)[:] = 0
+        memory.zeroed.append(view.ptr)
+
+    monkeypatch.setattr(radix, "_zero", zero)
+    memory.zeroed = []
     # The one-shots' cached objects keep their spare buffers: none may outlive this memory.
     radix._radix_sort.cache_clear()
     yield memory
@@ -140,3 +163,34 @@ def test_empty_keys_launch_nothing(memory):
     got_keys, got_values = scangen.radix_sort(memory.array(np.zeros(0, np.int32)),
                                               memory.array(np.zeros(0, np.float32)))
     assert got_keys.host.size == 0 and got_values.host.size == 0 and not memory.passes
+
+
+@pytest.mark.parametrize("dtype,shift,bits", [("uint32", 0, 16), ("uint32", 20, 12),
+                                              ("int16", 4, 9), ("uint8", 0, 16),
+                                              ("float64", 50, 14), ("int64", 60, 10)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_digits_wider_than_a_pass(memory, rng, dtype, shift, bits, descending):
+    """bits 9..16: argsort passes over the digit's bits (those past the key's width are
+    zero: no pass), then the places kernels; the result is the one-pass definition's."""
+    keys = keys_of(rng, dtype, 3000)
+    dest, digit_start = scangen.RadixDigitOffsets(dtype, bits)(
+        memory.array(keys), shift, descending=descending)
+    digit = digits(keys, shift, bits, descending)
+    want = np.empty(keys.size, np.int64)
+    want[np.argsort(digit, kind="stable")] = np.arange(keys.size)
+    np.testing.assert_array_equal(dest.host, want)
+    counts = np.bincount(digit.astype(np.int64), minlength=1 << bits)
+    np.testing.assert_array_equal(digit_start.host,
+                                  np.concatenate([[0], np.cumsum(counts)[:-1]]))
+    end = min(shift + bits, 8 * keys.itemsize)
+    assert [(s, b) for s, b, _, _ in memory.passes] == \
+        [(s, min(8, end - s)) for s in range(shift, end, 8)]
+    assert memory.passes[0][3][1] is None  # the first pass numbers the keys
+    assert memory.finished == [(shift, bits)]
+
+
+def test_wide_digits_of_no_keys(memory):
+    dest, digit_start = scangen.RadixDigitOffsets("uint16", 12)(
+        memory.array(np.zeros(0, np.uint16)), 0)
+    assert dest.host.size == 0 and not memory.passes and not memory.finished
+    assert memory.zeroed == [digit_start.address] and digit_start.host.size == 1 << 12

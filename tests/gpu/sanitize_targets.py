@@ -113,6 +113,14 @@ def sorting_and_histograms(rng, gpuarray) -> int:
     want = np.empty(n, np.int64)
     want[np.argsort(keys >> np.uint32(24), kind="stable")] = np.arange(n)
     failures += not np.array_equal(dest.get(), want)
+    # a digit wider than a pass: argsort passes, then the places kernels
+    dest, digit_start = scangen.radix_digit_offsets(gpuarray.to_gpu(keys), 20, 12)
+    digit = (keys >> np.uint32(20)).astype(np.int64)
+    want[np.argsort(digit, kind="stable")] = np.arange(n)
+    failures += not np.array_equal(dest.get(), want)
+    counts = np.bincount(digit, minlength=1 << 12)
+    failures += not np.array_equal(digit_start.get(),
+                                   np.concatenate([[0], np.cumsum(counts)[:-1]]))
     for bins in (100, 10_000):  # in shared memory, and straight to the global counts
         counts, _ = scangen.histogram(gpuarray.to_gpu(floats), bins, (-2.0, 2.0))
         failures += not np.array_equal(counts.get(), np.histogram(floats, bins, (-2.0, 2.0))[0])

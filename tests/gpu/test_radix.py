@@ -49,6 +49,7 @@ def _compile_in_parallel(gpu):
     modules = [RadixModule(k) for k in KEY_DTYPES]
     modules += [RadixModule(k, np.dtype(np.int64), index_values=True) for k in KEY_DTYPES]
     modules += [RadixModule(k, output="dest") for k in KEY_DTYPES]
+    modules += [RadixModule(k, output="places") for k in KEY_DTYPES]
     precompile(modules + [digit_offsets_scan()])
 
 
@@ -105,12 +106,21 @@ def test_bit_range(gpu, rng, begin, end):
 
 @pytest.mark.parametrize("dtype,shift,bits", [("uint32", 0, 8), ("uint32", 24, 8),
                                               ("int32", 28, 4), ("uint8", 0, 1),
-                                              ("int64", 56, 8), ("uint16", 12, 8)])
-def test_radix_digit_offsets(gpu, rng, dtype, shift, bits):
+                                              ("int64", 56, 8), ("uint16", 12, 8),
+                                              # wider than a pass: argsort, then places
+                                              ("uint32", 0, 16), ("uint32", 20, 12),
+                                              ("int16", 4, 9), ("uint8", 0, 16),
+                                              ("float64", 50, 14), ("int64", 60, 10)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_radix_digit_offsets(gpu, rng, dtype, shift, bits, descending):
     for n in SIZES:
         keys = keys_for(rng, dtype, n, "random")
-        digit = (ordered_bits(keys) >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
-        dest, digit_start = scangen.radix_digit_offsets(gpu.to_gpu(keys), shift, bits)
+        pattern = ordered_bits(keys)
+        if descending:
+            pattern = ~pattern & np.uint64((1 << (8 * keys.itemsize)) - 1)
+        digit = (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+        dest, digit_start = scangen.radix_digit_offsets(gpu.to_gpu(keys), shift, bits,
+                                                        descending=descending)
         want = np.empty(n, np.int64)
         want[np.argsort(digit, kind="stable")] = np.arange(n)
         np.testing.assert_array_equal(dest.get(), want)
