@@ -9,15 +9,7 @@ import pytest
 import scangen
 from scangen.primitives import radix
 
-from tests.support import ordered_bits, simulate_device
-
-
-def digits(keys, shift, bits, descending=False):
-    """The digit a pass sorts by, from the order-preserving pattern (flipped: descending)."""
-    pattern = ordered_bits(keys)
-    if descending:
-        pattern = ~pattern & np.uint64((1 << (8 * keys.itemsize)) - 1)
-    return (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+from tests.support import digits, simulate_device
 
 
 class Memory:

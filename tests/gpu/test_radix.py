@@ -8,7 +8,7 @@ import scangen
 from scangen import compile as scan_compile
 from scangen.primitives.radix import KEY_DTYPES, RadixModule, digit_offsets_scan
 
-from tests.support import ordered_bits, precompile
+from tests.support import digits, precompile
 
 #: Around warp runs, tiles (2048 and 4096 keys, by key and value width) and many tiles.
 SIZES = [0, 1, 2, 31, 33, 255, 257, 2047, 2048, 2049, 4095, 4096, 4097, 3 * 4096 + 5,
@@ -115,10 +115,7 @@ def test_bit_range(gpu, rng, begin, end):
 def test_radix_digit_offsets(gpu, rng, dtype, shift, bits, descending):
     for n in SIZES:
         keys = keys_for(rng, dtype, n, "random")
-        pattern = ordered_bits(keys)
-        if descending:
-            pattern = ~pattern & np.uint64((1 << (8 * keys.itemsize)) - 1)
-        digit = (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+        digit = digits(keys, shift, bits, descending)
         dest, digit_start = scangen.radix_digit_offsets(gpu.to_gpu(keys), shift, bits,
                                                         descending=descending)
         want = np.empty(n, np.int64)

@@ -329,6 +329,15 @@ def ordered_bits(keys):
     return bits
 
 
+def digits(keys, shift, bits, descending=False):
+    """The digit RadixDigitOffsets orders by, in numpy: ``bits`` bits from ``shift`` of the
+    order-preserving pattern, flipped for a descending order (bits past the width are 0)."""
+    pattern = ordered_bits(keys)
+    if descending:
+        pattern = ~pattern & np.uint64((1 << (8 * keys.itemsize)) - 1)
+    return (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
+
+
 # --- README blocks ------------------------------------------------------------------------
 
 def readme_python_blocks():
