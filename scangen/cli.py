@@ -170,20 +170,20 @@ def build_scan(args) -> Scan:
 
 
 #: What `source` can print besides a scan: name -> (needs a predicate, build(dtype, predicate,
-#: scan options)).
+#: scan options, digit bits)).
 PRIMITIVES = {
-    "select": (True, lambda d, p, o: primitives.Select(d, p, **o)),
-    "remove_if": (True, lambda d, p, o: primitives.Select(d, p, keep=False, **o)),
-    "partition": (True, lambda d, p, o: primitives.Partition(d, p, **o)),
-    "unique": (False, lambda d, p, o: primitives.Unique(d, **o)),
-    "run_length_encode": (False, lambda d, p, o: primitives.RunLengthEncode(d, **o)),
-    "radix_sort": (False, lambda d, p, o: _fixed_shape("radix_sort", o)
+    "select": (True, lambda d, p, o, b: primitives.Select(d, p, **o)),
+    "remove_if": (True, lambda d, p, o, b: primitives.Select(d, p, keep=False, **o)),
+    "partition": (True, lambda d, p, o, b: primitives.Partition(d, p, **o)),
+    "unique": (False, lambda d, p, o, b: primitives.Unique(d, **o)),
+    "run_length_encode": (False, lambda d, p, o, b: primitives.RunLengthEncode(d, **o)),
+    "radix_sort": (False, lambda d, p, o, b: _fixed_shape("radix_sort", o)
                    and primitives.RadixSort(d)),
-    "argsort": (False, lambda d, p, o: _fixed_shape("argsort", o)
+    "argsort": (False, lambda d, p, o, b: _fixed_shape("argsort", o)
                 and primitives.RadixSort(d, np.int64, _index_values=True)),
-    "radix_digit_offsets": (False, lambda d, p, o: _fixed_shape("radix_digit_offsets", o)
-                            and primitives.RadixDigitOffsets(d)),
-    "histogram": (False, lambda d, p, o: _fixed_shape("histogram", o)
+    "radix_digit_offsets": (False, lambda d, p, o, b: _fixed_shape("radix_digit_offsets", o)
+                            and primitives.RadixDigitOffsets(d, 8 if b is None else b)),
+    "histogram": (False, lambda d, p, o, b: _fixed_shape("histogram", o)
                   and primitives.Histogram(d)),
 }
 
@@ -204,10 +204,12 @@ def build_primitive(args):
     if needs_predicate != (args.predicate is not None):
         raise CLIError(f"{args.what} needs --predicate" if needs_predicate
                        else f"{args.what} takes no --predicate")
+    if args.bits is not None and args.what != "radix_digit_offsets":
+        raise CLIError(f"--bits belongs to radix_digit_offsets, not {args.what}")
     options = dict(algorithm=args.algorithm, section_size=args.section_size,
                    items_per_thread=args.items_per_thread, strategy=args.strategy)
     try:
-        return build(args.dtype, args.predicate, options)
+        return build(args.dtype, args.predicate, options, args.bits)
     except (ValueError, TypeError) as err:
         raise CLIError(str(err)) from None
 
@@ -220,6 +222,9 @@ def build_primitive(args):
             arg("--predicate", metavar="C_EXPR",
                 help="the predicate of select, remove_if and partition: a C expression in x "
                 "(the element) and i (its index), e.g. 'x > 0.5f'"),
+            arg("--bits", type=int, metavar="B",
+                help="the digit width of radix_digit_offsets: 1 to 16 (default 8; wider "
+                "than 8 adds the places module)"),
             arg("--check", action="store_true",
                 help="also compile it with the nvcc on PATH (no GPU needed); a C error in "
                 "your code is reported with the numbered source around it (exit 1)"),
@@ -230,6 +235,8 @@ def cmd_source(args) -> int:
     if args.what == "scan":
         if args.predicate is not None:
             raise CLIError("--predicate belongs to select, remove_if and partition")
+        if args.bits is not None:
+            raise CLIError("--bits belongs to radix_digit_offsets")
         scan = build_scan(args)
     else:
         scan = build_primitive(args)

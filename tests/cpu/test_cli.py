@@ -254,7 +254,21 @@ def test_source_of_a_primitive(capsys, what, predicate):
     (["source", "unique", "--predicate", "x > 0"], "unique takes no --predicate"),
     (["source", "--predicate", "x > 0"], "--predicate belongs to select"),
     (["source", "select", "--predicate", "x > 0; y"], "predicate must be a single C expression"),
+    (["source", "--bits", "4"], "--bits belongs to radix_digit_offsets"),
+    (["source", "unique", "--bits", "4"], "--bits belongs to radix_digit_offsets, not unique"),
+    (["source", "radix_digit_offsets", "--bits", "17"], "1..16 bits"),
 ])
 def test_primitive_source_errors(capsys, argv, message):
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err
+
+
+@pytest.mark.parametrize("bits,wide", [(None, False), (3, False), (8, False), (9, True),
+                                       (16, True)])
+def test_source_of_digit_offsets_by_width(capsys, bits, wide):
+    """Digits up to 8 bits are one pass; wider ones add the places module."""
+    argv = ["source", "radix_digit_offsets", "--dtype", "int32"]
+    code, out, err = run(capsys, *argv, *(["--bits", str(bits)] if bits else []))
+    assert code == 0, err
+    assert ("radix_places_from_order(" in out) == wide
+    assert f"digits of {min(bits or 8, 8)} bits" in out
