@@ -334,26 +334,10 @@ def as_stream(stream, check_device=True):
     driver = sys.modules.get("pycuda.driver")
     if driver is not None and isinstance(stream, driver.Stream):
         return stream
-    device = None
-    if isinstance(stream, (bool, np.bool_)):
-        raise TypeError(f"stream= must be a stream or a CUstream handle, not {stream!r}")
-    if isinstance(stream, (int, np.integer)):
-        handle = int(stream)
-    elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream, ExternalStream
-        handle, device = stream.cuda_stream, stream.device.index
-    elif hasattr(stream, "__cuda_stream__"):
-        version, handle = stream.__cuda_stream__()
-        if version != 0:
-            raise TypeError(f"stream= speaks __cuda_stream__ version {version}; scangen "
-                            "knows version 0")
-    elif type(stream).__module__.startswith("cupy") and hasattr(stream, "ptr"):
-        handle = stream.ptr
-    else:
-        raise TypeError(f"stream= takes a pycuda Stream, a CuPy or torch stream, an object "
-                        f"with __cuda_stream__, or a CUstream handle (int), not "
-                        f"{type(stream).__name__}")
-    if device is None:
-        device = getattr(stream, "device_id", None)
+    reader = _STREAM_READER_OF_TYPE.get(type(stream))
+    if reader is None:
+        reader = _STREAM_READER_OF_TYPE[type(stream)] = _stream_reader(stream)
+    handle, device = reader(stream)
     if handle < 0:
         raise ValueError(f"stream= handle {handle} is not a CUstream")
     if handle in (0, 1):  # 0 and CU_STREAM_LEGACY: what pycuda launches on without a stream
@@ -361,6 +345,36 @@ def as_stream(stream, check_device=True):
     if check_device and handle != 2:  # CU_STREAM_PER_THREAD belongs to every context
         _check_stream_device(handle, device)
     return RawStream(handle, stream)
+
+
+def _stream_reader(stream):
+    """How to read ``(handle, device or None)`` from streams of this one's type: found once
+    per type (the tests of what a stream is cost about a microsecond a call)."""
+    if isinstance(stream, (bool, np.bool_)):
+        raise TypeError(f"stream= must be a stream or a CUstream handle, not {stream!r}")
+    if isinstance(stream, (int, np.integer)):
+        return lambda s: (int(s), None)
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream, ExternalStream
+        return lambda s: (s.cuda_stream, s.device.index)
+    if hasattr(stream, "__cuda_stream__"):
+        return _protocol_stream
+    if type(stream).__module__.startswith("cupy") and hasattr(stream, "ptr"):
+        return lambda s: (s.ptr, getattr(s, "device_id", None))
+    raise TypeError(f"stream= takes a pycuda Stream, a CuPy or torch stream, an object "
+                    f"with __cuda_stream__, or a CUstream handle (int), not "
+                    f"{type(stream).__name__}")
+
+
+def _protocol_stream(stream):
+    version, handle = stream.__cuda_stream__()
+    if version != 0:
+        raise TypeError(f"stream= speaks __cuda_stream__ version {version}; scangen "
+                        "knows version 0")
+    return handle, getattr(stream, "device_id", None)
+
+
+#: Stream type -> its reader (_stream_reader), remembered per type.
+_STREAM_READER_OF_TYPE = {}
 
 
 def _check_stream_device(handle, device) -> None:
