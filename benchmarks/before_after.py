@@ -50,7 +50,7 @@ def main(argv=None) -> int:
                         help="time both packages in this process, batch by batch (below)")
     args, bench_args = parser.parse_known_args(argv)
     if args.same_process:
-        return same_process(args.baseline.resolve(), args.rounds, bench_args)
+        return same_process(args.baseline.resolve(), args.rounds, args.json, bench_args)
     runs = {"baseline": [], "new": []}
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.rounds):
@@ -91,7 +91,7 @@ def import_baseline(checkout: Path):
     return module
 
 
-def same_process(checkout: Path, rounds: int, argv) -> int:
+def same_process(checkout: Path, rounds: int, json_path, argv) -> int:
     import numpy as np
 
     import scangen
@@ -133,6 +133,8 @@ def same_process(checkout: Path, rounds: int, argv) -> int:
         rows.append(dict(n=n, baseline_s=base, new_s=new, copy_s=copy, ratio=new / base))
         print(f"{n:>11} {base * 1e6:9.2f} {new * 1e6:9.2f} {100 * copy / base:9.1f}% "
               f"{100 * copy / new:8.1f}% {new / base:8.3f}", flush=True)
+    if json_path:
+        json_path.write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -27,6 +27,7 @@ import re
 import numpy as np
 
 from .chunked import GPUBackend, operator_of
+from .spec import as_int
 
 __all__ = ["inclusive_scan", "exclusive_scan", "select", "gpu_cluster"]
 
@@ -165,8 +166,9 @@ def gpu_cluster(gpus=None):
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if gpus is None:
         gpus = len(visible.split(",")) if visible else _device_count()
-    if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-        raise ValueError(f"gpus={gpus!r}: give a positive number of GPUs")
+    gpus = as_int("gpus", gpus)
+    if gpus < 1:
+        raise ValueError(f"gpus={gpus}: give a positive number of GPUs")
     devices = visible.split(",")[:gpus] if visible else [str(i) for i in range(gpus)]
     if len(devices) < gpus:
         raise ValueError(f"gpus={gpus}, but CUDA_VISIBLE_DEVICES names {len(devices)}")

@@ -5,7 +5,9 @@ One pass over a digit is three launches: ``radix_count_tiles`` counts each tile'
 into where each (digit, tile) starts, and ``radix_scatter_tiles`` ranks every key stably
 among its tile's keys of the same digit and writes it (or, for radix_digit_offsets, its
 destination) there. A sort is one such pass per digit, least significant first; each pass
-is stable, so the whole sort is.
+is stable, so the whole sort is. radix_digit_offsets with a digit wider than a pass sorts
+the keys' indices by it that way, then turns the order into destinations and digit starts
+(kernels/radix_places.cuh.j2).
 
 Keys are ordered by an order-preserving bit pattern (templates/radix.cu.j2, ``ordered_bits``):
 unsigned integers as they are; signed integers with the sign bit flipped; floats with the

@@ -117,7 +117,7 @@ def _visible_devices():
 
 
 @pytest.mark.parametrize("visible,gpus,expected_devices", [(None, 2, ["0", "1"]),
-                                                           ("3,5,7", 2, ["3", "5"])])
+                                                           ("3,5,7", np.int64(2), ["3", "5"])])
 def test_gpu_cluster_gives_each_worker_one_gpu(monkeypatch, rng, visible, gpus,
                                                expected_devices):
     """Without dask-cuda: one worker process per GPU, each seeing only its GPU; a chunked
@@ -138,10 +138,14 @@ def test_gpu_cluster_gives_each_worker_one_gpu(monkeypatch, rng, visible, gpus,
         np.testing.assert_array_equal(got, scan_reference(x, scangen.LAST_NONZERO))
 
 
-@pytest.mark.parametrize("gpus", [0, -1, 1.5, True, "2"])
-def test_gpu_cluster_refuses_a_bad_count(gpus):
+@pytest.mark.parametrize("gpus,error,message", [(0, ValueError, "positive number of GPUs"),
+                                                 (-1, ValueError, "positive number of GPUs"),
+                                                 (1.5, TypeError, "gpus must be an int"),
+                                                 (True, TypeError, "gpus must be an int"),
+                                                 ("2", TypeError, "gpus must be an int")])
+def test_gpu_cluster_refuses_a_bad_count(gpus, error, message):
     pytest.importorskip("distributed")
-    with pytest.raises(ValueError, match="positive number of GPUs"):
+    with pytest.raises(error, match=message):
         with sd.gpu_cluster(gpus):
             pass
 
