@@ -13,6 +13,7 @@ from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function
 from ..runtime.streams import memset_d8_async
+from ..strategies.base import ceil_div
 from ..types import element_type
 from .radix import KEY_DTYPES
 
@@ -135,7 +136,7 @@ class Histogram:
         # beside their host copy, so a call with the same bins reads nothing back.
         if self._edges is None or not np.array_equal(self._edges[0], edges):
             self._edges = (edges.copy(), _gpuarray().to_gpu(edges))
-        blocks = min(-(-n // _BLOCK_SIZE), _MAX_BLOCKS)
+        blocks = min(ceil_div(n, _BLOCK_SIZE), _MAX_BLOCKS)
         launch_function(compile_module(self.module), "histogram_counts", call.stream)(
             (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, np.uintp(view.ptr),
             np.uintp(self._edges[1].ptr), np.uintp(counts_view.ptr), np.int64(n),

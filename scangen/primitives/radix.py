@@ -29,6 +29,7 @@ from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, launch_function
 from ..spec import as_int
+from ..strategies.base import ceil_div
 from ..types import element_type
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
@@ -140,7 +141,7 @@ class RadixModule:
         return 1 << self.radix_bits
 
     def tiles(self, n: int) -> int:
-        return -(-n // self.tile_size)
+        return ceil_div(n, self.tile_size)
 
     # The module spec protocol of scangen.compile.
 
@@ -304,7 +305,7 @@ def _finish_wide_digit(module, sorted_keys, order, dest, digit_start, n, shift, 
     from ..compile import compile_module
 
     compiled = compile_module(module)
-    grid = (min(-(-n // module.block_size), _MAX_GRID_STRIDE_BLOCKS), 1, 1)
+    grid = (min(ceil_div(n, module.block_size), _MAX_GRID_STRIDE_BLOCKS), 1, 1)
     block = (module.block_size, 1, 1)
     launch_function(compiled, "radix_places_from_order", stream)(
         grid, block, stream, _ptr(order), _ptr(dest), np.int64(n))
