@@ -11,6 +11,7 @@ scan (last non-zero) with the CPU reference. Run on the GPU host:
     python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
 """
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -55,8 +56,16 @@ def check(client, chunk):
         lambda b: b.get(), meta=np.empty(0, np.int32)).compute()
     host = x.map_blocks(lambda b: b.get(), meta=np.empty(0, np.int32)).compute()
     same = np.array_equal(got, scangen.reference_scan(host, scangen.LAST_NONZERO))
-    print(f"  check: last non-zero over 2^26 int32 equals the CPU reference: {same}")
+    print(f"  check: last non-zero over 2^26 int32 equals the CPU reference: {same}", flush=True)
     return same
+
+
+_START = time.perf_counter()
+
+
+def progress(what):
+    """A line on stderr with the seconds since the start: the phases of a long run."""
+    print(f"[{time.perf_counter() - _START:7.1f} s] {what}", file=sys.stderr, flush=True)
 
 
 def main(argv=None):
@@ -76,17 +85,22 @@ def main(argv=None):
     rows, base = [], None
     for gpus in [int(g) for g in args.gpus.split(",")]:
         with sd.gpu_cluster(gpus) as client:
-            print(f"{gpus} GPU(s): {len(client.scheduler_info()['workers'])} workers")
+            print(f"{gpus} GPU(s): {len(client.scheduler_info()['workers'])} workers", flush=True)
             if args.check and not check(client, chunk):
                 raise SystemExit("the multi-GPU scan differs from the reference")
+            progress("cluster up" + (", check done" if args.check else ""))
             x = on_gpus(client, n, chunk, args.operator)
+            progress(f"2^{args.log2n} elements made on the GPU(s)")
             best = float("inf")
-            for _ in range(args.repeat + 1):  # one more: the first compiles on every worker
+            for run in range(args.repeat + 1):  # one more: the first compiles on every worker
                 start = time.perf_counter()
                 result = sd.inclusive_scan(x, operator(args.operator)).persist()
                 wait(result)
-                best = min(best, time.perf_counter() - start)
+                seconds = time.perf_counter() - start
+                progress(f"run {run}: {seconds:.3f} s" + (" (compiles)" if run == 0 else ""))
+                best = min(best, seconds)
                 del result
+            del x
             base = base or best
             rows.append((gpus, best, base / best))
     itemsize = 4

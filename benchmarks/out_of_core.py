@@ -5,8 +5,9 @@ A host array of ``--gib`` GiB is scanned under a device budget of ``--budget-gib
 place (so the host holds the array once). The same pipeline is then run with the scan
 replaced by a device-to-device copy: the same host staging copies, pinned buffers, streams
 and waits, so the difference is what the scan costs on top of moving the data. A third line
-is the bare pinned transfer rate for context: ``--gib`` of uploads and as much of downloads,
-on two streams at once, without the host staging copies. Rates are GB/s of the array (each
+is a plain loop of synchronous copies of each chunk to the GPU and back, from and to the
+(pageable) host array. A fourth is the bare pinned transfer rate for context: ``--gib`` of
+uploads and as much of downloads, on two streams at once, without host staging copies. Rates are GB/s of the array (each
 byte goes up and comes back). Data creation is not timed. Run on the GPU host:
 
     python benchmarks/out_of_core.py [--gib 32] [--budget-gib 2] [--dtype float32] [--slots 2]
@@ -42,6 +43,20 @@ def bare_transfers(nbytes, chunk_bytes):
         cuda.memcpy_dtoh_async(host[1], device[1], down)
     up.synchronize()
     down.synchronize()
+    return time.perf_counter() - start
+
+
+def plain_copies(x, chunk):
+    """Seconds to copy x to the GPU and back chunk by chunk with plain synchronous copies
+    from and to the (pageable) host array: what a scan-free loop over the array costs."""
+    import pycuda.driver as cuda
+
+    device = cuda.mem_alloc(chunk * x.itemsize)
+    start = time.perf_counter()
+    for begin in range(0, len(x), chunk):
+        part = x[begin:begin + chunk]
+        cuda.memcpy_htod(device, part)
+        cuda.memcpy_dtoh(part, device)
     return time.perf_counter() - start
 
 
@@ -82,6 +97,8 @@ def main(argv=None):
           f"{args.slots} slots, operator {args.operator}")
     results = [("scan", timed(scan, args.repeat)),
                ("copy through the same pipeline", timed(copy_through_pipeline, args.repeat)),
+               ("plain copies up and back (pageable, synchronous)",
+                timed(lambda: plain_copies(x, chunk), args.repeat)),
                ("bare pinned transfers (no host staging)",
                 timed(lambda: bare_transfers(x.nbytes, chunk * dtype.itemsize), args.repeat))]
     print("| what | seconds | GB/s of array | vs pipeline copy |")

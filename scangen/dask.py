@@ -177,8 +177,13 @@ def gpu_cluster(gpus=None):
     except ImportError:
         from distributed import Nanny, Scheduler, SpecCluster
 
+        # memory_limit: each worker's share of the host memory, as dask-cuda gives. Dask's
+        # default for a one-thread worker is 1/cores of it, and Dask counts a CuPy chunk's
+        # bytes against that limit: past it, it spills device chunks through the host to
+        # disk (measured: a 2^31-element scan took 23 s instead of milliseconds).
         workers = {f"gpu-{device}": {"cls": Nanny, "options": {
-            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": device}}} for device in devices}
+            "nthreads": 1, "memory_limit": 1 / gpus,
+            "env": {"CUDA_VISIBLE_DEVICES": device}}} for device in devices}
         cluster = SpecCluster(workers=workers, scheduler={
             "cls": Scheduler, "options": {"dashboard_address": None}})
     else:

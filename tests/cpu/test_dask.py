@@ -132,6 +132,13 @@ def test_gpu_cluster_gives_each_worker_one_gpu(monkeypatch, rng, visible, gpus,
     with sd.gpu_cluster(gpus) as client:
         seen = client.run(_visible_devices)
         assert sorted(seen.values()) == expected_devices
+        # Each worker may hold its share of the host memory before Dask spills (the default,
+        # 1/cores of it, would spill device chunks through the host to disk).
+        from distributed.system import MEMORY_LIMIT
+
+        share = MEMORY_LIMIT / len(expected_devices)
+        for worker in client.scheduler_info()["workers"].values():
+            assert worker["memory_limit"] == pytest.approx(share, abs=1)
         x = random_input(rng, "int32", "last_nonzero", 5000)
         got = sd.inclusive_scan(da.from_array(x, chunks=613), scangen.LAST_NONZERO,
                                 backend=ReferenceBackend()).compute()

@@ -95,9 +95,11 @@ def _make_chunk(block, block_id=None):
 
 
 def _device_of(block):
+    """The worker's GPU by its full PCI address (domain:bus:device.function; the bus number
+    alone can be the same for two GPUs of a virtual machine)."""
     import cupy
 
-    return np.array([cupy.cuda.runtime.getDeviceProperties(0)["pciBusID"]])
+    return np.array([cupy.cuda.Device(0).pci_bus_id], dtype="U32")
 
 
 @pytest.mark.parametrize("dtype,op_name", [("int32", "last_nonzero"), ("uint64", "affine_then")])
@@ -121,9 +123,9 @@ def test_two_gpus_equal_one(gpu, rng, dtype, op_name):
             x = x.astype(dtype)
         x = client.persist(x)
         wait(x)
-        buses = x.map_blocks(_device_of, chunks=(1,), dtype=np.int64,
-                             meta=np.empty(0, np.int64)).compute()
-        assert len(set(buses.tolist())) == 2, "the chunks are not on two GPUs"
+        gpus = set(x.map_blocks(_device_of, chunks=(1,), dtype="U32",
+                                meta=np.empty(0, "U32")).compute().tolist())
+        assert len(gpus) == 2, f"the chunks are not on two GPUs: {gpus}"
         got = sd.inclusive_scan(x, op).map_blocks(cp.asnumpy, meta=np.empty(0, dtype)).compute()
         host = x.map_blocks(cp.asnumpy, meta=np.empty(0, dtype)).compute()
     one_gpu = scangen.inclusive_scan(cp.asarray(host), op)
