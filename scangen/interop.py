@@ -266,8 +266,8 @@ class Call:
     runs on, and native outputs.
 
     ``arrays`` maps argument names to arrays (None: not given); ``writes`` names the ones
-    the call writes (refused if read-only). The same object under two names (``out=x``)
-    gets one view.
+    the call writes (refused if read-only). The first array given again under another name
+    (``out=x``) shares its view.
     """
 
     __slots__ = ("kind", "like", "stream", "views", "_default_stream")
@@ -276,30 +276,31 @@ class Call:
         # One pass, as this runs on every call: the first array decides the kind and the
         # stream (which a DLPack view needs), every later one must be of the same kind.
         kind = like = first = None
-        views, by_object = {}, {}
+        views = {}
         for name, value in arrays.items():
             if value is None:
                 views[name] = None
                 continue
             this = _KIND_OF_TYPE.get(type(value)) or kind_of(value)
-            if this is None:
-                raise not_an_array(name, value)
             if kind is None:
+                if this is None:
+                    raise not_an_array(name, value)
                 kind, like, first = this, value, name
                 self._default_stream = stream is None
                 stream = as_stream(kind.default_stream(value) if stream is None else stream,
                                    check_device=stream is not None)
             elif this is not kind:
-                raise TypeError(f"{name} is a {this.label} but {first} is a {kind.label}: pass "
-                                "arrays of one kind in a call (cupy.asarray and "
-                                "torch.as_tensor wrap other CUDA arrays without a copy)")
-            view = by_object.get(id(value))
-            if view is None:
-                view = by_object[id(value)] = kind.view(value, name, stream)
+                raise not_an_array(name, value) if this is None else TypeError(
+                    f"{name} is a {this.label} but {first} is a {kind.label}: pass arrays of "
+                    "one kind in a call (cupy.asarray and torch.as_tensor wrap other CUDA "
+                    "arrays without a copy)")
+            if value is like and name != first:  # out=x: one view under two names
+                view = views[name] = views[first]
+            else:
+                view = views[name] = kind.view(value, name, stream)
             # Only views scangen made can be read-only (a GPUArray, its own view, cannot).
-            if name in writes and type(view) is DeviceArray and view.readonly:
+            if type(view) is DeviceArray and view.readonly and name in writes:
                 raise ValueError(f"{name} is read-only; scangen writes its results there")
-            views[name] = view
         if kind is None:  # no array given: pycuda's kind, on the stream given
             kind, self._default_stream = PYCUDA, stream is None
             stream = as_stream(stream)

@@ -168,22 +168,19 @@ class Scan:
 
     def _check_arrays(self, x, out, in_place):
         """Views (scangen.interop) of the input and of out (None: a new one)."""
-        for name, array, dtype in (("x", x, self.input_dtype), ("out", out, self.dtype)):
-            if array is None:
-                continue
-            if array.dtype != dtype and name == "out":
-                raise TypeError(f"out has dtype {array.dtype}, but this scan writes "
-                                f"{dtype}: pass an out of dtype {dtype} (or none, "
-                                f"and get a new array)")
-            if array.dtype != dtype:
-                raise TypeError(f"x has dtype {array.dtype}, but this scan was built for "
-                                f"{dtype}: build Scan({array.dtype.name!r}, ...) or convert "
-                                f"with .astype()")
-            if len(array.shape) not in (1, 2):
-                raise ValueError(f"{name} must be 1-D (or 2-D, scanned row by row), got shape "
-                                 f"{array.shape}")
-        if out is not None and not in_place:
-            if out.shape != x.shape:
+        if x.dtype != self.input_dtype:
+            raise TypeError(f"x has dtype {x.dtype}, but this scan was built for "
+                            f"{self.input_dtype}: build Scan({x.dtype.name!r}, ...) or convert "
+                            f"with .astype()")
+        if len(x.shape) not in (1, 2):
+            raise ValueError(f"x must be 1-D (or 2-D, scanned row by row), got shape {x.shape}")
+        if out is None:
+            return
+        if out.dtype != self.dtype:
+            raise TypeError(f"out has dtype {out.dtype}, but this scan writes {self.dtype}: "
+                            f"pass an out of dtype {self.dtype} (or none, and get a new array)")
+        if not in_place:
+            if out.shape != x.shape:  # which also keeps out 1-D or 2-D
                 raise ValueError(f"out has shape {out.shape}, but x has shape {x.shape}")
             if x.size and overlaps(x, out):
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")
