@@ -66,13 +66,18 @@ class Tuning:
     #: epoch and flag in one 16-byte word, read and written with one relaxed vector access
     #: (one round trip per poll, as CUB's ScanTileState does for 8-byte values); False keeps
     #: a 32-bit flag word and separate value slots (acquire the flag, then load the value).
-    #: Not yet measured on a GPU, so off; benchmarks/tune_single_pass.py --status-16 sweeps it.
-    status_16_byte_words: bool = False
+    #: H200, 2026-11-23, decoupled look-back, float64 add, 256x8 tile
+    #: (benchmarks/tune_single_pass.py --status-16): 2^28 47.7% -> 59.7% of copy, 2^24
+    #: 45.6% -> 56.8% (at 256 threads/SM: 42.1% -> 60.6%).
+    status_16_byte_words: bool = True
     #: Single-pass tiles of the warp_shuffle algorithm (whole warps): True moves data
     #: warp by warp (coalesced loads, a transpose through the warp's own shared memory into
     #: per-lane runs scanned in registers; one block barrier for the warp totals, as CUB's
     #: BLOCK_LOAD_WARP_TRANSPOSE with warp scans); False stages the section in shared memory
-    #: and runs the block scan (three barriers more). Not yet measured on a GPU, so off.
+    #: and runs the block scan (three barriers more). H200, 2026-11-23, decoupled look-back
+    #: 2^28 (benchmarks/tune_single_pass.py --warp-runs): float32 256x16 at 1536 threads/SM
+    #: 49.0% -> 42.9% of copy, at 1024 53.8% -> 55.3%; float64 256x8 47.9% -> 46.0%. Mixed
+    #: and mostly a loss at the tuned register bound, so off.
     tile_warp_runs: bool = False
 
     def tile_min_blocks(self, block_size: int) -> int:

@@ -8,7 +8,8 @@ runtime (what it allocates and clears) all ask this object.
   that vouches for it.
 * Values of 5 to 8 bytes are packed the same way into one 16-byte word (value, then epoch
   and flag), read and written with one relaxed vector access, where the spec's tuning asks
-  for it (Tuning.status_16_byte_words); otherwise they are split, as wider ones are.
+  for it (Tuning.status_16_byte_words, the default); otherwise they are split, as wider
+  ones are.
 * Wider values (any size) are *split*: a 32-bit epoch-and-flag word per tile, and two value
   slots per tile (aggregate, inclusive prefix) written before the flag is released and read
   word by word after it is acquired.

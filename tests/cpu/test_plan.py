@@ -315,15 +315,19 @@ def test_plan_numbers_at_boundaries(case, strategy, rng):
 @pytest.mark.parametrize("strategy", SINGLE_PASS)
 @pytest.mark.parametrize("dtype", ["int32", "int64", "float64", "complex64", "complex128"])
 def test_status_16_byte_words_where_the_tuning_asks(dtype, strategy, rng):
-    """Tuning.status_16_byte_words packs values of 5 to 8 bytes with their flag in one 16-byte
-    word (status 16 bytes per tile, no value slots); other sizes keep their layout."""
+    """Tuning.status_16_byte_words (the default) packs values of 5 to 8 bytes with their flag
+    in one 16-byte word (status 16 bytes per tile, no value slots); other sizes keep their
+    layout, and False splits them as wider ones are."""
     wide = scan(dtype, "add", strategy=strategy,
                 tuning=Tuning(status_16_byte_words=True)).kernel
     for n in _sizes(wide.spec.section_size, rng):
         check_plan(wide.plan(n))
     sixteen = 4 < wide.spec.acc_itemsize <= 8
     assert ("ld.relaxed.gpu.global.v2.u64" in wide.source) == sixteen
-    assert "v2.u64" not in scan(dtype, "add", strategy=strategy).kernel.source
+    split = scan(dtype, "add", strategy=strategy,
+                 tuning=Tuning(status_16_byte_words=False)).kernel
+    assert "v2.u64" not in split.source
+    assert ("v2.u64" in scan(dtype, "add", strategy=strategy).kernel.source) == sixteen  # default
     temporaries = {t.name for t in wide.plan(10**6).temporaries}
     assert ("status_values" in temporaries) == (wide.spec.acc_itemsize > 4 and not sixteen)
 

@@ -121,14 +121,15 @@ def test_two_streams_at_once(gpu, rng, strategy):
             np.testing.assert_array_equal(out.get(), scangen.reference_scan(x, LAST_NONZERO))
 
 
+@pytest.mark.parametrize("sixteen", [True, False])
 @pytest.mark.parametrize("strategy", ["chained", "decoupled_lookback"])
 @pytest.mark.parametrize("dtype,op_name", [("int64", "last_nonzero"), ("float64", "add"),
                                            ("complex64", "add"), ("uint64", "affine_then")])
-def test_status_16_byte_words(gpu, rng, strategy, dtype, op_name):
-    """Tuning.status_16_byte_words (values of 5 to 8 bytes and their flag in one 16-byte word):
-    tiny sections for long look-back chains, a size past what runs at once, and an epoch
-    wrap-around."""
-    wide = scangen.Tuning(status_16_byte_words=True)
+def test_status_16_byte_words(gpu, rng, strategy, dtype, op_name, sixteen):
+    """Both tile-status layouts of values of 5 to 8 bytes (Tuning.status_16_byte_words: with
+    their flag in one 16-byte word, the default, or split): tiny sections for long look-back
+    chains, a size past what runs at once, and an epoch wrap-around."""
+    wide = scangen.Tuning(status_16_byte_words=sixteen)
     scan = scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=wide,
                         algorithm="warp_shuffle", section_size=64, items_per_thread=2)
     for n in (1, 63, 64, 65, 64 * 33 + 1, (1 << 22) + 5):

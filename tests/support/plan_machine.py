@@ -26,7 +26,7 @@ What it emulates:
 What it checks while running (AssertionError otherwise):
 
 * every launch's kernel is in the module, its arguments fit the family's parameters
-  (buffers are temporaries of the plan, NULL only for the packed status' value slots, the
+  (buffers are temporaries of the plan, NULL only for the packed statuses' value slots, the
   runtime scalars by name, a count), its block is the spec's, its grid within CUDA's limit;
 * every access is inside its buffer (user arrays are exactly n long; temporaries exactly as
   large as the plan says, and start as random bytes, as the GPU leaves them);
@@ -471,8 +471,10 @@ class PlanMachine:
 
     def scan_tiles(self, mem, side, grid, status, status_values, ticket, ticket_base, epoch, n):
         size = self.acc.dtype.itemsize
-        packed = size <= 4
-        state = {"ticket": 8, "status": grid * (8 if packed else 4)}
+        # One 16-byte word per tile for values of 5 to 8 bytes where the tuning asks for it
+        sixteen = 4 < size <= 8 and self.spec.tuning.status_16_byte_words
+        packed = size <= 4 or sixteen
+        state = {"ticket": 8, "status": grid * (16 if sixteen else 8 if packed else 4)}
         assert (status_values is None) == packed, "value slots: NULL exactly when packed"
         if not packed:  # aggregate and inclusive prefix of each tile, whole 64-bit words
             state["status_values"] = 2 * grid * (-(-size // 8) * 8)
