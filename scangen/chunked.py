@@ -81,7 +81,7 @@ class CarryScan:
     def launch(self, pointers, n, stream):
         """Launch on device addresses ``(x, out, carry_in, carry_out)`` on a stream as
         scangen.interop.as_stream gives it."""
-        self.kernel.launch_converted(tuple(np.uintp(p) for p in pointers), n, stream)
+        self.kernel.launch_converted(tuple(int(p) for p in pointers), n, stream)
 
     def __call__(self, x, out, carry_in, carry_out, *, stream=None):
         call = Call(stream, {"x": x, "out": out, "carry_in": carry_in, "carry_out": carry_out},
@@ -110,7 +110,7 @@ class ChunkTotal:
             raise ValueError("the total of an empty chunk is the identity; chunked scans "
                              "skip empty chunks")
         total, total_view = call.empty((1,), self.kernel.dtype)
-        self.kernel.launch_converted((np.uintp(x_view.ptr), np.uintp(total_view.ptr)),
+        self.kernel.launch_converted((x_view.ptr, total_view.ptr),
                                      x_view.size, call.stream)
         return total
 

@@ -121,7 +121,7 @@ class SegmentedScan:
             check_array(form, index, index.dtype, length=n)
         if n:
             self.kernel(form, index.dtype).launch_converted(
-                (np.uintp(x_view.ptr), np.uintp(index.ptr)) + extra + (np.uintp(out_view.ptr),),
+                (x_view.ptr, index.ptr) + extra + (out_view.ptr,),
                 n, call.stream, initial)
         return out
 

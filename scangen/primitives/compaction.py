@@ -96,7 +96,7 @@ class _Compaction:
         if n == 0:
             memset_d8_async(count_view.ptr, 0, count_view.nbytes, call.stream)
         else:
-            self.kernel.launch_converted(tuple(np.uintp(a.ptr) for a in (*arrays, count_view)),
+            self.kernel.launch_converted(tuple(a.ptr for a in (*arrays, count_view)),
                                          n, call.stream)
         return count
 

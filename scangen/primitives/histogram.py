@@ -138,8 +138,8 @@ class Histogram:
             self._edges = (edges.copy(), _gpuarray().to_gpu(edges))
         blocks = min(ceil_div(n, _BLOCK_SIZE), _MAX_BLOCKS)
         launch_function(compile_module(self.module), "histogram_counts", call.stream)(
-            (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, np.uintp(view.ptr),
-            np.uintp(self._edges[1].ptr), np.uintp(counts_view.ptr), np.int64(n),
+            (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, view.ptr,
+            self._edges[1].ptr, counts_view.ptr, np.int64(n),
             np.int32(len(edges) - 1), np.float64(low), np.float64(high),
             np.float64(high - low))
         return counts, edges

@@ -178,7 +178,7 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
         if not argument.pointer:
             values.append(convert_scalar(argument, value))
         elif argument.name not in arrays:
-            values.append(np.uintp(int(value)))
+            values.append(int(value))
         else:
             view = call.views[argument.name]
             expected = scan_dtype if argument.c_type == "scan_t" else argument.scalar_dtype
@@ -187,7 +187,7 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
                                 f"{argument.declaration} ({expected}) but the array has dtype "
                                 f"{view.dtype}")
             first = first or (argument, view.size)
-            values.append(np.uintp(view.ptr if view.size else 0))
+            values.append(view.ptr if view.size else 0)
     if n is None:
         if first is None:
             raise TypeError("n= is required: no argument is an array whose length could be "
