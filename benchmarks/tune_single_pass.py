@@ -6,7 +6,11 @@ look-back against a device-to-device copy of the same bytes in the same run. Use
 the values in scangen/tuning.py. ``--status-16`` sweeps the float64 tile status instead:
 16-byte words (Tuning.status_16_byte_words) against the split layout, per register bound;
 ``--warp-runs`` sweeps Tuning.tile_warp_runs (tiles moved warp by warp) the same way, on
-float32 and float64, for the tuned tile and 512 threads x 8 items.
+float32 and float64, for the tuned tile and 512 threads x 8 items; ``--first-wait`` sweeps
+Tuning.lookback_first_wait_ns with the back-off (CUB's sm90 float32 scan: 1100 ns before the
+first poll, 688 ns between polls). ``--shapes`` and
+``--bounds`` replace the tiles and register bounds a sweep tries, e.g.
+``--warp-runs --shapes 128x16 128x32 256x16 --bounds 512 1024 1536``.
 """
 import argparse
 import itertools
@@ -18,6 +22,12 @@ import scangen
 from scangen import bench, compile as scan_compile
 
 
+def _shape(text):
+    """THREADSxITEMS -> (section size, items per thread)."""
+    threads, items = (int(v) for v in text.lower().split("x"))
+    return threads * items, items
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=bench.parse_size, default=[1 << 24, 1 << 28],
@@ -26,6 +36,17 @@ def main(argv=None):
                         help="float64 only: the 16-byte status words on and off")
     parser.add_argument("--warp-runs", action="store_true",
                         help="tiles moved warp by warp, on and off")
+    parser.add_argument("--first-wait", action="store_true",
+                        help="Tuning.lookback_first_wait_ns 0 and 1100, and CUB's fixed "
+                             "688 ns between polls")
+    parser.add_argument("--shapes", nargs="+", type=_shape, default=None,
+                        help="tiles as THREADSxITEMS, e.g. 128x32 256x16 (default: the tuned "
+                             "one, and 512x8 with --warp-runs)")
+    parser.add_argument("--dtypes", nargs="+", default=None,
+                        help="element types (default: float64 for --status-16, else float32 "
+                             "and float64)")
+    parser.add_argument("--bounds", nargs="+", type=int, default=None,
+                        help="tile_min_threads_per_sm values (register bounds) to sweep")
     args = parser.parse_args(argv)
     sizes = args.sizes
     driver = scan_compile.require_pycuda()
@@ -34,20 +55,31 @@ def main(argv=None):
 
     timer = bench.Timer(driver, trials=5, warmup=2)
     rng = np.random.default_rng(1)
-    dtypes = ("float64",) if args.status_16 else ("float32", "float64")
+    dtypes = args.dtypes or (("float64",) if args.status_16 else ("float32", "float64"))
     # Tuning fields, and the tile shape (None: the tuned one)
     if args.status_16:
-        configs = [(dict(tile_min_threads_per_sm=threads, status_16_byte_words=wide), None)
-                   for threads, wide in itertools.product((256, 1536), (False, True))]
+        knob, values, bounds, shapes = "status_16_byte_words", (False, True), (256, 1536), [None]
     elif args.warp_runs:
-        configs = [(dict(tile_min_threads_per_sm=threads, tile_warp_runs=runs), shape)
-                   for threads, runs, shape in itertools.product(
-                       (1024, 1536), (False, True), (None, (4096, 8)))]
+        knob, values, bounds, shapes = "tile_warp_runs", (False, True), (1024, 1536), \
+            [None, (4096, 8)]
+    elif args.first_wait:
+        knob, values, bounds, shapes = "first_wait", ((0, 8, 256), (1100, 8, 256),
+                                                      (1100, 688, 688)), (1536,), [None]
     else:
-        configs = [(dict(tile_min_threads_per_sm=threads, backoff_min_ns=lo,
-                         backoff_max_ns=hi), None)
-                   for threads, (lo, hi) in itertools.product((256, 1536, 2048),
-                                                              ((8, 256), (32, 1024)))]
+        knob, values, bounds, shapes = "backoff", ((8, 256), (32, 1024)), (256, 1536, 2048), \
+            [None]
+    bounds, shapes = args.bounds or bounds, args.shapes or shapes
+    configs = []
+    for threads, value, shape in itertools.product(bounds, values, shapes):
+        fields = dict(tile_min_threads_per_sm=threads)
+        if knob == "backoff":
+            fields.update(backoff_min_ns=value[0], backoff_max_ns=value[1])
+        elif knob == "first_wait":
+            fields.update(lookback_first_wait_ns=value[0], backoff_min_ns=value[1],
+                          backoff_max_ns=value[2])
+        else:
+            fields[knob] = value
+        configs.append((fields, shape))
     for dtype in dtypes:
         arrays = {n: gpuarray.to_gpu(rng.uniform(0.5, 1.5, n).astype(dtype)) for n in sizes}
         outs = {n: gpuarray.empty_like(a) for n, a in arrays.items()}

@@ -56,6 +56,11 @@ class Tuning:
     #: per unsuccessful poll up to the maximum. The back-off made no measurable difference.
     backoff_min_ns: int = 8
     backoff_max_ns: int = 256
+    #: A look-back first sleeps this long before its first poll, so the predecessors it is
+    #: about to read have had time to publish (CUB's sm90 float32 scan waits 1140 ns, then
+    #: polls every 688 ns). 0: poll at once. Not yet measured on a GPU, so 0;
+    #: benchmarks/tune_single_pass.py --first-wait sweeps it.
+    lookback_first_wait_ns: int = 0
     #: The single-pass kernel asks the compiler (second __launch_bounds__ argument) to leave
     #: registers for this many threads per multiprocessor. Measured on an H200, decoupled
     #: look-back, 256 threads x 16 float32 (benchmarks/tune_single_pass.py): unconstrained

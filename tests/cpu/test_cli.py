@@ -227,6 +227,8 @@ def test_python_dash_m_scangen():
 
 
 @pytest.mark.parametrize("script,option", [("tune_single_pass.py", "--sizes"),
+                                           ("tune_single_pass.py", "--first-wait"),
+                                           ("tune_single_pass.py", "--shapes"),
                                            ("per_call_overhead.py", "--calls"),
                                            ("primitives.py", "--cub")])
 def test_benchmark_script_help_needs_no_gpu(script, option):

@@ -779,3 +779,17 @@ def test_section_of_two_is_planned(strategy, rng):
         x = random_input(rng, "int32", "add", n)
         np.testing.assert_array_equal(run_plan(plan, ScanHooks(x, "inclusive"), rng),
                                       expected(x, scangen.BUILTIN_OPERATORS["add"], "inclusive"))
+
+
+@pytest.mark.parametrize("strategy", SINGLE_PASS)
+def test_lookback_first_wait_where_the_tuning_asks(strategy):
+    """Tuning.lookback_first_wait_ns: a sleep before the first poll of the tile status, in the
+    source only when asked for (0, the default, renders a constant the compiler drops)."""
+    waits = re.compile(r"static const unsigned FIRST_WAIT_NS = (\d+);")
+    default = scan("float32", "add", strategy=strategy).kernel
+    asked = scan("float32", "add", strategy=strategy,
+                 tuning=Tuning(lookback_first_wait_ns=1100)).kernel
+    assert waits.findall(default.source) == ["0"]
+    assert waits.findall(asked.source) == ["1100"]
+    assert "__nanosleep(FIRST_WAIT_NS)" in asked.source
+    assert asked.kernel_spec != default.kernel_spec  # a compile of its own

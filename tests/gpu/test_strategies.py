@@ -143,6 +143,21 @@ def test_status_16_byte_words(gpu, rng, strategy, dtype, op_name, sixteen):
     assert 1 <= scratch.epoch < 10
 
 
+@pytest.mark.parametrize("strategy", ["chained", "decoupled_lookback"])
+@pytest.mark.parametrize("dtype,op_name", [("float32", "add"), ("int64", "last_nonzero")])
+def test_lookback_first_wait(gpu, rng, strategy, dtype, op_name):
+    """Tuning.lookback_first_wait_ns with CUB's fixed polling delay: the results do not
+    depend on when the status is first read (tiny tiles: long look-back chains)."""
+    cub_like = scangen.Tuning(lookback_first_wait_ns=1100, backoff_min_ns=688,
+                              backoff_max_ns=688)
+    tiny = scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=cub_like,
+                        algorithm="warp_shuffle", section_size=64, items_per_thread=2)
+    for n in (1, 65, 64 * 33 + 1, (1 << 20) + 5):
+        check(gpu, rng, tiny, n, op_name)
+    check(gpu, rng, scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=cub_like),
+          (1 << 24) + 3, op_name)
+
+
 #: (dtype, operator, section, items per thread): the tuned tile, one warp of one item each,
 #: two items each, and for small values 64 items in one warp and 1024-thread blocks.
 WARP_RUN_CASES = [(dtype, op_name, section, items)
