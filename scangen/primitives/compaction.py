@@ -15,6 +15,7 @@ import numpy as np
 
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
+from ..ops import Operator
 from ..runtime.launcher import _gpuarray, check_array, overlaps
 from ..runtime.streams import before_host_read, memset_d8_async
 from ..types import MASK_C_TYPES, element_type
@@ -41,14 +42,16 @@ def _predicate_preamble(c_type: str, predicate: str) -> str:
 
 
 class _Compaction:
-    """What the compaction classes share: one ScanKernel, argument checks, the count."""
+    """What the compaction classes share: one ScanKernel, argument checks, the count.
+    The kernel scans int64 counts with add, unless a class scans something richer
+    (``scan_dtype`` and ``operator``, as run-length encoding does)."""
 
     def __init__(self, dtype, *, arguments, input_expr, output_statement, preamble="",
-                 title, **scan_options):
+                 title, scan_dtype=np.int64, operator="add", **scan_options):
         self.etype = element_type(dtype)
-        self.kernel = ScanKernel(np.int64, "add", arguments=arguments, input_expr=input_expr,
-                                 output_statement=output_statement, preamble=preamble,
-                                 title=title, **scan_options)
+        self.kernel = ScanKernel(scan_dtype, operator, arguments=arguments,
+                                 input_expr=input_expr, output_statement=output_statement,
+                                 preamble=preamble, title=title, **scan_options)
         self._count = None
 
     @property
@@ -229,36 +232,44 @@ class Unique(_Compaction):
         return self._compact(x, out, stream, count_on_device, trimmed=True)
 
 
+#: What run-length encoding scans: how many runs have started, and where the latest started.
+_RUNS = np.dtype([("runs", np.int64), ("head", np.int64)])
+
+#: Runs add up; the latest head is the later operand's if it has one (associative, not
+#: commutative). Element 0 always starts a run, so every prefix has a head.
+_RUNS_AND_LATEST_HEAD = Operator("scan_t{a.runs + b.runs, b.runs ? b.head : a.head}",
+                                 identity=(0, 0), name="runs_and_latest_head")
+
+
 class RunLengthEncode(_Compaction):
     """Runs of equal consecutive elements: call ``rle(x)`` -> ``(values, counts)``, counts
-    int64. Elements compare with C's ``!=`` (every NaN is a run of its own)."""
+    int64. Elements compare with C's ``!=`` (every NaN is a run of its own).
+
+    One kernel: it scans (runs started, index of the latest start), so the first element of
+    a run writes its value to ``values[runs before it]`` and the last writes the run's
+    length, its index + 1 less the run's start, to ``counts[run]``."""
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
         super().__init__(
-            dtype, arguments=f"const {c} *x, {c} *values, long long *starts, long long *ends, "
-                             f"long long *count",
-            input_expr=f"{_RUN_HEAD} ? 1 : 0",
-            output_statement="if (item != prev_item) { values[prev_item] = x[i];"
-                             " starts[prev_item] = i; }"
-                             " if (i == n - 1 || x[i + 1] != x[i]) ends[item - 1] = i + 1;"
-                             " if (i == n - 1) *count = item;",
-            title="run_length_encode", **scan_options)
+            dtype, arguments=f"const {c} *x, {c} *values, long long *counts, long long *count",
+            input_expr=f"{_RUN_HEAD} ? scan_t{{1, i}} : scan_t{{0, 0}}",
+            output_statement="if (item.runs != prev_item.runs) values[prev_item.runs] = x[i];"
+                             " if (i == n - 1 || x[i + 1] != x[i])"
+                             " counts[item.runs - 1] = i + 1 - item.head;"
+                             " if (i == n - 1) *count = item.runs;",
+            title="run_length_encode", scan_dtype=_RUNS, operator=_RUNS_AND_LATEST_HEAD,
+            **scan_options)
 
     def __call__(self, x, *, stream=None):
         call = Call(stream, {"x": x})
         check_array("x", call.views["x"], self.dtype)
         n = call.views["x"].size
-        (values, values_view), (starts, starts_view), (ends, ends_view) = (
-            call.empty((n,), self.dtype), call.empty((n,), np.int64), call.empty((n,), np.int64))
-        count = self._launch(call, [call.views["x"], values_view, starts_view, ends_view], n,
-                             False)
+        (values, values_view), (counts, counts_view) = (
+            call.empty((n,), self.dtype), call.empty((n,), np.int64))
+        count = self._launch(call, [call.views["x"], values_view, counts_view], n, False)
         runs = self._read(count, call.stream)
-        if runs == 0:  # pycuda neither slices nor subtracts empty arrays
-            return values, call.empty((0,), np.int64)[0]
-        # The subtraction runs on the array library's own stream; the read above already
-        # waited for the kernel.
-        return _leading(values, runs), _leading(ends, runs) - _leading(starts, runs)
+        return _leading(values, runs), _leading(counts, runs)
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------

@@ -31,10 +31,16 @@ def test_kernels_hold_their_hooks(dtype):
     assert "!(flags[i] != 0)" in rejected.source
     assert "last_item + (i - prev_item)" in part.source
     assert part.kernel.plan(1 << 24).strategy == "reduce_then_scan"
-    assert "x[i] != x[i - 1]" in unique.source and "ends[item - 1] = i + 1" in rle.source
+    assert "x[i] != x[i - 1]" in unique.source
+    assert "counts[item.runs - 1] = i + 1 - item.head" in rle.source
     for primitive in (select, flags, rejected, part, unique, rle):
         assert primitive.dtype == np.dtype(dtype)
+    for primitive in (select, flags, rejected, part, unique):
         assert primitive.kernel.spec.etype.dtype == np.int64  # 64-bit counts
+    # Run-length encoding scans 64-bit (runs started, latest start) pairs, in one kernel.
+    assert rle.kernel.spec.etype.dtype.fields.keys() == {"runs", "head"}
+    assert all(rle.kernel.spec.etype.dtype[f] == np.int64 for f in ("runs", "head"))
+    assert "long long *counts" in rle.source and "long long *ends" not in rle.source
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
