@@ -53,6 +53,11 @@ def cases(n, rng, gpuarray, driver, peers):
     calls = [("scangen.Select(flags)", lambda: select(xg, mg, out=selected)),
              ("scangen.Select(flags), count on device",
               lambda: select(xg, mg, out=selected, count_on_device=True))]
+    # The same with one pass over x (auto takes reduce_then_scan at this size, which reads x
+    # twice): which strategy suits compaction is this row against the first.
+    lookback = scangen.Select(np.float32, flags=np.bool_, strategy="decoupled_lookback")
+    calls.append(("scangen.Select(flags), decoupled_lookback",
+                  lambda: lookback(xg, mg, out=selected)))
     predicate = scangen.Select(np.float32, "x < 0.5f")
     calls.append(("scangen.Select('x < 0.5f')", lambda: predicate(xg, out=selected)))
     if torch is not None:
