@@ -9,6 +9,7 @@ no gathering. ``--check`` first compares, at 2^26, the k-GPU result of a non-com
 scan (last non-zero) with the CPU reference. Run on the GPU host:
 
     python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
+                                   [--task-stream]
 """
 import argparse
 import sys
@@ -60,6 +61,36 @@ def check(client, chunk):
     return same
 
 
+def print_task_stream(client, x, op):
+    """Where one more run's time goes: for each kind of task (Dask's key prefix), how many
+    ran, their summed and longest compute and transfer times, from Dask's task stream."""
+    import collections
+
+    import scangen.dask as sd
+    from distributed import get_task_stream, wait
+
+    with get_task_stream(client) as stream:
+        start = time.time()
+        wait(sd.inclusive_scan(x, op).persist())
+        wall = time.time() - start
+    rows = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # count, compute, max, transfer
+    for task in stream.data:
+        key = task["key"][0] if isinstance(task["key"], tuple) else task["key"]
+        row = rows[str(key).rsplit("-", 1)[0]]
+        row[0] += 1
+        for span in task["startstops"]:
+            seconds = span["stop"] - span["start"]
+            if span["action"] == "compute":
+                row[1] += seconds
+                row[2] = max(row[2], seconds)
+            elif span["action"] == "transfer":
+                row[3] += seconds
+    print(f"  task stream of one run ({wall * 1e3:.1f} ms wall):")
+    for name, (count, compute, longest, transfer) in sorted(rows.items(), key=lambda r: -r[1][1]):
+        print(f"    {name:40} {count:4} tasks  compute {compute * 1e3:8.2f} ms "
+              f"(longest {longest * 1e3:6.2f})  transfer {transfer * 1e3:7.2f} ms")
+
+
 _START = time.perf_counter()
 
 
@@ -76,6 +107,9 @@ def main(argv=None):
     parser.add_argument("--operator", default="add", choices=["add", "last_nonzero"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--task-stream", action="store_true",
+                        help="after the timings, one more run with Dask's task stream: "
+                             "compute and transfer time per kind of task")
     args = parser.parse_args(argv)
 
     import scangen.dask as sd
@@ -100,6 +134,8 @@ def main(argv=None):
                 progress(f"run {run}: {seconds:.3f} s" + (" (compiles)" if run == 0 else ""))
                 best = min(best, seconds)
                 del result
+            if args.task_stream:
+                print_task_stream(client, x, operator(args.operator))
             del x
             base = base or best
             rows.append((gpus, best, base / best))
