@@ -6,10 +6,12 @@ LEFT (the earlier operand), so operators that are not commutative stay correct. 
 do the device work, both ScanKernel clients:
 
 * :class:`CarryScan` scans a chunk with its carry read from device memory (a one-element
-  array) and writes the next carry there: a chunked scan reads and writes each element once,
-  and chunk after chunk on one stream needs no trip to the host for the carry.
-* :class:`ChunkTotal` reduces a chunk to its total (reads it once, writes one element): the
-  first pass of a reduce-then-scan over chunks that live apart (Dask blocks).
+  array) and writes the next carry there, so chunk after chunk on one stream needs no trip
+  to the host for the carry (each element is written once, and read once in a single pass,
+  twice where `auto` takes reduce-then-scan, from 16 MiB).
+* :class:`ChunkTotal` reduces a chunk to its total (writes one element; reads the chunk as
+  CarryScan does): the first pass of a reduce-then-scan over chunks that live apart (Dask
+  blocks).
 
 Backends give the same two operations (plus the plain scan of the chunk totals) for a
 scheduler to call: :class:`GPUBackend` runs these kernels; :class:`ReferenceBackend` computes
@@ -94,7 +96,7 @@ class CarryScan:
 
 class ChunkTotal:
     """The total ``x0 op ... op x(n-1)`` of a chunk of at least one element, written to a
-    one-element array: the scan machinery reads the chunk once and only the last index
+    one-element array: the scan machinery runs over the chunk and only the last index
     writes."""
 
     def __init__(self, dtype, operator, **options):

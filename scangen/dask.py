@@ -3,12 +3,14 @@ with dask-cuda) or host numpy arrays (each chunk copied to its worker's GPU and 
 
 The composition (Dask schedules it; scangen scans each chunk where it lives):
 
-1. the total of each non-empty chunk (scangen.chunked.ChunkTotal: one read of the chunk);
+1. the total of each non-empty chunk (scangen.chunked.ChunkTotal);
 2. one exclusive scan of those totals, in chunk order, with the operator itself: the carry
    of chunk k is t0 op ... op t(k-1), earlier totals on the left, so operators that are not
    commutative stay correct (a small task: one element per chunk);
 3. the scan of each chunk with its carry combined first, in the same kernel
-   (scangen.chunked.CarryScan): each element is read twice in all and written once.
+   (scangen.chunked.CarryScan). Chunks under 16 MiB are read twice in all and written once
+   (single-pass kernels); larger ones four times, as `auto` scans them with reduce-then-scan,
+   whose two passes each read the chunk (the total's second pass writes only one element).
 
 The result is a dask.array with the input's chunks. Empty chunks contribute nothing and get
 an empty result. ``backend=`` picks who computes: scangen.chunked.GPUBackend (the default) or
