@@ -230,7 +230,9 @@ def test_python_dash_m_scangen():
                                            ("tune_single_pass.py", "--first-wait"),
                                            ("tune_single_pass.py", "--shapes"),
                                            ("per_call_overhead.py", "--calls"),
-                                           ("primitives.py", "--cub")])
+                                           ("primitives.py", "--cub"),
+                                           ("dask_scan.py", "--task-stream"),
+                                           ("out_of_core.py", "--budget-gib")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,
