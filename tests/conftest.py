@@ -39,3 +39,25 @@ def rng(request):
     """A seeded generator per test, so a failure can be replayed."""
     seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="K/N",
+                     help="run only every N-th collected test starting at K (0 <= K < N), so "
+                          "N processes can share a run, e.g. GPU tests whose first use of each "
+                          "kernel compiles it: --shard 0/3, --shard 1/3, --shard 2/3")
+
+
+def pytest_collection_modifyitems(config, items):
+    shard = config.getoption("--shard")
+    if shard is None:
+        return
+    try:
+        k, n = (int(part) for part in shard.split("/"))
+        if not 0 <= k < n:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"--shard {shard}: give K/N with 0 <= K < N") from None
+    config.hook.pytest_deselected(items=[item for index, item in enumerate(items)
+                                         if index % n != k])
+    items[:] = [item for index, item in enumerate(items) if index % n == k]
