@@ -121,36 +121,47 @@ _COMPLEX = {"+": "scan_t{a.re + b.re, a.im + b.im}",
             "*": "scan_t{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re}"}
 
 
-def _wrapping(symbol: str) -> Callable[[ElementType], str]:
+# The built-ins spell themselves per type through these small callables rather than
+# closures: they compare and hash by value and pickle by value, so an operator copied into
+# another process (a Dask worker) equals the original, and caches keyed by operator (the
+# compiled kernels) find it there. A closure would come back as a new, unequal function.
+
+@dataclass(frozen=True)
+class _Wrapping:
     """Integer add/mul computed in an unsigned type: wraps like numpy, no signed overflow UB."""
 
-    def spell(etype: ElementType) -> str:
+    symbol: str
+
+    def __call__(self, etype: ElementType) -> str:
         if etype.is_complex:
-            return _COMPLEX[symbol]
+            return _COMPLEX[self.symbol]
         if etype.is_float:
-            return f"a {symbol} b"
+            return f"a {self.symbol} b"
         wide = etype.wrap_c_name
-        return f"({etype.c_name})(({wide})a {symbol} ({wide})b)"
-
-    return spell
+        return f"({etype.c_name})(({wide})a {self.symbol} ({wide})b)"
 
 
-def _bitwise(symbol: str) -> Callable[[ElementType], str]:
-    # The cast undoes C's promotion of 8/16-bit operands to int.
-    return lambda etype: f"({etype.c_name})(a {symbol} b)"
+@dataclass(frozen=True)
+class _Bitwise:
+    """A bitwise operator; the cast undoes C's promotion of 8/16-bit operands to int."""
+
+    symbol: str
+
+    def __call__(self, etype: ElementType) -> str:
+        return f"({etype.c_name})(a {self.symbol} b)"
 
 
-ADD = Operator(_wrapping("+"), 0, name="add", reference=np.add, scalar_only=True)
-MUL = Operator(_wrapping("*"), 1, name="mul", reference=np.multiply, scalar_only=True)
+ADD = Operator(_Wrapping("+"), 0, name="add", reference=np.add, scalar_only=True)
+MUL = Operator(_Wrapping("*"), 1, name="mul", reference=np.multiply, scalar_only=True)
 MIN = Operator("b < a ? b : a", ElementType.highest, name="min", reference=np.minimum,
                scalar_only=True, real_only=True)
 MAX = Operator("a < b ? b : a", ElementType.lowest, name="max", reference=np.maximum,
                scalar_only=True, real_only=True)
-BIT_AND = Operator(_bitwise("&"), ElementType.all_ones, name="bit_and",
+BIT_AND = Operator(_Bitwise("&"), ElementType.all_ones, name="bit_and",
                    reference=np.bitwise_and, integer_only=True, scalar_only=True)
-BIT_OR = Operator(_bitwise("|"), 0, name="bit_or", reference=np.bitwise_or, integer_only=True,
+BIT_OR = Operator(_Bitwise("|"), 0, name="bit_or", reference=np.bitwise_or, integer_only=True,
                   scalar_only=True)
-BIT_XOR = Operator(_bitwise("^"), 0, name="bit_xor", reference=np.bitwise_xor,
+BIT_XOR = Operator(_Bitwise("^"), 0, name="bit_xor", reference=np.bitwise_xor,
                    integer_only=True, scalar_only=True)
 
 BUILTIN_OPERATORS: dict[str, Operator] = {

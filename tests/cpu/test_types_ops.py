@@ -4,6 +4,7 @@ Literals are checked by value: a small parser reads back the C text the table em
 literal that is spelled differently but means the same passes, and one that means something
 else (or would overflow in C) fails.
 """
+import pickle
 import re
 import struct
 import subprocess
@@ -442,3 +443,18 @@ def test_ml_dtypes_is_imported_only_for_its_own_dtypes():
 def test_the_name_bfloat16_is_ml_dtypes_type():
     assert element_type("bfloat16").dtype == BFLOAT16
     assert element_type("bfloat16") == element_type(BFLOAT16)
+
+
+@pytest.mark.parametrize("op", [*BUILTIN_OPERATORS.values(), LAST_NONZERO,
+                                Operator("b != 0 ? b : a", 0, name="user")],
+                         ids=lambda op: op.name)
+def test_operators_survive_pickling_equal(op):
+    """A copy in another process (a Dask worker unpickling its task) equals the original
+    and hashes alike, so caches keyed by operator (compiled kernels) find it again."""
+    copy = pickle.loads(pickle.dumps(op))
+    assert copy == op and hash(copy) == hash(op)
+    for dtype in ("int8", "uint32", "float32", "complex64"):
+        etype = element_type(dtype)
+        if callable(op.expression) and (not op.integer_only or etype.is_integer) and \
+                (not etype.is_complex or op.name in ("add", "mul")):
+            assert copy.expression(etype) == op.expression(etype)
