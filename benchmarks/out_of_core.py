@@ -7,8 +7,9 @@ replaced by a device-to-device copy: the same host staging copies, pinned buffer
 and waits, so the difference is what the scan costs on top of moving the data. A third line
 is a plain loop of synchronous copies of each chunk to the GPU and back, from and to the
 (pageable) host array. A fourth is the bare pinned transfer rate for context: ``--gib`` of
-uploads and as much of downloads, on two streams at once, without host staging copies. Rates are GB/s of the array (each
-byte goes up and comes back). Data creation is not timed. Run on the GPU host:
+uploads and as much of downloads, on two streams at once, without host staging copies.
+Rates are GB/s of the array (each byte goes up and comes back). Data creation is not timed.
+Run on the GPU host:
 
     python benchmarks/out_of_core.py [--gib 32] [--budget-gib 2] [--dtype float32] [--slots 2]
 """

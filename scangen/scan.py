@@ -167,7 +167,8 @@ class Scan:
         return out
 
     def _check_arrays(self, x, out, in_place):
-        """Views (scangen.interop) of the input and of out (None: a new one)."""
+        """Check the views (scangen.interop) of the input and of out (None: a new one) against
+        this scan's dtypes, each other's shape, and overlap; raise a clear error."""
         if x.dtype != self.input_dtype:
             raise TypeError(f"x has dtype {x.dtype}, but this scan was built for "
                             f"{self.input_dtype}: build Scan({x.dtype.name!r}, ...) or convert "

@@ -314,22 +314,25 @@ def batch_bfloat16():
 
 
 def batch_status_16_byte_words():
-    """Tuning.status_16_byte_words: every value of 5 to 8 bytes (64-bit scalars, complex64,
-    a 6-byte struct, a float32 segmented scan's (value, head) pair) on both single-pass
-    strategies, its tile status one 16-byte word per tile."""
-    wide = Tuning(status_16_byte_words=True)
+    """Both tile-status layouts of values of 5 to 8 bytes (Tuning.status_16_byte_words: one
+    16-byte word per tile, the default, or a flag word and value slots) for 64-bit scalars,
+    complex64, a 6-byte struct and a float32 segmented scan's (value, head) pair, on both
+    single-pass strategies."""
     modes = itertools.cycle(MODES)
     triple = np.dtype([("a", np.int16), ("b", np.int16), ("c", np.int16)])
     sums = Operator("scan_t{(short)(a.a + b.a), (short)(a.b + b.b), (short)(a.c + b.c)}",
                     (0, 0, 0), name="triple_sums")
     entries = []
-    for strategy in SINGLE_PASS:
-        entries += [scan(dtype, op, next(modes), strategy=strategy, tuning=wide)
-                    for dtype, op in [("int64", LAST_NONZERO), ("uint64", "add"),
-                                      ("float64", "max"), ("complex64", "mul"),
-                                      (triple, sums)]]
-        entries.append(scan_kernel("segmented", "float32", LAST_NONZERO, SEGMENTED,
-                                   strategy=strategy, tuning=wide))
+    for strategy, sixteen in itertools.product(SINGLE_PASS, (True, False)):
+        layout = Tuning(status_16_byte_words=sixteen)
+        these = [scan(dtype, op, next(modes), strategy=strategy, tuning=layout)
+                 for dtype, op in [("int64", LAST_NONZERO), ("uint64", "add"),
+                                   ("float64", "max"), ("complex64", "mul"), (triple, sums)]]
+        these.append(scan_kernel("segmented", "float32", LAST_NONZERO, SEGMENTED,
+                                 strategy=strategy, tuning=layout))
+        for entry in these:
+            entry.label += " 16-byte status" if sixteen else " split status"
+        entries += these
     return entries
 
 

@@ -150,11 +150,10 @@ def model_plan(kernel_spec, n):
         tiles = model.tiles = ceil_div(n, section)
         # epoch, flag and value in one 64-bit word, or (where the tuning asks) one 16-byte
         # word for values of 5 to 8 bytes
-        wide = spec.tuning.status_16_byte_words and acc <= 8
-        packed = acc <= 4 or wide
+        sixteen = spec.tuning.status_16_byte_words and 4 < acc <= 8
+        packed = acc <= 4 or sixteen
         model.temporaries["ticket"] = (8, True)
-        model.temporaries["status"] = (tiles * (16 if wide and acc > 4 else 8 if packed else 4),
-                                       True)
+        model.temporaries["status"] = (tiles * (16 if sixteen else 8 if packed else 4), True)
         values = NULL
         if not packed:  # a 32-bit flag per tile, two value slots (aggregate, prefix)
             assert acc % 8 == 0

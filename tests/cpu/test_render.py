@@ -463,8 +463,7 @@ def test_tile_warp_runs_only_where_it_applies(strategy, algorithm, section, item
     options = dict(strategy=strategy, algorithm=algorithm, section_size=section,
                    items_per_thread=items)
     plain = Scan("float32", "add", **options)
-    runs = Scan("float32", "add", tuning=Tuning(tile_warp_runs=True),
-                        **options)
+    runs = Scan("float32", "add", tuning=Tuning(tile_warp_runs=True), **options)
     applies = (strategy in ("auto", "chained", "decoupled_lookback")
                and algorithm == "warp_shuffle" and runs.spec.block_size % 32 == 0)
     assert runs.spec.uses_warp_runs == (algorithm == "warp_shuffle"

@@ -418,7 +418,7 @@ def assert_scan_equal(got, want, dtype, n):
 
 
 __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
-           "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "DTYPES",
+           "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
            "exact_affine_pairs", "expected", "FakeDeviceArray", "flipped", "kind", "MODES",
            "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
            "poison_values", "poisoned", "precompile", "random_chunks", "random_input",
