@@ -12,7 +12,8 @@ and new/baseline (below 1: the current checkout is faster).
 Small scans are bound by the host, and two processes (or two starts of the machine) can
 differ by 20% on the same code. ``--same-process`` instead imports the baseline package
 under another name (``scangen_baseline``) beside the current one and times both in one
-process, alternating batch by batch on the same arrays:
+process, alternating batch by batch on the same arrays (each round starting with the next
+side, so none always runs first):
 
     python3 benchmarks/before_after.py --baseline .baseline --same-process \
         --sizes 2^10 2^14 2^20 2^24 [--dtype float32] [--op add] [--strategy auto]
@@ -125,9 +126,12 @@ def same_process(checkout: Path, rounds: int, json_path, argv) -> int:
         calls = {name: (lambda scan=scan: scan(x, out=y)) for name, scan in sides.items()}
         calls["copy"] = lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, x.nbytes)
         times = {name: [] for name in calls}
+        order = list(calls)
         for _ in range(max(rounds, 1)):
-            for name, call in calls.items():
-                times[name].append(timer.seconds_per_call(call, 2 * x.nbytes))
+            # Each round starts with a different side, so no side always runs first.
+            for name in order:
+                times[name].append(timer.seconds_per_call(calls[name], 2 * x.nbytes))
+            order = order[1:] + order[:1]
         median = {name: statistics.median(t) for name, t in times.items()}
         base, new, copy = median["baseline"], median["new"], median["copy"]
         rows.append(dict(n=n, baseline_s=base, new_s=new, copy_s=copy, ratio=new / base))

@@ -6,7 +6,7 @@ import pytest
 
 import scangen
 from scangen import compile as scan_compile
-from scangen.primitives.radix import KEY_DTYPES, RadixModule, digit_offsets_scan
+from scangen.primitives.radix import KEY_DTYPES, MAX_DIGIT_BITS, RadixModule, digit_offsets_scan
 
 from tests.support import digits, precompile
 
@@ -197,8 +197,9 @@ def test_bad_input(gpu):
         scangen.radix_sort(keys, begin_bit=9, end_bit=8)
     with pytest.raises(ValueError, match="expected 10"):
         scangen.radix_sort(keys, gpu.to_gpu(np.ones(9, np.float32)))
-    with pytest.raises(ValueError, match="1..8 bits"):
-        scangen.radix_digit_offsets(keys, 0, bits=0)
+    for bits in (0, MAX_DIGIT_BITS + 1):
+        with pytest.raises(ValueError, match=f"a digit has 1..{MAX_DIGIT_BITS} bits"):
+            scangen.radix_digit_offsets(keys, 0, bits=bits)
     with pytest.raises(ValueError, match="range"):
         scangen.histogram(keys, 4, (3, 1))
     with pytest.raises(TypeError, match="must be a pycuda GPUArray or another CUDA array"):
