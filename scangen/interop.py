@@ -273,6 +273,8 @@ class Call:
     __slots__ = ("kind", "like", "stream", "views", "_default_stream")
 
     def __init__(self, stream, arrays: dict, writes=()):
+        if stream is None and self._own_views(arrays):
+            return
         # One pass, as this runs on every call: the first array decides the kind and the
         # stream (which a DLPack view needs), every later one must be of the same kind.
         kind = like = first = None
@@ -305,6 +307,25 @@ class Call:
             kind, self._default_stream = PYCUDA, stream is None
             stream = as_stream(stream)
         self.kind, self.like, self.stream, self.views = kind, like, stream, views
+
+    def _own_views(self, arrays: dict) -> bool:
+        """The common case of a small scan on a path of its own (the general one costs
+        about 0.6 us more a call): packed 1-D pycuda GPUArrays on the default stream are
+        their own views. False, having set nothing, for anything else."""
+        like = None
+        for value in arrays.values():
+            if value is None:
+                continue
+            if _KIND_OF_TYPE.get(type(value)) is not PYCUDA or len(value.shape) != 1 or \
+                    (value.strides[0] != value.dtype.itemsize and value.shape[0] > 1):
+                return False
+            if like is None:
+                like = value
+        if like is None:
+            return False
+        self.kind, self.like, self.stream, self.views = PYCUDA, like, None, dict(arrays)
+        self._default_stream = True
+        return True
 
     def empty(self, shape, dtype):
         """``(native, view)``: a new array of the call's kind, and the view kernels write."""
