@@ -96,7 +96,9 @@ def cases(n, rng, gpuarray, driver, peers):
     rg = gpuarray.to_gpu(runs)
     unique, rle = scangen.Unique(np.int32), scangen.RunLengthEncode(np.int32)
     unique_out = gpuarray.empty(n, np.int32)
-    calls = [("scangen.Unique", lambda: unique(rg, out=unique_out))]
+    unique_lookback = scangen.Unique(np.int32, strategy="decoupled_lookback")
+    calls = [("scangen.Unique", lambda: unique(rg, out=unique_out)),
+             ("scangen.Unique, decoupled_lookback", lambda: unique_lookback(rg, out=unique_out))]
     rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg))]
     if torch is not None:
         tr = torch.from_numpy(runs).cuda()
@@ -153,6 +155,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cub", action="store_true",
                         help="also time CUB's primitives (benchmarks/cub_primitives.cu, built "
                              "with the nvcc on PATH; rows after scangen's)")
+    parser.add_argument("--only", nargs="+", metavar="WORD",
+                        help="time only the primitives whose name holds one of these words")
     args = parser.parse_args(argv)
 
     from scangen.compile import current_context, require_pycuda
@@ -169,6 +173,8 @@ def main(argv=None) -> int:
     results = []
     for n in args.sizes:
         for primitive, n_bytes, calls in cases(n, rng, gpuarray, driver, peers):
+            if args.only and not any(word in primitive for word in args.only):
+                continue
             source = gpuarray.empty(max(n_bytes // 2, 1), np.uint8)
             target = gpuarray.empty_like(source)
             copy = ("copy of the same bytes",

@@ -14,7 +14,8 @@ import numpy as np
 
 from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
 from .kernels import FAMILIES
-from .spec import ScanSpec, make_spec
+from .ops import resolve_operator
+from .spec import WARP_SIZE, ScanSpec, make_spec
 from .types import element_type
 from .strategies import Strategy, strategy_for
 from .usercode import check_code, strip_literals_and_comments
@@ -39,6 +40,8 @@ class Hooks:
     #: The last argument is ``scangen_initial``, combined first (in scan order) into every
     #: item, prev_item and last_item.
     initial: bool = False
+    #: ``input_expr`` is 0 or 1 everywhere and the scan adds integers: it counts.
+    counts: bool = False
 
     @property
     def uses_last_item(self) -> bool:
@@ -56,7 +59,7 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
-               is_segment_start_expr=None, reverse=False, initial_type=None):
+               is_segment_start_expr=None, reverse=False, initial_type=None, counts=False):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
     ``scangen_initial`` argument that carries an initial value."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
@@ -80,7 +83,8 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         raw = None if initial_type.c_name in C_SCALARS else initial_type
         parsed += (Argument(INITIAL_ARGUMENT, initial_type.c_name, value_type=raw),)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
-                 is_segment_start_expr, bool(reverse), initial_type is not None)
+                 is_segment_start_expr, bool(reverse), initial_type is not None,
+                 bool(counts))
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,20 @@ class KernelSpec:
         self.strategy  # raises if the strategy cannot serve the hooks (last_item)
         if self.scan.segmented != (self.hooks.is_segment_start_expr is not None):
             raise ValueError("a segmented spec needs is_segment_start_expr, and only it")
+        if self.hooks.counts:
+            scan = self.scan
+            if scan.etype.dtype.kind not in "iu" or scan.operator != resolve_operator("add") \
+                    or scan.segmented:
+                raise ValueError(
+                    f"counts=True counts with add over an integer type, without segments; "
+                    f"this kernel scans {scan.etype.name} with {scan.operator.name!r}"
+                    f"{' in segments' if scan.segmented else ''}")
+
+    @property
+    def counts_by_ballots(self) -> bool:
+        """Whether the user-io kernels count with warp ballots (counts=True, blocks of whole
+        warps); otherwise the 0s and 1s are scanned as values, with the same results."""
+        return self.hooks.counts and self.scan.block_size % WARP_SIZE == 0
 
     @property
     def strategy(self) -> Strategy:
@@ -163,6 +181,11 @@ class ScanKernel:
         and ``last_item``: inclusive ``initial op x0 op ...``, and ``prev_item`` at the
         start is ``initial``. It may be given again per call (``k(..., initial=v)``), e.g.
         the carry of a chunked scan. Not yet with ``is_segment_start_expr``.
+    counts:
+        True when ``input_expr`` is 0 or 1 at every index and the scan adds integers: the
+        scan counts where a condition holds (a compaction's places). Blocks then count with
+        warp ballots instead of scanning values, which is much cheaper; a value other than
+        0 or 1 counts as 1. Refused for other types, operators and segmented scans.
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 
@@ -176,11 +199,12 @@ class ScanKernel:
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
                  preamble="", is_segment_start_expr=None, reverse=False, initial=None,
-                 algorithm=None, section_size=None, items_per_thread=None, strategy="auto",
-                 tuning=None, title="ScanKernel"):
+                 counts=False, algorithm=None, section_size=None, items_per_thread=None,
+                 strategy="auto", tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
-                           is_segment_start_expr, reverse, None if initial is None else etype)
+                           is_segment_start_expr, reverse, None if initial is None else etype,
+                           counts)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
                          segmented=is_segment_start_expr is not None)

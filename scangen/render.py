@@ -110,6 +110,7 @@ def template_context(kernel_spec) -> dict:
         preamble=hooks.preamble,
         arguments=[a.declaration for a in hooks.arguments],
         input_expr=hooks.input_expr,
+        counts=kernel_spec.counts_by_ballots,
         segmented=spec.segmented,
         reverse=hooks.reverse,
         initial=hooks.initial,

@@ -43,15 +43,17 @@ def _predicate_preamble(c_type: str, predicate: str) -> str:
 
 class _Compaction:
     """What the compaction classes share: one ScanKernel, argument checks, the count.
-    The kernel scans int64 counts with add, unless a class scans something richer
-    (``scan_dtype`` and ``operator``, as run-length encoding does)."""
+    The kernel counts (int64, ScanKernel counts=True: its input is 0 or 1), unless a class
+    scans something richer (``scan_dtype`` and ``operator``, as run-length encoding does)."""
 
     def __init__(self, dtype, *, arguments, input_expr, output_statement, preamble="",
                  title, scan_dtype=np.int64, operator="add", **scan_options):
         self.etype = element_type(dtype)
+        counts = scan_dtype == np.int64 and operator == "add"  # kept or not: ballots count
         self.kernel = ScanKernel(scan_dtype, operator, arguments=arguments,
                                  input_expr=input_expr, output_statement=output_statement,
-                                 preamble=preamble, title=title, **scan_options)
+                                 preamble=preamble, title=title, counts=counts,
+                                 **scan_options)
         self._count = None
 
     @property

@@ -239,3 +239,37 @@ def test_argument_names_of_scangens_own_parameters_are_refused(name):
 def test_a_title_stays_on_its_comment_line():
     kernel = compaction(title="compaction\nof x  ")
     assert kernel.source.splitlines()[0].startswith("// scangen: compaction of x;")
+
+
+# --- counts=True: compaction places counted with warp ballots ------------------------------
+
+def test_counting_kernels_count_with_ballots_in_every_user_body():
+    kernel = compaction(counts=True, strategy="auto")
+    assert kernel.kernel_spec.counts_by_ballots
+    assert kernel.kernel_spec != compaction().kernel_spec
+    source = kernel.source
+    for body in ("scan_one_section", "reduce_sections", "scan_seeded", "scan_tiles"):
+        assert f"void {body}(const UserIO &io" in source, body
+    assert "load_ballots" in source and "load_ballots" not in compaction().source
+    # Blocks of less than a warp scan the 0s and 1s as values.
+    narrow = compaction(counts=True, section_size=32, items_per_thread=2)
+    assert not narrow.kernel_spec.counts_by_ballots and "load_ballots" not in narrow.source
+
+
+@pytest.mark.parametrize("dtype,operator,segments", [
+    (np.float32, "add", None), (np.int64, "max", None), (np.int64, "add", "i % 7 == 0")])
+def test_counts_needs_integer_add_without_segments(dtype, operator, segments):
+    with pytest.raises(ValueError, match="counts=True counts with add over an integer type"):
+        scangen.ScanKernel(dtype, operator, arguments="const float *x, scan_t *out",
+                           input_expr="x[i] > 0 ? 1 : 0", output_statement="out[i] = item;",
+                           is_segment_start_expr=segments, counts=True)
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("strategy", ["auto", "hierarchical", "reduce_then_scan", "chained",
+                                      "decoupled_lookback"])
+def test_counting_modules_compile(strategy):
+    compaction(counts=True, strategy=strategy).check_compile()
+    scangen.ScanKernel(np.uint32, "add", arguments="const int *x, scan_t *out",
+                       input_expr="x[i] & 1", output_statement="out[i] = prev_item;",
+                       counts=True, reverse=True, initial=3, strategy=strategy).check_compile()
