@@ -59,6 +59,9 @@ class Argument:
     c_type: str
     pointer: bool = False
     const: bool = False
+    #: A pointer declared ``__restrict__`` (after the ``*``): it shares no memory with the
+    #: other arguments, so the compiler may move its loads past stores through them.
+    restrict: bool = False
     #: The element type (scangen.types) of a by-value argument whose C type is no C scalar:
     #: a struct, complex or bfloat16 initial value. It is passed as its bytes.
     value_type: object = None
@@ -67,7 +70,8 @@ class Argument:
     def declaration(self) -> str:
         """The C declaration, e.g. ``const float *x``."""
         const = "const " if self.const else ""
-        return f"{const}{self.c_type} *{self.name}" if self.pointer else \
+        restrict = "__restrict__ " if self.restrict else ""
+        return f"{const}{self.c_type} *{restrict}{self.name}" if self.pointer else \
             f"{const}{self.c_type} {self.name}"
 
     @property
@@ -121,10 +125,15 @@ def _parse_one(piece: str) -> Argument:
     if name in RESERVED_NAMES or name.startswith("scangen_"):
         raise ArgumentError(f"argument name {name!r} is reserved (scangen uses it inside the "
                             f"kernel); reserved: {', '.join(sorted(RESERVED_NAMES))}")
+    restrict = False
+    if stars:
+        after_star = words[words.index("*") + 1:-1]
+        if any(w not in ("restrict", "__restrict__") for w in after_star):
+            raise ArgumentError(f"cannot parse argument {piece!r}")
+        restrict = bool(after_star)
+        words = words[:words.index("*") + 1] + words[-1:]
     type_words = [w for w in words[:-1] if w != "*"]
     const = "const" in type_words
-    if stars and words[-2] != "*":
-        raise ArgumentError(f"cannot parse argument {piece!r}")
     c_type = " ".join(w for w in type_words if w not in _QUALIFIERS)
     if not c_type or not all(_IDENTIFIER.match(w) for w in c_type.split()):
         raise ArgumentError(f"cannot parse argument {piece!r}: no type before {name!r}")
@@ -132,7 +141,7 @@ def _parse_one(piece: str) -> Argument:
         raise ArgumentError(
             f"argument {piece!r}: scalar arguments must have one of the types "
             f"{', '.join(C_SCALARS)}; pass other data through a pointer")
-    return Argument(name, c_type, pointer=bool(stars), const=const)
+    return Argument(name, c_type, pointer=bool(stars), const=const, restrict=restrict)
 
 
 def c_parameters(arguments) -> str:

@@ -77,10 +77,12 @@ class _Compaction:
         check_array(name, out, self.dtype)
         if out.size < n:
             raise ValueError(f"{name} has {out.size} elements; it needs room for {n}")
-        x = call.views["x"]
-        if x.size and out.size and overlaps(x, out):
-            # Kept elements move to earlier places that other blocks may still read.
-            raise ValueError(f"{name} overlaps x; compaction cannot work in place")
+        for source in ("x", "flags"):
+            view = call.views.get(source)
+            # Kept elements move to earlier places that other blocks may still read; and
+            # the kernel declares its arrays __restrict__.
+            if view is not None and view.size and out.size and overlaps(view, out):
+                raise ValueError(f"{name} overlaps {source}; compaction cannot work in place")
         return given, out
 
     def _count_buffer(self):
@@ -163,12 +165,12 @@ class Select(_Compaction):
             if self.flags_dtype not in MASK_C_TYPES:
                 raise TypeError(f"flags must be bool or an integer dtype, not {self.flags_dtype}")
             test = "flags[i] != 0"
-            mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *flags, "
+            mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *__restrict__ flags, "
         if not keep:
             test = f"!({test})"
         self.predicate = predicate
-        super().__init__(dtype, arguments=f"const {c} *x, {mask_argument}{c} *out, "
-                                          f"long long *count",
+        super().__init__(dtype, arguments=f"const {c} *__restrict__ x, {mask_argument}"
+                                          f"{c} *__restrict__ out, long long *count",
                          input_expr=f"({test}) ? 1 : 0", output_statement=_SCATTER_KEPT,
                          preamble=preamble, title="select" if keep else "remove_if",
                          **scan_options)
@@ -204,7 +206,7 @@ class Partition(_Compaction):
         c = etype.c_name
         self.predicate = predicate
         super().__init__(
-            dtype, arguments=f"const {c} *x, {c} *out, long long *count",
+            dtype, arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
             input_expr="scangen_keep(x[i], i) ? 1 : 0",
             output_statement="if (item != prev_item) out[prev_item] = x[i];"
                              " else out[last_item + (i - prev_item)] = x[i];"
@@ -226,7 +228,8 @@ class Unique(_Compaction):
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
-        super().__init__(dtype, arguments=f"const {c} *x, {c} *out, long long *count",
+        super().__init__(dtype, arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, "
+                                          "long long *count",
                          input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_SCATTER_KEPT,
                          title="unique", **scan_options)
 
@@ -254,7 +257,8 @@ class RunLengthEncode(_Compaction):
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
         super().__init__(
-            dtype, arguments=f"const {c} *x, {c} *values, long long *counts, long long *count",
+            dtype, arguments=f"const {c} *__restrict__ x, {c} *__restrict__ values, "
+                             "long long *__restrict__ counts, long long *count",
             input_expr=f"{_RUN_HEAD} ? scan_t{{1, i}} : scan_t{{0, 0}}",
             output_statement="if (item.runs != prev_item.runs) values[prev_item.runs] = x[i];"
                              " if (i == n - 1 || x[i + 1] != x[i])"

@@ -256,6 +256,12 @@ def batch_scan_kernels():
                                    algorithm=next(algorithms)))
         entries.append(scan_kernel("affine total", "uint64", AFFINE, AFFINE_TOTAL,
                                    strategy=strategy, algorithm=next(algorithms)))
+    # counting (counts=True): every body that counts, the single pass with no value left
+    for strategy in STRATEGIES:
+        entries.append(scan_kernel("counting compaction", "int64", "add",
+                                   dict(COMPACTION, counts=True), strategy=strategy))
+    entries.append(scan_kernel("counting partition", "int32", "add",
+                               dict(PARTITION, counts=True), strategy="reduce_then_scan"))
     # the defaults, tiny sections, and a last_item kernel with a sub-warp block
     entries.append(scan_kernel("compaction", "int64", "add", COMPACTION))
     entries.append(scan_kernel("compaction", "int32", "add", COMPACTION, algorithm="coarsened",

@@ -26,6 +26,10 @@ def test_arguments_round_trip_to_c_and_launch_format():
     assert launch_format(args) == "PPPidP"
     assert args[0].scalar_dtype == np.float32 and args[5].scalar_dtype is None
     assert parse_arguments("") == () and parse_arguments("  ") == ()
+    # __restrict__ (or restrict) after the star is kept: the compiler may reorder around it
+    restricted = parse_arguments("const float *__restrict__ x, float * restrict out, int k")
+    assert [a.restrict for a in restricted] == [True, True, False]
+    assert c_parameters(restricted) == "const float *__restrict__ x, float *__restrict__ out, int k"
 
 
 @pytest.mark.parametrize("text,message", [
@@ -38,6 +42,7 @@ def test_arguments_round_trip_to_c_and_launch_format():
     ("int n", "argument name 'n' is reserved"),
     ("const int *item", "'item' is reserved"),
     ("int (*f)(int)", "cannot parse"),
+    ("float * const x", "cannot parse"),
 ])
 def test_bad_arguments_name_the_piece(text, message):
     with pytest.raises(ArgumentError, match=message):

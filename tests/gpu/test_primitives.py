@@ -133,6 +133,9 @@ def test_call_validation(gpu):
         scangen.Select(np.float32, "x > 0")(x, out=x)
     with pytest.raises(ValueError, match="out overlaps x"):
         scangen.Unique(np.float32)(x, out=x)
+    mask = gpu.to_gpu(np.ones(40, np.uint8))  # out over the flags' bytes
+    with pytest.raises(ValueError, match="out overlaps flags"):
+        scangen.Select(np.uint8, flags=np.uint8)(mask[:10], mask[20:30], out=mask[25:])
 
 
 def test_select_past_2_to_the_31(gpu):
