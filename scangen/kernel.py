@@ -14,6 +14,7 @@ import numpy as np
 
 from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
 from .kernels import FAMILIES
+from . import tuning as tuning_table
 from .ops import resolve_operator
 from .spec import WARP_SIZE, ScanSpec, make_spec
 from .types import element_type
@@ -185,7 +186,8 @@ class ScanKernel:
         True when ``input_expr`` is 0 or 1 at every index and the scan adds integers: the
         scan counts where a condition holds (a compaction's places). Blocks then count with
         warp ballots instead of scanning values, which is much cheaper; a value other than
-        0 or 1 counts as 1. Refused for other types, operators and segmented scans.
+        0 or 1 counts as 1. Refused for other types, operators and segmented scans. With
+        no section given, the tile is scangen.tuning.COUNTING's.
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 
@@ -202,6 +204,11 @@ class ScanKernel:
                  counts=False, algorithm=None, section_size=None, items_per_thread=None,
                  strategy="auto", tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
+        if counts and section_size is None and items_per_thread is None and \
+                algorithm in (None, tuning_table.DEFAULT_ALGORITHM):
+            shape = tuning_table.COUNTING
+            section_size, items_per_thread = shape.block_size * shape.items_per_thread, \
+                shape.items_per_thread
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
                            counts)

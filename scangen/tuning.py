@@ -35,6 +35,12 @@ def fast_path(itemsize: int) -> TileShape:
     return TileShape(block_size=256, items_per_thread=4)
 
 
+#: Counting scans (ScanKernel counts=True: one bit per element, warp ballots), when the user
+#: names no section. H200, 2026-11-23, Select(flags) of 2^26 float32, half kept, against a
+#: copy of the same bytes (reduce_then_scan): 256x8 64.5%, 128x16 67.7%, 256x16 58.0%,
+#: 128x8 63.6%; decoupled look-back at best 53.4% (256x16).
+COUNTING = TileShape(block_size=128, items_per_thread=16)
+
 #: The algorithm used when the user names none.
 DEFAULT_ALGORITHM = "warp_shuffle"
 

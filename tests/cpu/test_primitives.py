@@ -27,7 +27,8 @@ def test_kernels_hold_their_hooks(dtype):
     c = scangen.ELEMENT_TYPES[np.dtype(dtype)].c_name
     assert f"bool scangen_keep(const {c} x, long long i)" in select.source
     assert "x > 0 && i % 7 != 3" in select.source
-    assert "const bool *flags" in flags.source and "const int *flags" in rejected.source
+    assert "const bool *__restrict__ flags" in flags.source
+    assert "const int *__restrict__ flags" in rejected.source
     assert "!(flags[i] != 0)" in rejected.source
     assert "last_item + (i - prev_item)" in part.source
     assert part.kernel.plan(1 << 24).strategy == "reduce_then_scan"
@@ -37,10 +38,11 @@ def test_kernels_hold_their_hooks(dtype):
         assert primitive.dtype == np.dtype(dtype)
     for primitive in (select, flags, rejected, part, unique):
         assert primitive.kernel.spec.etype.dtype == np.int64  # 64-bit counts
+        assert primitive.kernel.kernel_spec.counts_by_ballots  # counted with ballots
     # Run-length encoding scans 64-bit (runs started, latest start) pairs, in one kernel.
     assert rle.kernel.spec.etype.dtype.fields.keys() == {"runs", "head"}
     assert all(rle.kernel.spec.etype.dtype[f] == np.int64 for f in ("runs", "head"))
-    assert "long long *counts" in rle.source and "long long *ends" not in rle.source
+    assert "long long *__restrict__ counts" in rle.source and "long long *ends" not in rle.source
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
