@@ -54,7 +54,7 @@ class _Compaction:
                                  input_expr=input_expr, output_statement=output_statement,
                                  preamble=preamble, title=title, counts=counts,
                                  **scan_options)
-        self._count = None
+        self._count = self._host_count = None
 
     @property
     def dtype(self) -> np.dtype:
@@ -107,10 +107,17 @@ class _Compaction:
                                          n, call.stream)
         return count
 
-    @staticmethod
-    def _read(count, stream) -> int:
+    def _read(self, count, stream) -> int:
+        """The count in the instance's buffer, after the work queued on ``stream``, through
+        a page-locked host word (a copy into pageable memory goes through a staging buffer
+        and keeps the GPU idle longer between calls)."""
+        import pycuda.driver as driver
+
+        if self._host_count is None:
+            self._host_count = driver.pagelocked_empty(1, np.int64)
         before_host_read(stream)
-        return int(count.get()[0])
+        driver.memcpy_dtoh(self._host_count, count.gpudata)
+        return int(self._host_count[0])
 
     def _compact(self, x, out, stream, count_on_device, *, trimmed):
         """The kernel over x into out: ``(out, count on the device)``, or on the host
