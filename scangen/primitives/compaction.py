@@ -43,18 +43,18 @@ def _predicate_preamble(c_type: str, predicate: str) -> str:
 
 class _Compaction:
     """What the compaction classes share: one ScanKernel, argument checks, the count.
-    The kernel counts (int64, ScanKernel counts=True: its input is 0 or 1), unless a class
-    scans something richer (``scan_dtype`` and ``operator``, as run-length encoding does)."""
+    The kernel counts what it keeps (int64 add of 0s and 1s, ScanKernel counts=True), unless
+    a class gives ``scan=(dtype, operator)``, something richer (as run-length encoding does)."""
 
     def __init__(self, dtype, *, arguments, input_expr, output_statement, preamble="",
-                 title, scan_dtype=np.int64, operator="add", **scan_options):
+                 title, scan=None, **scan_options):
         self.etype = element_type(dtype)
-        counts = scan_dtype == np.int64 and operator == "add"  # kept or not: ballots count
+        scan_dtype, operator = (np.int64, "add") if scan is None else scan
         self.kernel = ScanKernel(scan_dtype, operator, arguments=arguments,
                                  input_expr=input_expr, output_statement=output_statement,
-                                 preamble=preamble, title=title, counts=counts,
+                                 preamble=preamble, title=title, counts=scan is None,
                                  **scan_options)
-        self._count = self._host_count = None
+        self._count = None
 
     @property
     def dtype(self) -> np.dtype:
@@ -107,17 +107,10 @@ class _Compaction:
                                          n, call.stream)
         return count
 
-    def _read(self, count, stream) -> int:
-        """The count in the instance's buffer, after the work queued on ``stream``, through
-        a page-locked host word (a copy into pageable memory goes through a staging buffer
-        and keeps the GPU idle longer between calls)."""
-        import pycuda.driver as driver
-
-        if self._host_count is None:
-            self._host_count = driver.pagelocked_empty(1, np.int64)
+    @staticmethod
+    def _read(count, stream) -> int:
         before_host_read(stream)
-        driver.memcpy_dtoh(self._host_count, count.gpudata)
-        return int(self._host_count[0])
+        return int(count.get()[0])
 
     def _compact(self, x, out, stream, count_on_device, *, trimmed):
         """The kernel over x into out: ``(out, count on the device)``, or on the host
@@ -271,8 +264,7 @@ class RunLengthEncode(_Compaction):
                              " if (i == n - 1 || x[i + 1] != x[i])"
                              " counts[item.runs - 1] = i + 1 - item.head;"
                              " if (i == n - 1) *count = item.runs;",
-            title="run_length_encode", scan_dtype=_RUNS, operator=_RUNS_AND_LATEST_HEAD,
-            **scan_options)
+            title="run_length_encode", scan=(_RUNS, _RUNS_AND_LATEST_HEAD), **scan_options)
 
     def __call__(self, x, *, stream=None):
         call = Call(stream, {"x": x})
