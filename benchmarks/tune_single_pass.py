@@ -8,7 +8,8 @@ the values in scangen/tuning.py. ``--status-16`` sweeps the float64 tile status 
 ``--warp-runs`` sweeps Tuning.tile_warp_runs (tiles moved warp by warp) the same way, on
 float32 and float64, for the tuned tile and 512 threads x 8 items; ``--first-wait`` sweeps
 Tuning.lookback_first_wait_ns with the back-off (CUB's sm90 float32 scan: 1100 ns before the
-first poll, 688 ns between polls). ``--shapes`` and
+first poll, 688 ns between polls); ``--widths 1 2 4`` sweeps Tuning.lookback_tiles_per_lane
+(tiles each look-back lane reads per poll). ``--shapes`` and
 ``--bounds`` replace the tiles and register bounds a sweep tries, e.g.
 ``--warp-runs --shapes 128x16 128x32 256x16 --bounds 512 1024 1536``.
 """
@@ -39,6 +40,8 @@ def main(argv=None):
     parser.add_argument("--first-wait", action="store_true",
                         help="Tuning.lookback_first_wait_ns 0 and 1100, and CUB's fixed "
                              "688 ns between polls")
+    parser.add_argument("--widths", nargs="+", type=int, default=None,
+                        help="Tuning.lookback_tiles_per_lane values to sweep")
     parser.add_argument("--shapes", nargs="+", type=_shape, default=None,
                         help="tiles as THREADSxITEMS, e.g. 128x32 256x16 (default: the tuned "
                              "one, and 512x8 with --warp-runs)")
@@ -65,6 +68,8 @@ def main(argv=None):
     elif args.first_wait:
         knob, values, bounds, shapes = "first_wait", ((0, 8, 256), (1100, 8, 256),
                                                       (1100, 688, 688)), (1536,), [None]
+    elif args.widths:
+        knob, values, bounds, shapes = "lookback_tiles_per_lane", args.widths, (1536,), [None]
     else:
         knob, values, bounds, shapes = "backoff", ((8, 256), (32, 1024)), (256, 1536, 2048), \
             [None]

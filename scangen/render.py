@@ -132,6 +132,7 @@ def template_context(kernel_spec) -> dict:
         backoff_min_ns=spec.tuning.backoff_min_ns,
         backoff_max_ns=spec.tuning.backoff_max_ns,
         first_wait_ns=spec.tuning.lookback_first_wait_ns,
+        lookback_tiles_per_lane=spec.tuning.lookback_width(spec.acc_itemsize),
         ios=sorted({k.io for k in kernels}),
         families=list(dict.fromkeys(k.family.name for k in kernels)),
         kernels=[_kernel_context(k, hooks, spec) for k in kernels],

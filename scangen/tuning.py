@@ -41,6 +41,14 @@ def fast_path(itemsize: int) -> TileShape:
 #: 128x8 63.6%; decoupled look-back at best 53.4% (256x16).
 COUNTING = TileShape(block_size=128, items_per_thread=16)
 
+#: Look-back tiles per lane (Tuning.lookback_tiles_per_lane) by the size of the scanned
+#: value; others read one. H200, 2026-11-23, decoupled look-back, tuned tiles
+#: (benchmarks/tune_single_pass.py --widths), % of copy at 2^24 / 2^28 for 1, 2, 3, 4 tiles:
+#: float32 43.7/43.3, 44.3/45.1, 47.8/48.5, 47.7/50.1 (6: 45.6/48.4, 8: 42.1/44.5);
+#: int32 35.5/36.1, 39.3/41.9, 45.6/45.2, 46.5/49.2; float64 59.0/59.7, 58.1/62.1,
+#: 58.0/60.5, 56.2/58.1 (more registers for wider values under the same register bound).
+LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 4, 8: 2}
+
 #: The algorithm used when the user names none.
 DEFAULT_ALGORITHM = "warp_shuffle"
 
@@ -67,6 +75,11 @@ class Tuning:
     #: polls every 688 ns). 0: poll at once. Not yet measured on a GPU, so 0;
     #: benchmarks/tune_single_pass.py --first-wait sweeps it.
     lookback_first_wait_ns: int = 0
+    #: Tiles each lane of the decoupled look-back's warp reads per poll: a window of 32 x
+    #: this many tiles, all read at once, so a look-back whose nearest published prefix is
+    #: far back (hundreds of tiles run at once) needs fewer round trips. None: by value
+    #: size, from LOOKBACK_TILES_PER_LANE.
+    lookback_tiles_per_lane: int | None = None
     #: The single-pass kernel asks the compiler (second __launch_bounds__ argument) to leave
     #: registers for this many threads per multiprocessor. Measured on an H200, decoupled
     #: look-back, 256 threads x 16 float32 (benchmarks/tune_single_pass.py): unconstrained
@@ -90,6 +103,18 @@ class Tuning:
     #: 49.0% -> 42.9% of copy, at 1024 53.8% -> 55.3%; float64 256x8 47.9% -> 46.0%. Mixed
     #: and mostly a loss at the tuned register bound, so off.
     tile_warp_runs: bool = False
+
+    def __post_init__(self):
+        width = self.lookback_tiles_per_lane
+        if width is not None and (not isinstance(width, int) or not 1 <= width <= 32):
+            raise ValueError(f"Tuning.lookback_tiles_per_lane must be None or an int from 1 "
+                             f"to 32, not {width!r}")
+
+    def lookback_width(self, acc_itemsize: int) -> int:
+        """Tiles per lane of the look-back of acc_itemsize-byte values."""
+        if self.lookback_tiles_per_lane is not None:
+            return self.lookback_tiles_per_lane
+        return LOOKBACK_TILES_PER_LANE.get(acc_itemsize, 1)
 
     def tile_min_blocks(self, block_size: int) -> int:
         """Blocks per multiprocessor for tile_min_threads_per_sm (CUDA allows 1 to 32)."""

@@ -365,6 +365,24 @@ def batch_tile_warp_runs():
     return entries
 
 
+def batch_wide_lookback():
+    """Tuning.lookback_tiles_per_lane: look-back windows of 2 to 32 tiles per lane for 1- to
+    16-byte values (packed and split status), a segmented ScanKernel and a compaction."""
+    modes = itertools.cycle(MODES)
+    entries = [scan(dtype, op, next(modes), strategy="decoupled_lookback",
+                    tuning=Tuning(lookback_tiles_per_lane=width))
+               for (dtype, op), width in zip([("int8", "max"), ("float32", "add"),
+                                              ("int64", LAST_NONZERO), ("uint64", AFFINE),
+                                              ("complex128", "add")], (2, 4, 3, 32, 8))]
+    entries.append(scan_kernel("segmented", "float32", LAST_NONZERO, SEGMENTED,
+                               strategy="decoupled_lookback",
+                               tuning=Tuning(lookback_tiles_per_lane=5)))
+    entries.append(scan_kernel("compaction", "int64", "add", COMPACTION,
+                               strategy="decoupled_lookback",
+                               tuning=Tuning(lookback_tiles_per_lane=4)))
+    return entries
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -376,6 +394,7 @@ BATCHES = {
     "radix_histogram": batch_radix_histogram,
     "status_16_byte_words": batch_status_16_byte_words,
     "tile_warp_runs": batch_tile_warp_runs,
+    "wide_lookback": batch_wide_lookback,
     # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
     **({"bfloat16": batch_bfloat16} if BFLOAT16 is not None else {}),
 }

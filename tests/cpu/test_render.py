@@ -472,3 +472,18 @@ def test_tile_warp_runs_only_where_it_applies(strategy, algorithm, section, item
     assert "emit_runs" not in plain.kernel.source
     if not applies:  # the same text, but for the tuning in nothing at all
         assert runs.kernel.source == plain.kernel.source
+
+
+@pytest.mark.parametrize("dtype,width", [("int8", 4), ("float32", 4), ("float64", 2),
+                                         ("complex128", 1)])
+def test_lookback_width_by_value_size(dtype, width):
+    """The look-back reads scangen.tuning.LOOKBACK_TILES_PER_LANE tiles per lane by value
+    size unless the Tuning names a width; a bad width is refused."""
+    default = Scan(dtype, "add", strategy="decoupled_lookback").kernel.source
+    assert f"LOOKBACK_TILES_PER_LANE = {width};" in default
+    named = Scan(dtype, "add", strategy="decoupled_lookback",
+                 tuning=Tuning(lookback_tiles_per_lane=7)).kernel.source
+    assert "LOOKBACK_TILES_PER_LANE = 7;" in named
+    for bad in (0, 33, 2.0):
+        with pytest.raises(ValueError, match="lookback_tiles_per_lane"):
+            Tuning(lookback_tiles_per_lane=bad)

@@ -9,13 +9,12 @@ import pytest
 import scangen
 from scangen.spec import ALGORITHMS, STRATEGIES
 
-from tests.support import (AFFINE, boundary_sizes, operator, poison_values, precompile,
+from tests.support import (AFFINE, COUNTING_CASES, TOTAL_STRATEGIES, boundary_sizes,
+                           check_counting, counting_kernel, operator, poison_values, precompile,
                            random_input, segmented_reference)
 
 SECTION = 64
 ALL_STRATEGIES = [s for s in STRATEGIES]
-#: Strategies that know the total before their output pass.
-TOTAL_STRATEGIES = ["auto", "hierarchical", "reduce_then_scan"]
 
 
 def compaction(strategy, algorithm=None, section_size=SECTION):
@@ -48,24 +47,6 @@ def partition(strategy, algorithm=None, section_size=SECTION):
         strategy=strategy, algorithm=algorithm, section_size=section_size)
 
 
-def counting(strategy, dtype, section_size, items_per_thread, reverse=False, initial=None):
-    """counts=True: the places of the odd elements, every item, prev_item and (where the
-    strategy knows it) last_item written out."""
-    with_total = strategy in TOTAL_STRATEGIES
-    return scangen.ScanKernel(
-        dtype, "add", arguments="const int *x, scan_t *items, scan_t *prev_items, scan_t *last",
-        input_expr="(x[i] & 1) ? 1 : 0", counts=True, reverse=reverse, initial=initial,
-        output_statement="items[i] = item; prev_items[i] = prev_item;"
-                         + (" if (i == 0) *last = last_item;" if with_total else ""),
-        strategy=strategy, section_size=section_size, items_per_thread=items_per_thread)
-
-
-#: (dtype, section, items per thread, reverse, initial): blocks of one, two and eight warps;
-#: a block of 16 threads (not whole warps: the values are scanned instead of ballots).
-COUNTING_CASES = [("int64", 64, 2, False, None), ("int64", 64, 1, True, None),
-                  ("uint32", 1024, 4, False, 5), ("int32", 256, 1, True, 3),
-                  ("int64", 32, 2, False, None)]
-
 CASES = list(itertools.product(ALL_STRATEGIES, ALGORITHMS))
 #: Segmented scans: 1-, 4- and 8-byte values (2-, 8- and 16-byte pairs: packed and split tile
 #: status), non-commutative operators among them.
@@ -79,7 +60,7 @@ def _compile_in_parallel():
     kernels += [partition(s, a) for s, a in itertools.product(TOTAL_STRATEGIES, ALGORITHMS)]
     kernels += [segmented(s, a, d, operator(o), with_total=s in TOTAL_STRATEGIES)
                 for (s, a), (d, o) in itertools.product(CASES, SEGMENTED_TYPES)]
-    kernels += [counting(s, *case) for s in ALL_STRATEGIES for case in COUNTING_CASES]
+    kernels += [counting_kernel(s, *case) for s in ALL_STRATEGIES for case in COUNTING_CASES]
     precompile(kernels)
 
 
@@ -102,29 +83,7 @@ def test_compaction(gpu, rng, strategy, algorithm):
 @pytest.mark.parametrize("strategy", ALL_STRATEGIES)
 @pytest.mark.parametrize("case", COUNTING_CASES, ids=str)
 def test_counts(gpu, rng, strategy, case):
-    dtype, section, items_per_thread, reverse, initial = case
-    kernel = counting(strategy, *case)
-    assert kernel.kernel_spec.counts_by_ballots == (section // items_per_thread % 32 == 0)
-    for n in boundary_sizes(section, rng, levels=2) + [section ** 2 * 3 + 7]:
-        x = rng.integers(-1000, 1000, n).astype(np.int32)
-        if n > 100:  # a long run of each kind, so whole warps and sections agree
-            x[n // 4: n // 2] = 2 * (x[n // 4: n // 2] // 2)
-            x[n // 2: 3 * n // 4] |= 1
-        items, prev_items, last = (gpu.to_gpu(poison_values(rng, np.dtype(dtype), size))
-                                   for size in (n, n, 1))
-        kernel(gpu.to_gpu(x), items, prev_items, last)
-        odd = (x & 1).astype(dtype)
-        if reverse:
-            odd = odd[::-1]
-        start = np.array([0 if initial is None else initial], dtype)
-        want = scangen.reference_scan(np.concatenate([start, odd]), "add", "inclusive")
-        want_items, want_prev = want[1:], want[:-1]
-        if reverse:
-            want_items, want_prev = want_items[::-1], want_prev[::-1]
-        np.testing.assert_array_equal(items.get(), want_items)
-        np.testing.assert_array_equal(prev_items.get(), want_prev)
-        if strategy in TOTAL_STRATEGIES and n:
-            assert last.get()[0] == want[-1], n
+    check_counting(gpu, rng, strategy, case)
 
 
 @pytest.mark.parametrize("strategy,algorithm", CASES)

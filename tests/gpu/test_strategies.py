@@ -14,8 +14,8 @@ from scangen import LAST_NONZERO
 from scangen.spec import ALGORITHMS, MODES, STRATEGIES
 from scangen.strategies.tile_state import EPOCH_LIMIT
 
-from tests.support import (assert_scan_equal, expected, operator, poisoned, precompile,
-                           random_input, scan_reference, type_operator_pairs)
+from tests.support import (assert_scan_equal, check_scan, operator, precompile, random_input,
+                           scan_reference, type_operator_pairs)
 
 SECTION = 128
 TYPES = [("int32", "add"), ("float64", "last_nonzero"), ("uint8", "max"),
@@ -35,18 +35,6 @@ def _compile_in_parallel():
     precompile(scans)
 
 
-def check(gpu, rng, scan, n, op_name, in_place=False):
-    dtype = scan.dtype
-    x = random_input(rng, dtype, op_name, n)
-    x_gpu = gpu.to_gpu(x)
-    if in_place:
-        out = scan(x_gpu, out=x_gpu)
-    else:
-        out = poisoned(gpu, rng, n, dtype)
-        scan(x_gpu, out=out)
-    assert_scan_equal(out.get(), expected(x, operator(op_name), scan.mode), dtype, n)
-
-
 @pytest.mark.parametrize("strategy,algorithm,mode,types", STRATEGY_MATRIX)
 def test_strategy_matrix(gpu, rng, strategy, algorithm, mode, types):
     dtype, op_name = types
@@ -55,7 +43,7 @@ def test_strategy_matrix(gpu, rng, strategy, algorithm, mode, types):
     for n in sorted({0, 1, SECTION - 1, SECTION, SECTION + 1, 2 * SECTION - 1, 2 * SECTION + 1,
                      33 * SECTION - 1, 33 * SECTION + 1, SECTION ** 2 + 1,
                      int(rng.integers(1, 40 * SECTION))}):
-        check(gpu, rng, scan, n, op_name, in_place=n % 2 == 1)
+        check_scan(gpu, rng, scan, n, op_name, in_place=n % 2 == 1)
 
 
 @pytest.mark.parametrize("mode,dtype,op_name", DEFAULT_MATRIX)
@@ -63,7 +51,7 @@ def test_default_configuration(gpu, rng, mode, dtype, op_name):
     scan = scangen.Scan(dtype, operator(op_name), mode=mode)
     section = scan.spec.section_size
     for n in (1, section - 1, section, section + 1, 5 * section + 3, 1_000_003):
-        check(gpu, rng, scan, n, op_name)
+        check_scan(gpu, rng, scan, n, op_name)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -71,7 +59,7 @@ def test_default_configuration(gpu, rng, mode, dtype, op_name):
 def test_far_beyond_resident(gpu, rng, strategy, dtype, op_name):
     """2^26 + 3 elements: many more tiles than the GPU runs at once."""
     scan = scangen.Scan(dtype, operator(op_name), strategy=strategy)
-    check(gpu, rng, scan, (1 << 26) + 3, op_name)
+    check_scan(gpu, rng, scan, (1 << 26) + 3, op_name)
 
 
 @pytest.mark.parametrize("strategy", ["chained", "decoupled_lookback"])
@@ -82,7 +70,7 @@ def test_long_lookback_chains(gpu, rng, strategy, algorithm, section, items):
     """Tiny sections: hundreds of thousands of tiles, look-back windows narrower than a warp."""
     scan = scangen.Scan(np.int32, LAST_NONZERO, strategy=strategy, algorithm=algorithm,
                         section_size=section, items_per_thread=items)
-    check(gpu, rng, scan, (1 << 22) + 5, "last_nonzero")
+    check_scan(gpu, rng, scan, (1 << 22) + 5, "last_nonzero")
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -90,18 +78,18 @@ def test_many_calls_in_a_row(gpu, rng, strategy):
     """Status and ticket reuse across calls of different sizes, no reset in between."""
     scan = scangen.Scan(np.float64, LAST_NONZERO, strategy=strategy, mode="exclusive")
     for n in rng.integers(1, 3_000_000, 40).tolist() + [5_000_000, 17, 4_000_000]:
-        check(gpu, rng, scan, int(n), "last_nonzero")
+        check_scan(gpu, rng, scan, int(n), "last_nonzero")
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float64"])
 def test_epoch_wrap_around(gpu, rng, dtype):
     """The 30-bit epoch wraps: the status is cleared and results stay right."""
     scan = scangen.Scan(dtype, LAST_NONZERO, strategy="decoupled_lookback")
-    check(gpu, rng, scan, 1_000_000, "last_nonzero")
+    check_scan(gpu, rng, scan, 1_000_000, "last_nonzero")
     (scratch,) = scan.kernel._runtime._scratch.values()
     scratch.epoch = EPOCH_LIMIT - 3
     for _ in range(6):
-        check(gpu, rng, scan, 1_000_000, "last_nonzero")
+        check_scan(gpu, rng, scan, 1_000_000, "last_nonzero")
     assert 1 <= scratch.epoch < 10
 
 
@@ -133,13 +121,13 @@ def test_status_16_byte_words(gpu, rng, strategy, dtype, op_name, sixteen):
     scan = scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=wide,
                         algorithm="warp_shuffle", section_size=64, items_per_thread=2)
     for n in (1, 63, 64, 65, 64 * 33 + 1, (1 << 22) + 5):
-        check(gpu, rng, scan, n, op_name)
+        check_scan(gpu, rng, scan, n, op_name)
     big = scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=wide)
-    check(gpu, rng, big, (1 << 24) + 3, op_name)
+    check_scan(gpu, rng, big, (1 << 24) + 3, op_name)
     (scratch,) = big.kernel._runtime._scratch.values()
     scratch.epoch = EPOCH_LIMIT - 2
     for _ in range(4):
-        check(gpu, rng, big, 1_000_000, op_name)
+        check_scan(gpu, rng, big, 1_000_000, op_name)
     assert 1 <= scratch.epoch < 10
 
 
@@ -153,8 +141,8 @@ def test_lookback_first_wait(gpu, rng, strategy, dtype, op_name):
     tiny = scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=cub_like,
                         algorithm="warp_shuffle", section_size=64, items_per_thread=2)
     for n in (1, 65, 64 * 33 + 1, (1 << 20) + 5):
-        check(gpu, rng, tiny, n, op_name)
-    check(gpu, rng, scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=cub_like),
+        check_scan(gpu, rng, tiny, n, op_name)
+    check_scan(gpu, rng, scangen.Scan(dtype, operator(op_name), strategy=strategy, tuning=cub_like),
           (1 << 24) + 3, op_name)
 
 
@@ -183,7 +171,7 @@ def test_tile_warp_runs(gpu, rng, strategy, dtype, op_name, section, items):
         for n in sorted({1, warp_items - 1, warp_items + 1, tile - 1, tile, tile + 1,
                          3 * tile + warp_items + 5, 40 * tile + 1,
                          int(rng.integers(1, 100 * tile))}):
-            check(gpu, rng, scan, n, op_name, in_place=n % 2 == 1)
+            check_scan(gpu, rng, scan, n, op_name, in_place=n % 2 == 1)
     backward = scangen.Scan(dtype, operator(op_name), mode="exclusive", strategy=strategy,
                             reverse=True, tuning=runs)
     x = random_input(rng, dtype, op_name, 100_003)

@@ -171,6 +171,57 @@ AFFINE_MAPS = dict(arguments="const unsigned int *m, const unsigned int *c, scan
                    output_statement="out[i] = item;")
 
 
+def counting_kernel(strategy, dtype, section_size, items_per_thread, reverse=False,
+                    initial=None, tuning=None):
+    """counts=True: the places of the odd elements, every item, prev_item and (where the
+    strategy knows it) last_item written out; check_counting runs it."""
+    with_total = strategy in TOTAL_STRATEGIES
+    return scangen.ScanKernel(
+        dtype, "add", arguments="const int *x, scan_t *items, scan_t *prev_items, scan_t *last",
+        input_expr="(x[i] & 1) ? 1 : 0", counts=True, reverse=reverse, initial=initial,
+        output_statement="items[i] = item; prev_items[i] = prev_item;"
+                         + (" if (i == 0) *last = last_item;" if with_total else ""),
+        strategy=strategy, section_size=section_size, items_per_thread=items_per_thread,
+        tuning=tuning)
+
+
+#: Strategies that know the total before their output pass.
+TOTAL_STRATEGIES = ["auto", "hierarchical", "reduce_then_scan"]
+#: counting_kernel's (dtype, section, items per thread, reverse, initial): blocks of one, two
+#: and eight warps; a block of 16 threads (not whole warps: values are scanned, not ballots).
+COUNTING_CASES = [("int64", 64, 2, False, None), ("int64", 64, 1, True, None),
+                  ("uint32", 1024, 4, False, 5), ("int32", 256, 1, True, 3),
+                  ("int64", 32, 2, False, None)]
+
+
+def check_counting(gpuarray, rng, strategy, case, tuning=None):
+    """counting_kernel(strategy, *case) against the reference, sizes around its sections,
+    long runs of kept and dropped elements, poisoned outputs."""
+    dtype, section, items_per_thread, reverse, initial = case
+    kernel = counting_kernel(strategy, *case, tuning=tuning)
+    assert kernel.kernel_spec.counts_by_ballots == (section // items_per_thread % 32 == 0)
+    for n in boundary_sizes(section, rng, levels=2) + [section ** 2 * 3 + 7]:
+        x = rng.integers(-1000, 1000, n).astype(np.int32)
+        if n > 100:  # a long run of each kind, so whole warps and sections agree
+            x[n // 4: n // 2] = 2 * (x[n // 4: n // 2] // 2)
+            x[n // 2: 3 * n // 4] |= 1
+        items, prev_items, last = (gpuarray.to_gpu(poison_values(rng, np.dtype(dtype), size))
+                                   for size in (n, n, 1))
+        kernel(gpuarray.to_gpu(x), items, prev_items, last)
+        odd = (x & 1).astype(dtype)
+        if reverse:
+            odd = odd[::-1]
+        start = np.array([0 if initial is None else initial], dtype)
+        want = scangen.reference_scan(np.concatenate([start, odd]), "add", "inclusive")
+        want_items, want_prev = want[1:], want[:-1]
+        if reverse:
+            want_items, want_prev = want_items[::-1], want_prev[::-1]
+        np.testing.assert_array_equal(items.get(), want_items)
+        np.testing.assert_array_equal(prev_items.get(), want_prev)
+        if strategy in TOTAL_STRATEGIES and n:
+            assert last.get()[0] == want[-1], n
+
+
 # --- data --------------------------------------------------------------------------------
 
 def boundary_sizes(section, rng, levels=3):
@@ -425,3 +476,16 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "STATS", "TABLE_LOOKUP",
            "type_operator_pairs", "valid", "VALUE_INDEX", "value_index_input"]
+
+
+def check_scan(gpuarray, rng, scan, n, op_name, in_place=False):
+    """scan of n random values for op_name (into poison, or in place) against expected()."""
+    dtype = scan.dtype
+    x = random_input(rng, dtype, op_name, n)
+    x_gpu = gpuarray.to_gpu(x)
+    if in_place:
+        out = scan(x_gpu, out=x_gpu)
+    else:
+        out = poisoned(gpuarray, rng, n, dtype)
+        scan(x_gpu, out=out)
+    assert_scan_equal(out.get(), expected(x, operator(op_name), scan.mode), dtype, n)
