@@ -40,6 +40,12 @@ def main(argv=None):
     parser.add_argument("--first-wait", action="store_true",
                         help="Tuning.lookback_first_wait_ns 0 and 1100, and CUB's fixed "
                              "688 ns between polls")
+    parser.add_argument("--waits", nargs="+", type=int, default=None,
+                        help="--first-wait: these first waits (ns) with the default back-off "
+                             "instead")
+    parser.add_argument("--strategy", default="decoupled_lookback",
+                        help="the strategy timed (default: %(default)s), e.g. "
+                             "reduce_then_scan as the peer the auto strategy weighs")
     parser.add_argument("--widths", nargs="+", type=int, default=None,
                         help="Tuning.lookback_tiles_per_lane values to sweep")
     parser.add_argument("--shapes", nargs="+", type=_shape, default=None,
@@ -68,6 +74,8 @@ def main(argv=None):
     elif args.first_wait:
         knob, values, bounds, shapes = "first_wait", ((0, 8, 256), (1100, 8, 256),
                                                       (1100, 688, 688)), (1536,), [None]
+        if args.waits:
+            values = tuple((wait, 8, 256) for wait in args.waits)
     elif args.widths:
         knob, values, bounds, shapes = "lookback_tiles_per_lane", args.widths, (1536,), [None]
     else:
@@ -95,7 +103,7 @@ def main(argv=None):
             print(f"{dtype} n=2^{n.bit_length() - 1} copy {copy * 1e6:.1f} us", flush=True)
         for fields, shape in configs:
             section, items = shape or (None, None)
-            scan = scangen.Scan(dtype, "add", strategy="decoupled_lookback",
+            scan = scangen.Scan(dtype, "add", strategy=args.strategy,
                                 algorithm="warp_shuffle", section_size=section,
                                 items_per_thread=items, tuning=scangen.Tuning(**fields))
             line = []
@@ -109,7 +117,7 @@ def main(argv=None):
                             f"{100 * copy / t:5.1f}% of copy")
             spec = scan.spec
             knobs = " ".join(f"{k}={v}" for k, v in fields.items())
-            print(f"{dtype} {spec.block_size}x{spec.items_per_thread} {knobs}  "
+            print(f"{dtype} {args.strategy} {spec.block_size}x{spec.items_per_thread} {knobs}  "
                   + "  ".join(line), flush=True)
 
 

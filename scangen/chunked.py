@@ -8,7 +8,7 @@ do the device work, both ScanKernel clients:
 * :class:`CarryScan` scans a chunk with its carry read from device memory (a one-element
   array) and writes the next carry there, so chunk after chunk on one stream needs no trip
   to the host for the carry (each element is written once, and read once in a single pass,
-  twice where `auto` takes reduce-then-scan, from 16 MiB).
+  twice where `auto` takes reduce-then-scan, from scangen.tuning's threshold).
 * :class:`ChunkTotal` reduces a chunk to its total (writes one element; reads the chunk as
   CarryScan does): the first pass of a reduce-then-scan over chunks that live apart (Dask
   blocks).

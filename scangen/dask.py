@@ -8,7 +8,8 @@ The composition (Dask schedules it; scangen scans each chunk where it lives):
    of chunk k is t0 op ... op t(k-1), earlier totals on the left, so operators that are not
    commutative stay correct (a small task: one element per chunk);
 3. the scan of each chunk with its carry combined first, in the same kernel
-   (scangen.chunked.CarryScan). Chunks under 16 MiB are read twice in all and written once
+   (scangen.chunked.CarryScan). Chunks below auto's threshold
+   (scangen.tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES) are read twice in all and written once
    (single-pass kernels); larger ones four times, as `auto` scans them with reduce-then-scan,
    whose two passes each read the chunk (the total's second pass writes only one element).
 

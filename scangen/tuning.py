@@ -49,6 +49,16 @@ COUNTING = TileShape(block_size=128, items_per_thread=16)
 #: 58.0/60.5, 56.2/58.1 (more registers for wider values under the same register bound).
 LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 4, 8: 2}
 
+#: Tuning.auto_reduce_then_scan_min_bytes by the size of the value. H200, 2026-11-23, decoupled
+#: look-back (the widths above, 1100 ns first wait) against reduce_then_scan
+#: (benchmarks/tune_single_pass.py --strategy): float32 look-back 22.9 vs 29.1 us at 2^22
+#: (16 MiB), 80.8 vs 76.8 at 2^24, 963 vs 834 at 2^28; float64 37.4 vs 39.9 us at 2^22,
+#: 114 vs 126 at 2^24, 397 vs 410 at 2^26, 1536 vs 1534 at 2^28 (2 GiB).
+AUTO_REDUCE_THEN_SCAN_MIN_BYTES = {4: 32 << 20, 8: 1 << 30}
+#: For other value sizes (not measured since 2026-11-21, when float32 and float64 look-back
+#: won at 2^20 and lost from 2^22 or 2^24).
+DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
+
 #: The algorithm used when the user names none.
 DEFAULT_ALGORITHM = "warp_shuffle"
 
@@ -62,19 +72,21 @@ class Tuning:
 
     #: ``strategy="auto"`` above one section: decoupled look-back (one launch) below this many
     #: input bytes, reduce_then_scan (three passes, but each at higher bandwidth) from here on.
-    #: H200, 2026-11-21, float32/int32 add: look-back wins at 2^20 (7.7 vs 14.4 us), loses at
-    #: 2^22 (22.7 vs 18.0 us) and 2^28 (50% vs 61% of copy); float64 likewise between 2^20
-    #: and 2^24.
-    auto_reduce_then_scan_min_bytes: int = 16 << 20
+    #: None: by value size, from AUTO_REDUCE_THEN_SCAN_MIN_BYTES.
+    auto_reduce_then_scan_min_bytes: int | None = None
     #: Polling back-off of the single-pass strategies: __nanosleep starts here and doubles
     #: per unsuccessful poll up to the maximum. The back-off made no measurable difference.
     backoff_min_ns: int = 8
     backoff_max_ns: int = 256
     #: A look-back first sleeps this long before its first poll, so the predecessors it is
-    #: about to read have had time to publish (CUB's sm90 float32 scan waits 1140 ns, then
-    #: polls every 688 ns). 0: poll at once. Not yet measured on a GPU, so 0;
-    #: benchmarks/tune_single_pass.py --first-wait sweeps it.
-    lookback_first_wait_ns: int = 0
+    #: about to read have had time to publish, and fewer polls load the L2 while tiles
+    #: stream in (CUB's sm90 float32 scan waits 1140 ns, then polls every 688 ns). 0: poll
+    #: at once. H200, 2026-11-23 (benchmarks/tune_single_pass.py --first-wait --waits), % of
+    #: copy at 2^26 / 2^28 for 0, 400, 800, 1100, 1600, 2400 ns: float32 49.9/50.8,
+    #: 51.5/51.9, 51.3/52.8, 52.0/53.3, 52.1/53.7, 51.4/53.1; float64 61.4/62.2, 63.5/64.2,
+    #: 65.0/65.1, 65.6/66.0, 66.9/66.4, 65.0/65.8. At 2^22 (one wave of tiles) it costs about
+    #: the wait: float32 21.8 -> 22.9 us, float64 36.0 -> 37.4 us.
+    lookback_first_wait_ns: int = 1100
     #: Tiles each lane of the decoupled look-back's warp reads per poll: a window of 32 x
     #: this many tiles, all read at once, so a look-back whose nearest published prefix is
     #: far back (hundreds of tiles run at once) needs fewer round trips. None: by value
@@ -109,6 +121,12 @@ class Tuning:
         if width is not None and (not isinstance(width, int) or not 1 <= width <= 32):
             raise ValueError(f"Tuning.lookback_tiles_per_lane must be None or an int from 1 "
                              f"to 32, not {width!r}")
+
+    def reduce_then_scan_min_bytes(self, itemsize: int) -> int:
+        """Input bytes from which ``auto`` takes reduce_then_scan, for itemsize-byte values."""
+        if self.auto_reduce_then_scan_min_bytes is not None:
+            return self.auto_reduce_then_scan_min_bytes
+        return AUTO_REDUCE_THEN_SCAN_MIN_BYTES.get(itemsize, DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES)
 
     def lookback_width(self, acc_itemsize: int) -> int:
         """Tiles per lane of the look-back of acc_itemsize-byte values."""

@@ -1,7 +1,7 @@
 """``strategy="auto"``: the one place that chooses a strategy per n.
 
-Decoupled look-back (one launch, ~2n) below Tuning.auto_reduce_then_scan_min_bytes of
-input, reduce_then_scan (three passes, each streaming faster) from there on, as measured on
+Decoupled look-back (one launch, ~2n) below Tuning.reduce_then_scan_min_bytes of input
+(by value size), reduce_then_scan (three passes, each streaming faster) from there on, as measured on
 an H200 (scangen.tuning). An output statement that needs last_item always takes
 reduce_then_scan, which knows the total before its output pass.
 """
@@ -40,6 +40,7 @@ class Auto(Strategy):
             return ONE_SECTION_STRATEGY
         if self.needs_last_item:
             return REDUCE_THEN_SCAN
-        if n * spec.etype.itemsize >= spec.tuning.auto_reduce_then_scan_min_bytes:
+        size = spec.etype.itemsize
+        if n * size >= spec.tuning.reduce_then_scan_min_bytes(size):
             return REDUCE_THEN_SCAN
         return DECOUPLED_LOOKBACK

@@ -66,11 +66,12 @@ def recorder(dtype, op, *, last_item=True, segmented=False, **kwargs):
 
 def auto_choice(spec, n, needs_last_item=False):
     """What the docs promise for strategy "auto": one launch when n fits a section, then
-    decoupled look-back below spec.tuning.auto_reduce_then_scan_min_bytes of input, and
+    decoupled look-back below spec.tuning.reduce_then_scan_min_bytes(itemsize) of input, and
     reduce_then_scan from there on, or always when the output uses last_item."""
     if n <= spec.section_size:
         return "one_section"
-    if needs_last_item or n * spec.etype.itemsize >= spec.tuning.auto_reduce_then_scan_min_bytes:
+    size = spec.etype.itemsize
+    if needs_last_item or n * size >= spec.tuning.reduce_then_scan_min_bytes(size):
         return "reduce_then_scan"
     return "decoupled_lookback"
 
@@ -388,8 +389,9 @@ def test_auto_choice_per_n():
                        True: recorder(dtype, "add", segmented=segmented, tuning=tuning)}
             spec = kernels[False].spec
             section, size = spec.section_size, spec.etype.itemsize
-            threshold = spec.tuning.auto_reduce_then_scan_min_bytes
-            assert threshold == (16 << 20 if tuning is None else 3 << 16)
+            threshold = spec.tuning.reduce_then_scan_min_bytes(size)
+            by_size = {"float32": 32 << 20, "float64": 1 << 30, "int8": 16 << 20}[dtype]
+            assert threshold == (by_size if tuning is None else 3 << 16)
             first_big = ceil_div(threshold, size)  # the first n with that many input bytes
             assert first_big > section + 1
             for n, want in ((1, "one_section"), (section, "one_section"),
@@ -782,13 +784,13 @@ def test_section_of_two_is_planned(strategy, rng):
 
 @pytest.mark.parametrize("strategy", SINGLE_PASS)
 def test_lookback_first_wait_where_the_tuning_asks(strategy):
-    """Tuning.lookback_first_wait_ns: a sleep before the first poll of the tile status, in the
-    source only when asked for (0, the default, renders a constant the compiler drops)."""
+    """Tuning.lookback_first_wait_ns: a sleep before the first poll of the tile status, 1100 ns
+    by default; 0 renders a constant the compiler drops."""
     waits = re.compile(r"static const unsigned FIRST_WAIT_NS = (\d+);")
     default = scan("float32", "add", strategy=strategy).kernel
     asked = scan("float32", "add", strategy=strategy,
-                 tuning=Tuning(lookback_first_wait_ns=1100)).kernel
-    assert waits.findall(default.source) == ["0"]
-    assert waits.findall(asked.source) == ["1100"]
+                 tuning=Tuning(lookback_first_wait_ns=0)).kernel
+    assert waits.findall(default.source) == ["1100"]
+    assert waits.findall(asked.source) == ["0"]
     assert "__nanosleep(FIRST_WAIT_NS)" in asked.source
     assert asked.kernel_spec != default.kernel_spec  # a compile of its own

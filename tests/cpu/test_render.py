@@ -480,10 +480,11 @@ def test_lookback_width_by_value_size(dtype, width):
     """The look-back reads scangen.tuning.LOOKBACK_TILES_PER_LANE tiles per lane by value
     size unless the Tuning names a width; a bad width is refused."""
     default = Scan(dtype, "add", strategy="decoupled_lookback").kernel.source
-    assert f"LOOKBACK_TILES_PER_LANE = {width};" in default
+    per_lane = "const int PER_LANE = {};  // Tuning.lookback_tiles_per_lane"
+    assert per_lane.format(width) in default
     named = Scan(dtype, "add", strategy="decoupled_lookback",
                  tuning=Tuning(lookback_tiles_per_lane=7)).kernel.source
-    assert "LOOKBACK_TILES_PER_LANE = 7;" in named
+    assert per_lane.format(7) in named
     for bad in (0, 33, 2.0):
         with pytest.raises(ValueError, match="lookback_tiles_per_lane"):
             Tuning(lookback_tiles_per_lane=bad)
