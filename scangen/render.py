@@ -85,7 +85,7 @@ def _kernel_context(kernel, hooks, spec) -> dict:
     io_struct = "UserIO" if kernel.io == "user" else "TotalsIO"
     bounds = "BLOCK_SIZE"
     if kernel.family.single_pass:
-        bounds += f", {spec.tuning.tile_min_blocks(spec.block_size)}"
+        bounds += f", {spec.tuning.tile_min_blocks(spec.block_size, spec.acc_itemsize)}"
     return dict(name=kernel.name, family=kernel.family.name, bounds=bounds,
                 parameters=c_parameters(parameters), io=f"{io_struct}{{{io_names}}}",
                 family_arguments=[a.name for a in kernel.family.parameters])

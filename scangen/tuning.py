@@ -19,12 +19,16 @@ class TileShape:
     items_per_thread: int
 
 
-#: By element size in bytes. Sections must be powers of two.
+#: By element size in bytes. Sections must be powers of two. 4- and 8-byte values: tiles
+#: of 32 KiB, as measured best for the single pass with warp runs at 1024 threads per
+#: multiprocessor (H200, 2026-11-23, benchmarks/tune_single_pass.py --warp-runs, % of copy
+#: at 2^24 / 2^28): float32 256x32 61.3/67.8, 128x32 59.1/66.0, 256x16 53.5/55.8, 128x64
+#: 18.1/16.0; float64 256x16 67.2/76.5, 128x16 67.4/75.1, 128x32 37.1/36.9.
 FAST_PATH = {
     1: TileShape(block_size=256, items_per_thread=16),
     2: TileShape(block_size=256, items_per_thread=16),
-    4: TileShape(block_size=256, items_per_thread=16),
-    8: TileShape(block_size=256, items_per_thread=8),
+    4: TileShape(block_size=256, items_per_thread=32),
+    8: TileShape(block_size=256, items_per_thread=16),
 }
 
 
@@ -47,17 +51,29 @@ COUNTING = TileShape(block_size=128, items_per_thread=16)
 #: float32 43.7/43.3, 44.3/45.1, 47.8/48.5, 47.7/50.1 (6: 45.6/48.4, 8: 42.1/44.5);
 #: int32 35.5/36.1, 39.3/41.9, 45.6/45.2, 46.5/49.2; float64 59.0/59.7, 58.1/62.1,
 #: 58.0/60.5, 56.2/58.1 (more registers for wider values under the same register bound).
-LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 4, 8: 2}
+#: Then with the tiles below (warp runs, 32 KiB tiles, 1024 threads/SM), % of copy at 2^24 /
+#: 2^26 / 2^28 for 1, 2, 4, 8 tiles: float32 40.3/40.4/40.9, 60.5/67.3/68.4,
+#: 59.4/64.2/66.6, 50.9/53.1/54.6; float64 61.2/68.7/69.0, 66.7/74.2/76.0, 64.8/69.4/71.4,
+#: 53.0/58.2/58.8. 1- and 2-byte values keep 4 (measured with the earlier tiles only).
+LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 2}
 
-#: Tuning.auto_reduce_then_scan_min_bytes by the size of the value. H200, 2026-11-23, decoupled
-#: look-back (the widths above, 1100 ns first wait) against reduce_then_scan
-#: (benchmarks/tune_single_pass.py --strategy): float32 look-back 22.9 vs 29.1 us at 2^22
-#: (16 MiB), 80.8 vs 76.8 at 2^24, 963 vs 834 at 2^28; float64 37.4 vs 39.9 us at 2^22,
-#: 114 vs 126 at 2^24, 397 vs 410 at 2^26, 1536 vs 1534 at 2^28 (2 GiB).
-AUTO_REDUCE_THEN_SCAN_MIN_BYTES = {4: 32 << 20, 8: 1 << 30}
+#: Tuning.auto_reduce_then_scan_min_bytes by the size of the value. H200, 2026-11-23, with the
+#: single-pass tiles below, decoupled look-back against reduce_then_scan
+#: (benchmarks/tune_single_pass.py --strategy), us: float32 17.8 vs 20.7 at 2^22, 37.4 vs
+#: 43.3 at 2^23, 66.7 vs 75.4 at 2^24, 205 vs 223 at 2^26, 760 vs 821 at 2^28; float64 35.6
+#: vs 40.7, 62.8 vs 71.9, 104 vs 124, 346 vs 418, 1321 vs 1582. The single pass wins at
+#: every size, so auto never leaves it (below 1 TiB) for 4- and 8-byte values.
+AUTO_REDUCE_THEN_SCAN_MIN_BYTES = {4: 1 << 40, 8: 1 << 40}
 #: For other value sizes (not measured since 2026-11-21, when float32 and float64 look-back
 #: won at 2^20 and lost from 2^22 or 2^24).
 DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
+
+#: Tuning.tile_min_threads_per_sm by the size of what is scanned (acc_t); others: the
+#: default. H200, 2026-11-23, decoupled look-back, warp runs, % of copy at 2^24 / 2^28 for
+#: 1024 and 1536 threads: int8 13.7/17.1, 16.9/20.7; int16 34.4/32.5, 37.0/37.1; float32
+#: and float64 under FAST_PATH below.
+TILE_MIN_THREADS_PER_SM = {4: 1024, 8: 1024}
+DEFAULT_TILE_MIN_THREADS_PER_SM = 1536
 
 #: The algorithm used when the user names none.
 DEFAULT_ALGORITHM = "warp_shuffle"
@@ -93,11 +109,12 @@ class Tuning:
     #: size, from LOOKBACK_TILES_PER_LANE.
     lookback_tiles_per_lane: int | None = None
     #: The single-pass kernel asks the compiler (second __launch_bounds__ argument) to leave
-    #: registers for this many threads per multiprocessor. Measured on an H200, decoupled
-    #: look-back, 256 threads x 16 float32 (benchmarks/tune_single_pass.py): unconstrained
-    #: (56 registers, 1024 threads/SM) 47% of copy at 2^28, 1536 threads 50%, 2048 threads
-    #: 41% (spills); float64: 42%, 48%, 38%.
-    tile_min_threads_per_sm: int = 1536
+    #: registers for this many threads per multiprocessor. H200, 2026-11-23, warp runs,
+    #: % of copy at 2^28 for 512, 768, 1024 threads: float32 256x32 55.5, 61.6, 67.8;
+    #: float64 256x16 72.6, 73.2, 76.5 (at 1536 threads 128x32 float32 fell to 28%: spills).
+    #: Earlier, staged 256x16 float32 tiles: unconstrained 47%, 1536 threads 50%, 2048 41%.
+    #: None: by value size, from TILE_MIN_THREADS_PER_SM.
+    tile_min_threads_per_sm: int | None = None
     #: Single-pass tile status of values of 5 to 8 bytes: True packs each value with its
     #: epoch and flag in one 16-byte word, read and written with one relaxed vector access
     #: (one round trip per poll, as CUB's ScanTileState does for 8-byte values); False keeps
@@ -111,10 +128,11 @@ class Tuning:
     #: per-lane runs scanned in registers; one block barrier for the warp totals, as CUB's
     #: BLOCK_LOAD_WARP_TRANSPOSE with warp scans); False stages the section in shared memory
     #: and runs the block scan (three barriers more). H200, 2026-11-23, decoupled look-back
-    #: 2^28 (benchmarks/tune_single_pass.py --warp-runs): float32 256x16 at 1536 threads/SM
-    #: 49.0% -> 42.9% of copy, at 1024 53.8% -> 55.3%; float64 256x8 47.9% -> 46.0%. Mixed
-    #: and mostly a loss at the tuned register bound, so off.
-    tile_warp_runs: bool = False
+    #: (benchmarks/tune_single_pass.py --warp-runs), % of copy at 2^24 / 2^28, staged ->
+    #: warp runs at 1024 threads/SM: float32 256x16 51.2/54.2 -> 53.5/55.8, 128x32
+    #: 44.9/44.6 -> 57.4/66.6; float64 256x8 58.7/63.8 -> 60.4/65.0, 128x16 63.0/68.5 ->
+    #: 66.1/76.1. The larger tiles win with runs in registers, not staged.
+    tile_warp_runs: bool = True
 
     def __post_init__(self):
         width = self.lookback_tiles_per_lane
@@ -134,9 +152,12 @@ class Tuning:
             return self.lookback_tiles_per_lane
         return LOOKBACK_TILES_PER_LANE.get(acc_itemsize, 1)
 
-    def tile_min_blocks(self, block_size: int) -> int:
+    def tile_min_blocks(self, block_size: int, acc_itemsize: int) -> int:
         """Blocks per multiprocessor for tile_min_threads_per_sm (CUDA allows 1 to 32)."""
-        return min(32, max(1, self.tile_min_threads_per_sm // block_size))
+        threads = self.tile_min_threads_per_sm
+        if threads is None:
+            threads = TILE_MIN_THREADS_PER_SM.get(acc_itemsize, DEFAULT_TILE_MIN_THREADS_PER_SM)
+        return min(32, max(1, threads // block_size))
 
 
 DEFAULT_TUNING = Tuning()

@@ -390,7 +390,7 @@ def test_auto_choice_per_n():
             spec = kernels[False].spec
             section, size = spec.section_size, spec.etype.itemsize
             threshold = spec.tuning.reduce_then_scan_min_bytes(size)
-            by_size = {"float32": 32 << 20, "float64": 1 << 30, "int8": 16 << 20}[dtype]
+            by_size = {"float32": 1 << 40, "float64": 1 << 40, "int8": 16 << 20}[dtype]
             assert threshold == (by_size if tuning is None else 3 << 16)
             first_big = ceil_div(threshold, size)  # the first n with that many input bytes
             assert first_big > section + 1
@@ -437,8 +437,10 @@ def test_every_launched_kernel_is_in_the_module_and_every_kernel_is_launched(str
             assert len(set(module)) == len(module)
             assert render(kernel_spec).kernel_names == tuple(k.name for k in module)
             launched = set()
-            section = kernel.spec.section_size
-            for n in (1, section, section + 1, section**2 + 1, 10**8, 2**31 + 5):
+            section, size = kernel.spec.section_size, kernel.spec.etype.itemsize
+            # auto's reduce_then_scan from its threshold (1 TiB of 4- and 8-byte values)
+            past_auto = ceil_div(kernel.spec.tuning.reduce_then_scan_min_bytes(size), size)
+            for n in (1, section, section + 1, section**2 + 1, 10**8, 2**31 + 5, past_auto):
                 for launch in kernel.plan(n).launches:
                     assert launch.kernel in module, f"{launch.kernel.name} is not in the module"
                     launched.add(launch.kernel)
