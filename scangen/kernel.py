@@ -187,7 +187,8 @@ class ScanKernel:
         scan counts where a condition holds (a compaction's places). Blocks then count with
         warp ballots instead of scanning values, which is much cheaper; a value other than
         0 or 1 counts as 1. Refused for other types, operators and segmented scans. With
-        no section given, the tile is scangen.tuning.COUNTING's.
+        no section given, the tile is scangen.tuning.COUNTING's; with no tuning given,
+        scangen.tuning.COUNTING_TUNING.
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 
@@ -209,6 +210,8 @@ class ScanKernel:
             shape = tuning_table.COUNTING
             section_size, items_per_thread = shape.block_size * shape.items_per_thread, \
                 shape.items_per_thread
+        if counts and tuning is None:
+            tuning = tuning_table.COUNTING_TUNING
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
                            counts)

@@ -161,3 +161,10 @@ class Tuning:
 
 
 DEFAULT_TUNING = Tuning()
+
+#: Counting scans (ScanKernel counts=True) when the user names no tuning: auto leaves the
+#: single pass from 16 MiB of counts on, and the single-pass kernel is bound for 1536
+#: threads per multiprocessor, as they were measured (H200, 2026-11-23, Select(flags) of
+#: 2^26 float32 on COUNTING tiles: reduce_then_scan 67.7% of copy, decoupled look-back at
+#: best 53.4%). The plain scans' tables above were measured on values, not ballots.
+COUNTING_TUNING = Tuning(auto_reduce_then_scan_min_bytes=16 << 20, tile_min_threads_per_sm=1536)
