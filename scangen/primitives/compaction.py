@@ -13,9 +13,9 @@ import functools
 
 import numpy as np
 
+from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
-from ..ops import Operator
 from ..runtime.launcher import _gpuarray, check_array, overlaps
 from ..runtime.streams import before_host_read, memset_d8_async
 from ..types import MASK_C_TYPES, element_type
@@ -43,17 +43,14 @@ def _predicate_preamble(c_type: str, predicate: str) -> str:
 
 class _Compaction:
     """What the compaction classes share: one ScanKernel, argument checks, the count.
-    The kernel counts what it keeps (int64 add of 0s and 1s, ScanKernel counts=True), unless
-    a class gives ``scan=(dtype, operator)``, something richer (as run-length encoding does)."""
+    The kernel counts what it keeps (int64 add of 0s and 1s, ScanKernel counts=True)."""
 
     def __init__(self, dtype, *, arguments, input_expr, output_statement, preamble="",
-                 title, scan=None, **scan_options):
+                 title, **scan_options):
         self.etype = element_type(dtype)
-        scan_dtype, operator = (np.int64, "add") if scan is None else scan
-        self.kernel = ScanKernel(scan_dtype, operator, arguments=arguments,
-                                 input_expr=input_expr, output_statement=output_statement,
-                                 preamble=preamble, title=title, counts=scan is None,
-                                 **scan_options)
+        self.kernel = ScanKernel(np.int64, "add", arguments=arguments, input_expr=input_expr,
+                                 output_statement=output_statement, preamble=preamble,
+                                 title=title, counts=True, **scan_options)
         self._count = None
 
     @property
@@ -237,44 +234,67 @@ class Unique(_Compaction):
         return self._compact(x, out, stream, count_on_device, trimmed=True)
 
 
-#: What run-length encoding scans: how many runs have started, and where the latest started.
-_RUNS = np.dtype([("runs", np.int64), ("head", np.int64)])
-
-#: Runs add up; the latest head is the later operand's if it has one (associative, not
-#: commutative). Element 0 always starts a run, so every prefix has a head.
-_RUNS_AND_LATEST_HEAD = Operator("scan_t{a.runs + b.runs, b.runs ? b.head : a.head}",
-                                 identity=(0, 0), name="runs_and_latest_head")
-
-
 class RunLengthEncode(_Compaction):
     """Runs of equal consecutive elements: call ``rle(x)`` -> ``(values, counts)``, counts
     int64. Elements compare with C's ``!=`` (every NaN is a run of its own).
 
-    One kernel: it scans (runs started, index of the latest start), so the first element of
-    a run writes its value to ``values[runs before it]`` and the last writes the run's
-    length, its index + 1 less the run's start, to ``counts[run]``."""
+    Two kernels. The first counts run heads (a counting scan, as Unique's) and writes each
+    run's value to ``values[runs before it]`` and its first index to a scratch array of
+    starts; the second runs over the runs, ``counts[r] = starts[r + 1] - starts[r]`` (the
+    last run ends at n): a ScanKernel that counts nothing, used for its output statement.
+    The starts stay with the object between calls."""
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
         super().__init__(
             dtype, arguments=f"const {c} *__restrict__ x, {c} *__restrict__ values, "
-                             "long long *__restrict__ counts, long long *count",
-            input_expr=f"{_RUN_HEAD} ? scan_t{{1, i}} : scan_t{{0, 0}}",
-            output_statement="if (item.runs != prev_item.runs) values[prev_item.runs] = x[i];"
-                             " if (i == n - 1 || x[i + 1] != x[i])"
-                             " counts[item.runs - 1] = i + 1 - item.head;"
-                             " if (i == n - 1) *count = item.runs;",
-            title="run_length_encode", scan=(_RUNS, _RUNS_AND_LATEST_HEAD), **scan_options)
+                             "long long *__restrict__ starts, long long *count",
+            input_expr=f"{_RUN_HEAD} ? 1 : 0",
+            output_statement="if (item != prev_item) { values[prev_item] = x[i];"
+                             " starts[prev_item] = i; }"
+                             " if (i == n - 1) *count = item;",
+            title="run_length_encode", **scan_options)
+        # Counting nothing, the single pass is one launch that only reads starts and writes
+        # counts; reduce_then_scan (what auto takes for a large counting scan) is three.
+        self.lengths = ScanKernel(
+            np.int64, "add", arguments="const long long *__restrict__ starts, "
+                                       "long long *__restrict__ counts, long long end",
+            input_expr="0", counts=True,
+            output_statement="counts[i] = (i + 1 < n ? starts[i + 1] : end) - starts[i];",
+            title="run_lengths", **{"strategy": "decoupled_lookback", **scan_options})
+        self._starts = None
+        release_at_exit(self)
+
+    @property
+    def source(self) -> str:
+        """The CUDA of both kernels (no GPU needed)."""
+        return self.kernel.source + "\n" + self.lengths.source
+
+    def check_compile(self) -> None:
+        self.kernel.check_compile()
+        self.lengths.check_compile()
+
+    def release_device_memory(self) -> None:
+        self._starts = None
+
+    def _starts_buffer(self, n):
+        if self._starts is None or self._starts.size < n:
+            self._starts = _gpuarray().empty(n, np.int64)
+        return self._starts
 
     def __call__(self, x, *, stream=None):
         call = Call(stream, {"x": x})
         check_array("x", call.views["x"], self.dtype)
         n = call.views["x"].size
-        (values, values_view), (counts, counts_view) = (
-            call.empty((n,), self.dtype), call.empty((n,), np.int64))
-        count = self._launch(call, [call.views["x"], values_view, counts_view], n, False)
+        values, values_view = call.empty((n,), self.dtype)
+        starts = self._starts_buffer(max(n, 1))
+        count = self._launch(call, [call.views["x"], values_view, starts], n, False)
         runs = self._read(count, call.stream)
-        return _leading(values, runs), _leading(counts, runs)
+        counts, counts_view = call.empty((runs,), np.int64)
+        if runs:
+            self.lengths.launch_converted((starts.ptr, counts_view.ptr, np.int64(n)), runs,
+                                          call.stream)
+        return _leading(values, runs), counts
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------

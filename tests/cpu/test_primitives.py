@@ -33,16 +33,15 @@ def test_kernels_hold_their_hooks(dtype):
     assert "last_item + (i - prev_item)" in part.source
     assert part.kernel.plan(1 << 24).strategy == "reduce_then_scan"
     assert "x[i] != x[i - 1]" in unique.source
-    assert "counts[item.runs - 1] = i + 1 - item.head" in rle.source
+    # Run-length encoding: heads counted, each run's value and start written; then lengths.
+    assert "starts[prev_item] = i;" in rle.source
+    assert "counts[i] = (i + 1 < n ? starts[i + 1] : end) - starts[i];" in rle.source
     for primitive in (select, flags, rejected, part, unique, rle):
         assert primitive.dtype == np.dtype(dtype)
-    for primitive in (select, flags, rejected, part, unique):
-        assert primitive.kernel.spec.etype.dtype == np.int64  # 64-bit counts
-        assert primitive.kernel.kernel_spec.counts_by_ballots  # counted with ballots
-    # Run-length encoding scans 64-bit (runs started, latest start) pairs, in one kernel.
-    assert rle.kernel.spec.etype.dtype.fields.keys() == {"runs", "head"}
-    assert all(rle.kernel.spec.etype.dtype[f] == np.int64 for f in ("runs", "head"))
-    assert "long long *__restrict__ counts" in rle.source and "long long *ends" not in rle.source
+    for kernel in (p.kernel for p in (select, flags, rejected, part, unique, rle)):
+        assert kernel.spec.etype.dtype == np.int64  # 64-bit counts
+        assert kernel.kernel_spec.counts_by_ballots  # counted with ballots
+    assert rle.lengths.kernel_spec.counts_by_ballots and rle.lengths.spec.etype.dtype == np.int64
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")

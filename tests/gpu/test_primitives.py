@@ -39,7 +39,8 @@ def _compile_in_parallel():
                        scangen.Select(dtype, flags=np.bool_), scangen.Select(dtype, flags=np.int32),
                        scangen.Partition(dtype, "x > 0"), scangen.Unique(dtype),
                        scangen.RunLengthEncode(dtype)]
-    precompile([p.kernel for p in primitives])
+    precompile([p.kernel for p in primitives]
+               + [p.lengths for p in primitives if isinstance(p, scangen.RunLengthEncode)])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
