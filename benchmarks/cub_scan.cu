@@ -26,11 +26,30 @@ struct LastNonzero
     }
 };
 
+// Affine maps x -> m*x + c (mod 2^32) packed as m << 32 | c in 64 bits; combining a, then
+// b composes the maps (not commutative): scangen.ops.AFFINE_THEN.
+struct AffineThen
+{
+    __host__ __device__ unsigned long long operator()(unsigned long long a,
+                                                      unsigned long long b) const
+    {
+        const unsigned long long mask = 0xFFFFFFFFull;
+        const unsigned long long m = ((b >> 32) * (a >> 32)) & mask;
+        const unsigned long long c = ((b >> 32) * (a & mask) + (b & mask)) & mask;
+        return (m << 32) | c;
+    }
+};
+
 template <class T>
-std::vector<T> random_input(size_t n, bool sparse)
+std::vector<T> random_input(size_t n, bool sparse, bool maps)
 {
     std::mt19937_64 rng(2026);
     std::vector<T> host(n);
+    if (maps) {  // odd multipliers, so no prefix collapses to a constant map
+        for (size_t i = 0; i < n; ++i)
+            host[i] = T((((rng() | 1) & 0xFFFFFFFFull) << 32) | (rng() & 0xFFFFFFFFull));
+        return host;
+    }
     for (size_t i = 0; i < n; ++i) {
         const T value = std::is_floating_point<T>::value
             ? T(0.5 + double(rng() % 1000000) / 1000000.0) : T(1 + rng() % 99);
@@ -42,7 +61,8 @@ std::vector<T> random_input(size_t n, bool sparse)
 template <class T, class Op>
 void run(const char *dtype, const char *op_name, Op op, size_t n, int trials, int warmup)
 {
-    const std::vector<T> host = random_input<T>(n, std::strcmp(op_name, "add") != 0);
+    const std::vector<T> host = random_input<T>(n, std::strcmp(op_name, "last_nonzero") == 0,
+                                                std::strcmp(op_name, "affine_then") == 0);
     T *in = nullptr, *out = nullptr;
     CHECK(cudaMalloc(&in, n * sizeof(T)));
     CHECK(cudaMalloc(&out, n * sizeof(T)));
@@ -77,8 +97,11 @@ void run_op(const char *dtype, const char *op, size_t n, int trials, int warmup)
         run<T>(dtype, op, cuda::std::plus<T>(), n, trials, warmup);
     else if (std::strcmp(op, "last_nonzero") == 0)
         run<T>(dtype, op, LastNonzero(), n, trials, warmup);
+    else if (std::strcmp(op, "affine_then") == 0 && std::is_same<T, unsigned long long>::value)
+        run<unsigned long long>(dtype, op, AffineThen(), n, trials, warmup);
     else {
-        std::fprintf(stderr, "unknown op %s (add, last_nonzero)\n", op);
+        std::fprintf(stderr, "unknown op %s for %s (add, last_nonzero; affine_then on uint64)\n",
+                     op, dtype);
         std::exit(2);
     }
 }
@@ -87,7 +110,7 @@ int main(int argc, char **argv)
 {
     if (argc < 4) {
         std::fprintf(stderr, "usage: %s DTYPE OP N [N ...]  (DTYPE: float32 float64 int32 "
-                     "int64 uint32; OP: add last_nonzero)\n", argv[0]);
+                     "int64 uint32 uint64; OP: add last_nonzero affine_then (uint64))\n", argv[0]);
         return 2;
     }
     const int trials = trials_from_env(), warmup = 3;
@@ -99,6 +122,8 @@ int main(int argc, char **argv)
         else if (dtype == "int32") run_op<int>(argv[1], argv[2], n, trials, warmup);
         else if (dtype == "int64") run_op<long long>(argv[1], argv[2], n, trials, warmup);
         else if (dtype == "uint32") run_op<unsigned>(argv[1], argv[2], n, trials, warmup);
+        else if (dtype == "uint64")
+            run_op<unsigned long long>(argv[1], argv[2], n, trials, warmup);
         else {
             std::fprintf(stderr, "unknown dtype %s\n", argv[1]);
             return 2;

@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from .ops import LAST_NONZERO, Operator, resolve_operator
+from .ops import AFFINE_THEN, LAST_NONZERO, Operator, resolve_operator
 from .spec import ALGORITHMS, STRATEGIES
 
 DEFAULT_SIZES = [1 << k for k in range(10, 29, 2)]
@@ -59,12 +59,20 @@ def parse_size(text: str) -> int:
     return value
 
 
+#: Operators the bench knows by name besides the built-ins: both are not commutative.
+#: affine_then takes uint64 only.
+NAMED_OPERATORS = {op.name: op for op in (LAST_NONZERO, AFFINE_THEN)}
+
+
 def _operator(name: str):
-    return LAST_NONZERO if name == "last_nonzero" else resolve_operator(name)
+    return NAMED_OPERATORS.get(name) or resolve_operator(name)
 
 
-def _random_input(rng, dtype, n):
+def _random_input(rng, dtype, n, op_name="add"):
     dtype = np.dtype(dtype)
+    if op_name == "affine_then":  # maps x -> m x + c with odd m (none collapses the prefix)
+        m = rng.integers(0, 2**32, n, dtype=np.uint64) | np.uint64(1)
+        return (m << np.uint64(32)) | rng.integers(0, 2**32, n, dtype=np.uint64)
     if dtype.kind == "f":
         return rng.uniform(0.5, 1.5, n).astype(dtype)
     return rng.integers(1, 100, n).astype(dtype)
@@ -123,8 +131,11 @@ class Workload:
 
 def workloads(args) -> list[Workload]:
     """Every --dtypes x --ops pair, then every --struct."""
+    for op_name in args.ops:
+        if op_name == "affine_then" and any(np.dtype(d) != np.uint64 for d in args.dtypes):
+            raise SystemExit("--ops affine_then scans uint64 (packed maps): give --dtypes uint64")
     found = [Workload(np.dtype(dtype), str(np.dtype(dtype)), op_name, _operator(op_name),
-                      lambda rng, n, dtype=dtype: _random_input(rng, dtype, n))
+                      lambda rng, n, dtype=dtype, op=op_name: _random_input(rng, dtype, n, op))
              for dtype in args.dtypes for op_name in args.ops]
     for name in args.structs:
         case = STRUCTS[name]
@@ -232,7 +243,9 @@ def contenders(args, dtype, op_name, op, driver):
 
 #: CUB's DeviceScan as a peer: a C++ program in the repository, built with the toolkit's nvcc.
 CUB_SOURCE = Path(__file__).resolve().parent.parent / "benchmarks" / "cub_scan.cu"
-CUB_DTYPES = ("float32", "float64", "int32", "int64", "uint32")
+CUB_DTYPES = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+#: Operators benchmarks/cub_scan.cu knows.
+CUB_OPS = ("add", "last_nonzero", "affine_then")
 
 
 @contextlib.contextmanager
@@ -270,7 +283,7 @@ def cub_results(args, arch: str) -> list[Result]:
             return []
         for dtype in args.dtypes:
             for op_name in args.ops:
-                if dtype not in CUB_DTYPES or op_name not in ("add", "last_nonzero"):
+                if dtype not in CUB_DTYPES or op_name not in CUB_OPS:
                     continue
                 _progress(f"{dtype} {op_name} cub.DeviceScan ...")
                 for r in cub_rows(binary, [dtype, op_name, *args.sizes], args.trials):
@@ -389,8 +402,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtypes", nargs="*", default=["float32"],
                         help="element types (default float32; none: only the --struct scans)")
     parser.add_argument("--ops", nargs="+", default=["add"],
-                        help="operators: built-in names or last_nonzero (default add; peers "
-                             "are timed for add only)")
+                        help="operators: built-in names, last_nonzero, or affine_then (uint64 "
+                             "packed maps x -> m x + c mod 2^32; give --dtypes uint64) "
+                             "(default add; peers are timed for add only)")
     parser.add_argument("--struct", nargs="+", default=[], choices=list(STRUCTS),
                         dest="structs", metavar="NAME",
                         help="also time struct scans: affine-f64x2 (16-byte (m, c) float64 "
@@ -407,7 +421,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip torch, cupy and pycuda even if installed")
     parser.add_argument("--cub", action="store_true",
                         help="also time CUB's DeviceScan (benchmarks/cub_scan.cu, built with "
-                             "the nvcc on PATH; add and last_nonzero)")
+                             "the nvcc on PATH; add, last_nonzero and affine_then)")
     parser.add_argument("--trials", type=int, default=7, help="timed trials (median is kept)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     parser.add_argument("--check-limit", type=int, default=1 << 22,

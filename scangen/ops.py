@@ -184,6 +184,31 @@ def _last_nonzero(etype: ElementType) -> str:
 LAST_NONZERO = Operator(_last_nonzero, 0, name="last_nonzero", real_only=True,
                         reference=last_nonzero_reference)
 
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def affine_then_reference(a, b):
+    """numpy twin of ``affine_then(a, b)`` on uint64 arrays."""
+    a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+    ma, ca, mb, cb = a >> np.uint64(32), a & _MASK32, b >> np.uint64(32), b & _MASK32
+    return (((mb * ma) & _MASK32) << np.uint64(32)) | ((mb * ca + cb) & _MASK32)
+
+
+#: Another non-commutative operator, for uint64 only: affine maps x -> m*x + c (mod 2^32)
+#: packed as m << 32 | c; combine(a, b) applies a, then b (function composition, so a
+#: prefix combined on the wrong side gives another answer). Tests and the bench use it.
+AFFINE_THEN = Operator(
+    "affine_then(a, b)", 1 << 32, name="affine_then", reference=affine_then_reference,
+    preamble="""
+static __device__ __forceinline__ unsigned long long affine_then(unsigned long long a,
+                                                                 unsigned long long b)
+{
+    const unsigned long long mask = 0xFFFFFFFFull;
+    const unsigned long long m = ((b >> 32) * (a >> 32)) & mask;
+    const unsigned long long c = ((b >> 32) * (a & mask) + (b & mask)) & mask;
+    return (m << 32) | c;
+}""")
+
 
 def resolve_operator(op) -> Operator:
     """Accept an Operator or the name of a built-in one."""

@@ -139,3 +139,23 @@ def test_an_unknown_struct_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         bench_arguments("--struct", "affine-f32x2")
     assert "invalid choice: 'affine-f32x2'" in capsys.readouterr().err
+
+
+def test_the_affine_maps_operator_scans_uint64_maps(rng):
+    """--ops affine_then: packed uint64 maps x -> m x + c (mod 2^32) with odd m, composed in
+    order; the CUB peer knows it; other dtypes are refused."""
+    args = bench_arguments("--dtypes", "uint64", "--ops", "affine_then", "last_nonzero")
+    maps, last = bench.workloads(args)
+    assert maps.operator is scangen.ops.AFFINE_THEN and last.operator is scangen.LAST_NONZERO
+    x = maps.make_input(rng, 1000)
+    assert x.dtype == np.uint64 and np.all((x >> np.uint64(32)) & np.uint64(1) == 1)
+    want = scangen.reference_scan(x, maps.operator)
+    point, mask = np.uint64(12345), np.uint64(0xFFFFFFFF)
+    state = point
+    for k in range(1000):  # applying the maps one by one equals applying each prefix
+        m, c = x[k] >> np.uint64(32), x[k] & mask
+        state = (m * state + c) & mask
+        assert ((want[k] >> np.uint64(32)) * point + (want[k] & mask)) & mask == state
+    assert "affine_then" in bench.CUB_OPS and "uint64" in bench.CUB_DTYPES
+    with pytest.raises(SystemExit, match="give --dtypes uint64"):
+        bench.workloads(bench_arguments("--dtypes", "uint32", "--ops", "affine_then"))

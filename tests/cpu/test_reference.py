@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from scangen import BUILTIN_OPERATORS, LAST_NONZERO, MODES, Operator, reference_scan
+from scangen.ops import AFFINE_THEN
 from scangen.reference import sequential_scan
 
 INTEGER_NAMES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -12,19 +13,8 @@ FLOAT_NAMES = ["float32", "float64"]
 SIZES = [0, 1, 2, 7, 1000]
 
 _MASK32 = np.uint64(0xFFFFFFFF)
-
-
-def _affine_reference(a, b):
-    """x -> m*x + c (mod 2^32) packed as m << 32 | c; combine(a, b) applies a, then b."""
-    a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
-    ma, ca, mb, cb = a >> np.uint64(32), a & _MASK32, b >> np.uint64(32), b & _MASK32
-    m = (mb * ma) & _MASK32
-    c = (mb * ca + cb) & _MASK32
-    return (m << np.uint64(32)) | c
-
-
 #: Strongly non-commutative (function composition), with a reference that is not a ufunc.
-AFFINE = Operator("affine_then(a, b)", 1 << 32, name="affine_then", reference=_affine_reference)
+AFFINE = AFFINE_THEN
 
 #: Saturating add on uint8: associative on non-negatives, and its reference is not a ufunc.
 SATURATING_ADD = Operator(

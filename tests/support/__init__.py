@@ -11,6 +11,7 @@ import pytest
 
 import scangen
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
+from scangen.ops import AFFINE_THEN
 from scangen.bench import STRUCTS
 from scangen.types import element_type
 
@@ -35,28 +36,8 @@ def kind(dtype) -> str:
 
 # --- operators ---------------------------------------------------------------------------
 
-_MASK32 = np.uint64(0xFFFFFFFF)
-
-
-def _affine_reference(a, b):
-    a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
-    ma, ca, mb, cb = a >> np.uint64(32), a & _MASK32, b >> np.uint64(32), b & _MASK32
-    return (((mb * ma) & _MASK32) << np.uint64(32)) | ((mb * ca + cb) & _MASK32)
-
-
-#: x -> m*x + c (mod 2^32) packed as m << 32 | c; combine(a, b) applies a, then b. Function
-#: composition: a prefix combined on the wrong side gives another answer. uint64 only.
-AFFINE = Operator(
-    "affine_then(a, b)", 1 << 32, name="affine_then", reference=_affine_reference,
-    preamble="""
-static __device__ __forceinline__ unsigned long long affine_then(unsigned long long a,
-                                                                 unsigned long long b)
-{
-    const unsigned long long mask = 0xFFFFFFFFull;
-    const unsigned long long m = ((b >> 32) * (a >> 32)) & mask;
-    const unsigned long long c = ((b >> 32) * (a & mask) + (b & mask)) & mask;
-    return (m << 32) | c;
-}""")
+#: x -> m*x + c (mod 2^32) packed as m << 32 | c; combine(a, b) applies a, then b. uint64 only.
+AFFINE = AFFINE_THEN
 
 
 def _saturating_reference(a, b):
