@@ -55,7 +55,8 @@ def main(argv=None):
                         help="element types (default: float64 for --status-16, else float32 "
                              "and float64)")
     parser.add_argument("--bounds", nargs="+", type=int, default=None,
-                        help="tile_min_threads_per_sm values (register bounds) to sweep")
+                        help="tile_min_threads_per_sm values (register bounds) to sweep "
+                             "(--widths and --first-wait: the tuned ones by default)")
     args = parser.parse_args(argv)
     sizes = args.sizes
     driver = scan_compile.require_pycuda()
@@ -73,11 +74,11 @@ def main(argv=None):
             [None, (4096, 8)]
     elif args.first_wait:
         knob, values, bounds, shapes = "first_wait", ((0, 8, 256), (1100, 8, 256),
-                                                      (1100, 688, 688)), (1536,), [None]
+                                                      (1100, 688, 688)), (None,), [None]
         if args.waits:
             values = tuple((wait, 8, 256) for wait in args.waits)
     elif args.widths:
-        knob, values, bounds, shapes = "lookback_tiles_per_lane", args.widths, (1536,), [None]
+        knob, values, bounds, shapes = "lookback_tiles_per_lane", args.widths, (None,), [None]
     else:
         knob, values, bounds, shapes = "backoff", ((8, 256), (32, 1024)), (256, 1536, 2048), \
             [None]
