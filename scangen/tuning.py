@@ -51,14 +51,14 @@ COUNTING = TileShape(block_size=128, items_per_thread=16)
 #: float32 43.7/43.3, 44.3/45.1, 47.8/48.5, 47.7/50.1 (6: 45.6/48.4, 8: 42.1/44.5);
 #: int32 35.5/36.1, 39.3/41.9, 45.6/45.2, 46.5/49.2; float64 59.0/59.7, 58.1/62.1,
 #: 58.0/60.5, 56.2/58.1 (more registers for wider values under the same register bound).
-#: Then with the tiles below (warp runs, 32 KiB tiles, 1024 threads/SM), % of copy at 2^24 /
+#: Then with the FAST_PATH tiles (warp runs, 32 KiB tiles, 1024 threads/SM), % of copy at 2^24 /
 #: 2^26 / 2^28 for 1, 2, 4, 8 tiles: float32 40.3/40.4/40.9, 60.5/67.3/68.4,
 #: 59.4/64.2/66.6, 50.9/53.1/54.6; float64 61.2/68.7/69.0, 66.7/74.2/76.0, 64.8/69.4/71.4,
 #: 53.0/58.2/58.8. 1- and 2-byte values keep 4 (measured with the earlier tiles only).
 LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 2}
 
 #: Tuning.auto_reduce_then_scan_min_bytes by the size of the value. H200, 2026-11-23, with the
-#: single-pass tiles below, decoupled look-back against reduce_then_scan
+#: FAST_PATH tiles, decoupled look-back against reduce_then_scan
 #: (benchmarks/tune_single_pass.py --strategy), us: float32 17.8 vs 20.7 at 2^22, 37.4 vs
 #: 43.3 at 2^23, 66.7 vs 75.4 at 2^24, 205 vs 223 at 2^26, 760 vs 821 at 2^28; float64 35.6
 #: vs 40.7, 62.8 vs 71.9, 104 vs 124, 346 vs 418, 1321 vs 1582. The single pass wins at
@@ -71,7 +71,7 @@ DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
 #: Tuning.tile_min_threads_per_sm by the size of what is scanned (acc_t); others: the
 #: default. H200, 2026-11-23, decoupled look-back, warp runs, % of copy at 2^24 / 2^28 for
 #: 1024 and 1536 threads: int8 13.7/17.1, 16.9/20.7; int16 34.4/32.5, 37.0/37.1; float32
-#: and float64 under FAST_PATH below.
+#: and float64 under FAST_PATH above.
 TILE_MIN_THREADS_PER_SM = {4: 1024, 8: 1024}
 DEFAULT_TILE_MIN_THREADS_PER_SM = 1536
 
@@ -142,22 +142,26 @@ class Tuning:
 
     def reduce_then_scan_min_bytes(self, itemsize: int) -> int:
         """Input bytes from which ``auto`` takes reduce_then_scan, for itemsize-byte values."""
-        if self.auto_reduce_then_scan_min_bytes is not None:
-            return self.auto_reduce_then_scan_min_bytes
-        return AUTO_REDUCE_THEN_SCAN_MIN_BYTES.get(itemsize, DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES)
+        return _by_size(self.auto_reduce_then_scan_min_bytes, AUTO_REDUCE_THEN_SCAN_MIN_BYTES,
+                        itemsize, DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES)
 
     def lookback_width(self, acc_itemsize: int) -> int:
         """Tiles per lane of the look-back of acc_itemsize-byte values."""
-        if self.lookback_tiles_per_lane is not None:
-            return self.lookback_tiles_per_lane
-        return LOOKBACK_TILES_PER_LANE.get(acc_itemsize, 1)
+        return _by_size(self.lookback_tiles_per_lane, LOOKBACK_TILES_PER_LANE, acc_itemsize, 1)
 
     def tile_min_blocks(self, block_size: int, acc_itemsize: int) -> int:
         """Blocks per multiprocessor for tile_min_threads_per_sm (CUDA allows 1 to 32)."""
-        threads = self.tile_min_threads_per_sm
-        if threads is None:
-            threads = TILE_MIN_THREADS_PER_SM.get(acc_itemsize, DEFAULT_TILE_MIN_THREADS_PER_SM)
+        threads = _by_size(self.tile_min_threads_per_sm, TILE_MIN_THREADS_PER_SM,
+                           acc_itemsize, DEFAULT_TILE_MIN_THREADS_PER_SM)
         return min(32, max(1, threads // block_size))
+
+
+def _by_size(named, table: dict, itemsize: int, default: int) -> int:
+    """A Tuning field's value: the one the user named, else the measured one for values of
+    itemsize bytes, else ``default``."""
+    if named is not None:
+        return named
+    return table.get(itemsize, default)
 
 
 DEFAULT_TUNING = Tuning()

@@ -52,6 +52,10 @@ class _Compaction:
                                  output_statement=output_statement, preamble=preamble,
                                  title=title, counts=True, **scan_options)
         self._count = None
+        release_at_exit(self)
+
+    def release_device_memory(self) -> None:
+        self._count = None
 
     @property
     def dtype(self) -> np.dtype:
@@ -263,7 +267,6 @@ class RunLengthEncode(_Compaction):
             output_statement="counts[i] = (i + 1 < n ? starts[i + 1] : end) - starts[i];",
             title="run_lengths", **{"strategy": "decoupled_lookback", **scan_options})
         self._starts = None
-        release_at_exit(self)
 
     @property
     def source(self) -> str:
@@ -275,6 +278,7 @@ class RunLengthEncode(_Compaction):
         self.lengths.check_compile()
 
     def release_device_memory(self) -> None:
+        super().release_device_memory()
         self._starts = None
 
     def _starts_buffer(self, n):

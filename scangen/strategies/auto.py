@@ -1,8 +1,8 @@
 """``strategy="auto"``: the one place that chooses a strategy per n.
 
 Decoupled look-back (one launch, ~2n) below Tuning.reduce_then_scan_min_bytes of input
-(by value size), reduce_then_scan (three passes, each streaming faster) from there on, as measured on
-an H200 (scangen.tuning). An output statement that needs last_item always takes
+(by value size), reduce_then_scan (three passes, each streaming faster) from there on, as
+measured on an H200 (scangen.tuning). An output statement that needs last_item always takes
 reduce_then_scan, which knows the total before its output pass.
 """
 from __future__ import annotations
