@@ -9,7 +9,8 @@ the values in scangen/tuning.py. ``--status-16`` sweeps the float64 tile status 
 float32 and float64, for the tuned tile and 512 threads x 8 items; ``--first-wait`` sweeps
 Tuning.lookback_first_wait_ns with the back-off (CUB's sm90 float32 scan: 1100 ns before the
 first poll, 688 ns between polls); ``--widths 1 2 4`` sweeps Tuning.lookback_tiles_per_lane
-(tiles each look-back lane reads per poll). ``--shapes`` and
+(tiles each look-back lane reads per poll); ``--persistent`` times the classic single pass
+against the persistent one (Tuning.tile_persistent_min_bytes: never, always). ``--shapes`` and
 ``--bounds`` replace the tiles and register bounds a sweep tries, e.g.
 ``--warp-runs --shapes 128x16 128x32 256x16 --bounds 512 1024 1536``.
 """
@@ -21,6 +22,10 @@ import numpy as np
 
 import scangen
 from scangen import bench, compile as scan_compile
+
+
+#: Tuning.tile_persistent_min_bytes past any array: the classic single pass only.
+NEVER = 1 << 62
 
 
 def _shape(text):
@@ -37,12 +42,18 @@ def main(argv=None):
                         help="float64 only: the 16-byte status words on and off")
     parser.add_argument("--warp-runs", action="store_true",
                         help="tiles moved warp by warp, on and off")
+    parser.add_argument("--persistent", action="store_true",
+                        help="the persistent single pass (Tuning.tile_persistent_min_bytes), "
+                             "never and always")
     parser.add_argument("--first-wait", action="store_true",
                         help="Tuning.lookback_first_wait_ns 0 and 1100, and CUB's fixed "
                              "688 ns between polls")
     parser.add_argument("--waits", nargs="+", type=int, default=None,
                         help="--first-wait: these first waits (ns) with the default back-off "
                              "instead")
+    parser.add_argument("--wait", type=int, default=None,
+                        help="Tuning.lookback_first_wait_ns for every configuration swept "
+                             "(other than --first-wait's)")
     parser.add_argument("--strategy", default="decoupled_lookback",
                         help="the strategy timed (default: %(default)s), e.g. "
                              "reduce_then_scan as the peer the auto strategy weighs")
@@ -77,6 +88,8 @@ def main(argv=None):
                                                       (1100, 688, 688)), (None,), [None]
         if args.waits:
             values = tuple((wait, 8, 256) for wait in args.waits)
+    elif args.persistent:
+        knob, values, bounds, shapes = "tile_persistent_min_bytes", (NEVER, 0), (None,), [None]
     elif args.widths:
         knob, values, bounds, shapes = "lookback_tiles_per_lane", args.widths, (None,), [None]
     else:
@@ -86,6 +99,8 @@ def main(argv=None):
     configs = []
     for threads, value, shape in itertools.product(bounds, values, shapes):
         fields = dict(tile_min_threads_per_sm=threads)
+        if args.wait is not None:
+            fields.update(lookback_first_wait_ns=args.wait)
         if knob == "backoff":
             fields.update(backoff_min_ns=value[0], backoff_max_ns=value[1])
         elif knob == "first_wait":
@@ -104,9 +119,13 @@ def main(argv=None):
             print(f"{dtype} n=2^{n.bit_length() - 1} copy {copy * 1e6:.1f} us", flush=True)
         for fields, shape in configs:
             section, items = shape or (None, None)
-            scan = scangen.Scan(dtype, "add", strategy=args.strategy,
-                                algorithm="warp_shuffle", section_size=section,
-                                items_per_thread=items, tuning=scangen.Tuning(**fields))
+            try:
+                scan = scangen.Scan(dtype, "add", strategy=args.strategy,
+                                    algorithm="warp_shuffle", section_size=section,
+                                    items_per_thread=items, tuning=scangen.Tuning(**fields))
+            except ValueError as err:  # e.g. two sections past the shared memory
+                print(f"{dtype} {fields} {shape}: skipped ({err})", flush=True)
+                continue
             line = []
             for n in sizes:
                 x, y = arrays[n], outs[n]

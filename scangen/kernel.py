@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
-from .kernels import FAMILIES
+from .kernels import FAMILIES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
 from .spec import WARP_SIZE, ScanSpec, make_spec
@@ -116,13 +116,28 @@ class KernelSpec:
         return self.hooks.counts and self.scan.block_size % WARP_SIZE == 0
 
     @property
+    def moves_warp_runs(self) -> bool:
+        """Whether the single-pass tile kernel moves values warp by warp (ScanSpec.
+        uses_warp_runs); a counting module's single pass counts ballots and moves no values."""
+        return self.scan.uses_warp_runs and not self.counts_by_ballots
+
+    @property
+    def persistent_tiles(self) -> bool:
+        """Whether the module has the persistent single-pass kernel (ScanSpec.
+        has_persistent_tiles, where values move warp by warp), which the single pass takes
+        from Tuning.tile_persistent_min_bytes on."""
+        return self.scan.has_persistent_tiles and self.moves_warp_runs
+
+    @property
     def strategy(self) -> Strategy:
         return strategy_for(self.scan.strategy, self.hooks.uses_last_item)
 
     @property
     def kernels(self):
-        """Every kernel of the module, in the order the source defines them."""
-        return self.strategy.kernels()
+        """Every kernel of the module, in the order the source defines them: the strategy's,
+        less the persistent single pass where this spec has none."""
+        return tuple(k for k in self.strategy.kernels()
+                     if k.family is not SCAN_TILES_PERSISTENT or self.persistent_tiles)
 
     # The module spec protocol of scangen.compile.
 

@@ -58,8 +58,13 @@ SCAN_TILES = KernelFamily(
      Argument("ticket", "unsigned long long", pointer=True),
      Argument("ticket_base", "unsigned long long"), Argument("epoch", "unsigned int"), N),
     "single pass: tiles in ticket order, each prefix from the tile status", single_pass=True)
+SCAN_TILES_PERSISTENT = KernelFamily(
+    "scan_tiles_persistent", SCAN_TILES.parameters,
+    "single pass by persistent blocks: each takes tiles until none is left, holding two",
+    single_pass=True)
 
-FAMILIES = (ONE_SECTION, SCAN_SECTIONS, ADD_PREFIXES, REDUCE_SECTIONS, SCAN_SEEDED, SCAN_TILES)
+FAMILIES = (ONE_SECTION, SCAN_SECTIONS, ADD_PREFIXES, REDUCE_SECTIONS, SCAN_SEEDED, SCAN_TILES,
+            SCAN_TILES_PERSISTENT)
 
 
 @dataclass(frozen=True)

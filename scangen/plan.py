@@ -66,8 +66,9 @@ class Plan:
         ]
         for i, launch in enumerate(self.launches):
             args = ", ".join(_format_arg(a) for a in launch.args)
+            grid = f"min({launch.grid}, resident)" if launch.persistent else launch.grid
             lines.append(
-                f"  [{i}] level {launch.level} {launch.kernel.name}<<<{launch.grid}, "
+                f"  [{i}] level {launch.level} {launch.kernel.name}<<<{grid}, "
                 f"{launch.block}, {launch.shared_bytes} B smem>>>({args})")
             lines.append(f"      {launch.why}; reads {launch.bytes_read} B, "
                          f"writes {launch.bytes_written} B")
@@ -135,7 +136,7 @@ def make_plan(kernel_spec, n) -> Plan:
         raise ValueError(_too_many_sections(spec, n, sections))
     needs_last_item = kernel_spec.hooks.uses_last_item
     strategy = resolve(spec.strategy, needs_last_item, spec, n)
-    builder = PlanBuilder(spec, needs_last_item)
+    builder = PlanBuilder(spec, needs_last_item, kernel_spec.persistent_tiles)
     if n > 0:
         strategy.build(builder, n, USER_ARGS, 0)
     return Plan(kernel_spec, n, strategy.name, tuple(builder.launches),

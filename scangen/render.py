@@ -124,8 +124,7 @@ def template_context(kernel_spec) -> dict:
         pad_every=spec.pad_every,
         strategy=spec.strategy,
         protocol=strategy.protocol,
-        # A counting module's single pass counts ballots: no values move warp by warp.
-        warp_runs=spec.uses_warp_runs and not kernel_spec.counts_by_ballots,
+        warp_runs=kernel_spec.moves_warp_runs,
         packed_status=state.packed,
         status_word_bytes=state.word_bytes,
         status_word_bits=state.slot_word_bits,

@@ -122,6 +122,17 @@ class ScanSpec:
                 and self.block_size % WARP_SIZE == 0)
 
     @property
+    def has_persistent_tiles(self) -> bool:
+        """Whether the single pass has a persistent kernel, which holds two sections in
+        shared memory (Tuning.tile_persistent_min_bytes, on warp runs). By default only
+        where two sections fit; a named tuning insists (and make_spec names the limit)."""
+        if not self.uses_warp_runs or \
+                self.tuning.persistent_min_bytes(self.acc_itemsize) is None:
+            return False
+        return self.tuning.tile_persistent_min_bytes is not None or \
+            self._shared_bytes(sections=2) <= MAX_STATIC_SHARED_BYTES
+
+    @property
     def pad_every(self) -> int:
         """Elements between padding slots of the section in shared memory (0: no padding)."""
         return 128 // self.acc_itemsize if ALGORITHMS[self.algorithm].padded else 0
@@ -137,10 +148,13 @@ class ScanSpec:
         """Static shared memory of the hungriest kernel: the section, the algorithm's
         scratch, and the kernels' own bookkeeping (the tile number and prefix of the
         single-pass kernel, or the warp partials and total of the reduction)."""
+        return self._shared_bytes(sections=2 if self.has_persistent_tiles else 1)
+
+    def _shared_bytes(self, sections: int) -> int:
         scratch = ALGORITHMS[self.algorithm].scratch_elements(self.section_size, self.block_size)
         size = self.acc_itemsize
         bookkeeping = max(8 + size, (WARP_SIZE + 1) * size)
-        return (self.section_slots + scratch) * size + 8 + bookkeeping
+        return (sections * self.section_slots + scratch) * size + 8 + bookkeeping
 
     @property
     def identity_literal(self) -> str:
@@ -221,7 +235,8 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ValueError(
             f"section_size {section_size} of {etype.name} with {algorithm} needs "
-            f"{spec.shared_bytes} bytes of shared memory; the limit is "
-            f"{MAX_STATIC_SHARED_BYTES}: use a smaller section_size"
+            f"{spec.shared_bytes} bytes of shared memory"
+            + (" (persistent tiles hold two sections)" if spec.has_persistent_tiles else "")
+            + f"; the limit is {MAX_STATIC_SHARED_BYTES}: use a smaller section_size"
         )
     return spec

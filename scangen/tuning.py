@@ -23,12 +23,15 @@ class TileShape:
 #: of 32 KiB, as measured best for the single pass with warp runs at 1024 threads per
 #: multiprocessor (H200, 2026-11-23, benchmarks/tune_single_pass.py --warp-runs, % of copy
 #: at 2^24 / 2^28): float32 256x32 61.3/67.8, 128x32 59.1/66.0, 256x16 53.5/55.8, 128x64
-#: 18.1/16.0; float64 256x16 67.2/76.5, 128x16 67.4/75.1, 128x32 37.1/36.9.
+#: 18.1/16.0; float64 256x16 67.2/76.5, 128x16 67.4/75.1, 128x32 37.1/36.9. 8-byte values
+#: then moved to 16 KiB tiles (256x8), two of which fit the persistent kernel's shared
+#: memory (PERSISTENT_TILES_MIN_BYTES); below 16 MiB, where the classic kernel runs, 256x8
+#: measured level with 256x16 (H200, 2026-11-24, float64 2^20: 52.3% and 53.7% of copy).
 FAST_PATH = {
     1: TileShape(block_size=256, items_per_thread=16),
     2: TileShape(block_size=256, items_per_thread=16),
     4: TileShape(block_size=256, items_per_thread=32),
-    8: TileShape(block_size=256, items_per_thread=16),
+    8: TileShape(block_size=256, items_per_thread=8),
 }
 
 
@@ -56,6 +59,17 @@ COUNTING = TileShape(block_size=128, items_per_thread=16)
 #: 59.4/64.2/66.6, 50.9/53.1/54.6; float64 61.2/68.7/69.0, 66.7/74.2/76.0, 64.8/69.4/71.4,
 #: 53.0/58.2/58.8. 1- and 2-byte values keep 4 (measured with the earlier tiles only).
 LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 2}
+
+#: Tuning.tile_persistent_min_bytes by the size of what is scanned (acc_t); others: never.
+#: H200, 2026-11-24 (benchmarks/tune_single_pass.py --persistent), % of copy at 2^20 / 2^22 /
+#: 2^24 / 2^26 / 2^28, the earlier tuned tile (256x16, 1100 ns first wait) -> persistent
+#: 256x8 tiles polling at once: float64 53.7/57.2/65.6/74.7/76.8 -> 48.5/63.6/71.0/76.1/
+#: 78.9; int64 44.0/59.5/67.3/74.9/76.4 -> 49.2/71.3/74.1/78.8/79.8 (with a 1100 ns first
+#: wait: float64 .../74.4 at 2^28, worse). 2^20 is noisy either way; from 16 MiB on the
+#: persistent kernel wins. float32 and int32 persistent 256x16 tiles only matched the
+#: 256x32 classic ones at 2^24 to 2^28 (int32 59.0/65.1/67.4 vs 61.8/65.2/69.2) and lost at
+#: 2^22 (38.8 vs 48.2), so 4-byte values stay classic.
+PERSISTENT_TILES_MIN_BYTES = {8: 16 << 20}
 
 #: Tuning.auto_reduce_then_scan_min_bytes by the size of the value. H200, 2026-11-23, with the
 #: FAST_PATH tiles, decoupled look-back against reduce_then_scan
@@ -133,17 +147,36 @@ class Tuning:
     #: 44.9/44.6 -> 57.4/66.6; float64 256x8 58.7/63.8 -> 60.4/65.0, 128x16 63.0/68.5 ->
     #: 66.1/76.1. The larger tiles win with runs in registers, not staged.
     tile_warp_runs: bool = True
+    #: The single pass runs persistent blocks from this many bytes of scanned values (acc_t)
+    #: on (0: always): as many blocks as fit on the device at once, each taking tile after
+    #: tile by ticket and holding two, so that its next tile is loaded, scanned and its total
+    #: published before its current one looks back. Every ticketed tile then publishes
+    #: without waiting on anyone, and a look-back finds its predecessors published a tile
+    #: earlier instead of still loading. The module then holds a second section in shared
+    #: memory. None: by value size, from PERSISTENT_TILES_MIN_BYTES (absent: never).
+    tile_persistent_min_bytes: int | None = None
 
     def __post_init__(self):
         width = self.lookback_tiles_per_lane
         if width is not None and (not isinstance(width, int) or not 1 <= width <= 32):
             raise ValueError(f"Tuning.lookback_tiles_per_lane must be None or an int from 1 "
                              f"to 32, not {width!r}")
+        persistent = self.tile_persistent_min_bytes
+        if persistent is not None and (not isinstance(persistent, int)
+                                       or isinstance(persistent, bool) or persistent < 0):
+            raise ValueError(f"Tuning.tile_persistent_min_bytes must be None or an int >= 0, "
+                             f"not {persistent!r}")
 
     def reduce_then_scan_min_bytes(self, itemsize: int) -> int:
         """Input bytes from which ``auto`` takes reduce_then_scan, for itemsize-byte values."""
         return _by_size(self.auto_reduce_then_scan_min_bytes, AUTO_REDUCE_THEN_SCAN_MIN_BYTES,
                         itemsize, DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES)
+
+    def persistent_min_bytes(self, acc_itemsize: int) -> int | None:
+        """Bytes of acc_itemsize-byte values from which the single pass is persistent (None:
+        never)."""
+        return _by_size(self.tile_persistent_min_bytes, PERSISTENT_TILES_MIN_BYTES,
+                        acc_itemsize, None)
 
     def lookback_width(self, acc_itemsize: int) -> int:
         """Tiles per lane of the look-back of acc_itemsize-byte values."""
@@ -156,7 +189,7 @@ class Tuning:
         return min(32, max(1, threads // block_size))
 
 
-def _by_size(named, table: dict, itemsize: int, default: int) -> int:
+def _by_size(named, table: dict, itemsize: int, default):
     """A Tuning field's value: the one the user named, else the measured one for values of
     itemsize bytes, else ``default``."""
     if named is not None:

@@ -30,15 +30,21 @@ class Launcher:
         bindings = scratch.bind(plan, stream)
         # Read after bind, which bumps the generation when it replaces an allocation.
         self.generation = scratch.generation
-        self.tiles = plan.single_pass_tiles
+        #: Tickets a call takes (scangen.strategies.base.Launch.tickets).
+        self.tickets = 0
         self.steps = []
         for launch in plan.launches:
+            grid = launch.grid
+            if launch.persistent:
+                grid = min(grid, resident_grid(plan.kernel_spec))
+            if launch.kernel.family.single_pass:
+                self.tickets += launch.tickets(grid)
             takes_user_args = launch.args[0] is USER_ARGS
             args = [_bind(arg, bindings) for arg in launch.args[1 if takes_user_args else 0:]]
             runtime_slots = [(i, arg.name) for i, arg in enumerate(
                 launch.args[1 if takes_user_args else 0:]) if isinstance(arg, RuntimeArg)]
             self.steps.append((launch_function(compiled, launch.kernel.name, stream),
-                               (launch.grid, 1, 1), (launch.block, 1, 1), takes_user_args,
+                               (grid, 1, 1), (launch.block, 1, 1), takes_user_args,
                                args, runtime_slots))
 
     def stale(self) -> bool:
@@ -46,8 +52,8 @@ class Launcher:
         return self.generation != self.scratch.generation
 
     def __call__(self, user_values: tuple, stream) -> None:
-        if self.tiles:
-            ticket_base, epoch = self.scratch.next_single_pass_call(self.tiles, stream)
+        if self.tickets:
+            ticket_base, epoch = self.scratch.next_single_pass_call(self.tickets, stream)
             # Plain ints: the launch packs every argument by the kernel's format, and numpy
             # scalars would cost a fifth of a microsecond each.
             runtime = {"ticket_base": ticket_base, "epoch": epoch}
@@ -59,6 +65,22 @@ class Launcher:
                 launch(grid, block, stream, *user_values, *args)
             else:
                 launch(grid, block, stream, *args)
+
+
+def resident_grid(kernel_spec) -> int:
+    """Blocks of a persistent tile kernel: as many as the current device holds at once under
+    the kernel's register bound (Tuning.tile_min_threads_per_sm). More would only wait for a
+    free multiprocessor; fewer, where shared memory holds fewer, is still correct (tickets
+    go to running blocks only)."""
+    spec = kernel_spec.scan
+    return _multiprocessors() * spec.tuning.tile_min_blocks(spec.block_size, spec.acc_itemsize)
+
+
+def _multiprocessors() -> int:
+    """Multiprocessors of the current context's device."""
+    driver = require_pycuda()
+    device = driver.Context.get_device()
+    return device.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
 
 
 def launch_function(compiled, name, stream):

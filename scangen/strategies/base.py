@@ -54,6 +54,16 @@ class Launch:
     bytes_written: int
     level: int
     why: str
+    #: A persistent kernel: ``grid`` is the most blocks it needs; the runtime launches as many
+    #: as fit on the device at once (scangen.runtime.launcher.resident_grid), and each takes
+    #: tiles until none is left.
+    persistent: bool = False
+
+    def tickets(self, blocks: int) -> int:
+        """Tickets a single-pass launch of ``grid`` tiles takes when run as ``blocks``
+        blocks: one per tile, and for a persistent kernel one more per block (the ticket
+        that finds no tile left)."""
+        return self.grid + (blocks if self.persistent else 0)
 
 
 @dataclass(frozen=True)
@@ -70,8 +80,11 @@ class Temporary:
 class PlanBuilder:
     """Collects launches and temporaries while a strategy plans."""
 
-    def __init__(self, spec, needs_last_item: bool = False):
+    def __init__(self, spec, needs_last_item: bool = False, persistent_tiles: bool = False):
         self.spec = spec
+        #: Whether the module has the persistent single-pass kernel (KernelSpec.
+        #: persistent_tiles).
+        self.persistent_tiles = persistent_tiles
         #: Whether the output uses last_item, so the plan must compute the grand total.
         self.needs_last_item = needs_last_item
         self.itemsize = spec.acc_itemsize
@@ -85,7 +98,7 @@ class PlanBuilder:
         return BufferArg(name)
 
     def launch(self, kernel: Kernel, grid: int, io_arg, args: tuple, *, reads: int,
-               writes: int, level: int, why: str) -> None:
+               writes: int, level: int, why: str, persistent: bool = False) -> None:
         """Append a launch of ``kernel`` with the spec's block size; reads and writes count
         elements of the scan type (extra bytes, such as tile status, go through extra)."""
         if grid > MAX_GRID:
@@ -93,7 +106,7 @@ class PlanBuilder:
                              f"have ({MAX_GRID})")
         self.launches.append(Launch(kernel, grid, self.spec.block_size, self.spec.shared_bytes,
                                     (io_arg,) + tuple(args), reads * self.itemsize,
-                                    writes * self.itemsize, level, why))
+                                    writes * self.itemsize, level, why, persistent))
 
 
 class Strategy:

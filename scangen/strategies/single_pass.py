@@ -10,7 +10,7 @@ last_item cannot run on these strategies.
 """
 from __future__ import annotations
 
-from ..kernels import ONE_SECTION, SCAN_TILES, Kernel
+from ..kernels import ONE_SECTION, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
 from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary, ceil_div
 from .one_section import ONE_SECTION_STRATEGY
 from .tile_state import TICKET_BYTES, TileState
@@ -28,7 +28,9 @@ class SinglePass(Strategy):
         return self.name
 
     def kernels(self):
-        return (Kernel(ONE_SECTION, "user"), Kernel(SCAN_TILES, "user"))
+        """The persistent kernel only where the spec has one (KernelSpec.kernels)."""
+        return (Kernel(ONE_SECTION, "user"), Kernel(SCAN_TILES, "user"),
+                Kernel(SCAN_TILES_PERSISTENT, "user"))
 
     def build(self, builder: PlanBuilder, n: int, io_arg, level: int) -> None:
         spec = builder.spec
@@ -46,12 +48,16 @@ class SinglePass(Strategy):
             builder.temporaries.append(Temporary("status_values", state.value_bytes(tiles),
                                                  persistent=True, what="tile value slots"))
         builder.single_pass_tiles = tiles
-        builder.launch(Kernel(SCAN_TILES, "user"), tiles, io_arg,
+        persistent = builder.persistent_tiles and \
+            n * spec.acc_itemsize >= spec.tuning.persistent_min_bytes(spec.acc_itemsize)
+        family = SCAN_TILES_PERSISTENT if persistent else SCAN_TILES
+        builder.launch(Kernel(family, "user"), tiles, io_arg,
                        (BufferArg("status"), values, BufferArg("ticket"),
                         RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
-                       reads=n, writes=n, level=level,
-                       why=f"{self.name}: {tiles} tiles in one pass, {self.how}; status "
-                           f"{state.status_bytes(tiles)} B")
+                       reads=n, writes=n, level=level, persistent=persistent,
+                       why=f"{self.name}: {tiles} tiles in one pass"
+                           f"{' by persistent blocks' if persistent else ''}, "
+                           f"{self.how}; status {state.status_bytes(tiles)} B")
 
 
 CHAINED = SinglePass("chained", "the seeds' stream scan: each tile waits for its predecessor",

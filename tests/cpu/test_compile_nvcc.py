@@ -383,6 +383,30 @@ def batch_wide_lookback():
     return entries
 
 
+def batch_persistent_tiles():
+    """The persistent single pass (Tuning.tile_persistent_min_bytes=0), both protocols: 1- to
+    16-byte values (packed and split status), both modes, a reverse scan, tiny and 16 KiB
+    tiles, a segmented ScanKernel and one with a preamble (user input and output hooks)."""
+    always = Tuning(tile_persistent_min_bytes=0)
+    entries = []
+    for strategy in SINGLE_PASS:
+        modes = itertools.cycle(MODES)
+        entries += [scan(dtype, op, next(modes), strategy=strategy, tuning=always,
+                         section_size=16384 // np.dtype(dtype).itemsize)
+                    for dtype, op in [("int8", "max"), ("float32", "add"),
+                                      ("int64", LAST_NONZERO), ("complex128", "add")]]
+        entries.append(scan("uint64", AFFINE, "exclusive", strategy=strategy, tuning=always,
+                            reverse=True))
+        entries.append(scan("float32", "add", "inclusive", strategy=strategy, tuning=always,
+                            algorithm="warp_shuffle", section_size=64, items_per_thread=2))
+        entries.append(scan_kernel("segmented", "float32", LAST_NONZERO, SEGMENTED,
+                                   strategy=strategy, tuning=always))
+        entries.append(scan_kernel("preamble", "float32", "add", CLAMPED, strategy=strategy,
+                                   tuning=always, section_size=4096))
+    assert all(e.kernel_spec.persistent_tiles for e in entries)
+    return entries
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -395,6 +419,7 @@ BATCHES = {
     "status_16_byte_words": batch_status_16_byte_words,
     "tile_warp_runs": batch_tile_warp_runs,
     "wide_lookback": batch_wide_lookback,
+    "persistent_tiles": batch_persistent_tiles,
     # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
     **({"bfloat16": batch_bfloat16} if BFLOAT16 is not None else {}),
 }
@@ -589,7 +614,8 @@ def test_batches_cover_the_matrix():
     names = {k.name for e in entries for k in e.kernel_spec.kernels}
     assert names == {f"{family}_{io}" for family in
                      ("scan_one_section", "scan_sections", "add_prefixes", "reduce_sections",
-                      "scan_seeded") for io in ("user", "totals")} | {"scan_tiles_user"}
+                      "scan_seeded") for io in ("user", "totals")} | {
+        "scan_tiles_user", "scan_tiles_persistent_user"}
     assert len(entries) >= 300
 
 

@@ -160,7 +160,11 @@ def model_plan(kernel_spec, n):
             assert acc % 8 == 0
             values = BufferArg("status_values")
             model.temporaries["status_values"] = (2 * tiles * acc, True)
-        model.launches.append(("scan_tiles_user", tiles,
+        # persistent blocks from Tuning.tile_persistent_min_bytes of values on, where the
+        # module has that kernel
+        threshold = spec.tuning.persistent_min_bytes(acc)
+        persistent = kernel_spec.persistent_tiles and n * acc >= threshold
+        model.launches.append((f"scan_tiles{'_persistent' if persistent else ''}_user", tiles,
                                (USER_ARGS, BufferArg("status"), values, BufferArg("ticket"),
                                 RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
                                n, n, 0))
@@ -411,6 +415,54 @@ def test_auto_choice_per_n():
     assert "strategy reduce_then_scan (auto)" in str(tiny.plan(10**6))
 
 
+@pytest.mark.parametrize("strategy", SINGLE_PASS + ("auto",))
+def test_persistent_single_pass_by_size(strategy):
+    """8-byte values take the persistent single pass from scangen.tuning.
+    PERSISTENT_TILES_MIN_BYTES on, other sizes never unless the Tuning says; counting
+    modules and sections too large for two never have it; a named threshold that cannot fit
+    two sections is refused; bad thresholds are refused."""
+    threshold = scangen.tuning.PERSISTENT_TILES_MIN_BYTES[8]
+    for dtype, segmented in (("float64", False), ("int64", False), ("float32", True)):
+        kernel = recorder(dtype, "add", last_item=False, segmented=segmented, strategy=strategy)
+        spec = kernel.spec
+        assert spec.acc_itemsize == 8 and kernel.kernel_spec.persistent_tiles
+        first = ceil_div(threshold, 8)
+        for n, want in ((first - 1, False), (first, True), (3 * first + 7, True)):
+            (launch,) = kernel.plan(n).launches
+            assert launch.persistent == want, (dtype, n)
+            assert launch.kernel.name == ("scan_tiles_persistent_user" if want
+                                          else "scan_tiles_user")
+            assert launch.grid == ceil_div(n, spec.section_size)
+            # one ticket per tile, and one per block of a persistent launch
+            assert launch.tickets(5) == launch.grid + (5 if want else 0)
+        assert "<<<min(" in str(kernel.plan(first))
+    for dtype in ("float32", "int8", "complex128"):
+        kernel = recorder(dtype, "add", last_item=False, strategy=strategy)
+        assert not kernel.kernel_spec.persistent_tiles
+        assert "scan_tiles_persistent" not in kernel.source
+        always = recorder(dtype, "add", last_item=False, strategy=strategy,
+                          section_size=4096 // np.dtype(dtype).itemsize,
+                          tuning=Tuning(tile_persistent_min_bytes=0))
+        (launch,) = always.plan(10**6).launches
+        assert launch.persistent and launch.kernel.name == "scan_tiles_persistent_user"
+    # counting modules count ballots: no persistent kernel
+    counting = ScanKernel("int64", "add", arguments="const int *x, long long *out",
+                          input_expr="x[i] > 0", output_statement="out[i] = item;",
+                          counts=True, strategy=strategy)
+    assert not counting.kernel_spec.persistent_tiles
+    # a named float64 section of 4096 keeps the classic kernel by default ...
+    big = recorder("float64", "add", last_item=False, section_size=4096, strategy=strategy)
+    assert not big.kernel_spec.persistent_tiles
+    assert big.plan(10**8).launches[0].kernel.name == "scan_tiles_user"
+    # ... and is refused where the Tuning asks for the persistent kernel
+    with pytest.raises(ValueError, match="persistent tiles hold two sections"):
+        recorder("float64", "add", last_item=False, section_size=4096, strategy=strategy,
+                 tuning=Tuning(tile_persistent_min_bytes=1 << 30))
+    for bad in (-1, True, 1.5, "16MiB"):
+        with pytest.raises(ValueError, match="tile_persistent_min_bytes"):
+            Tuning(tile_persistent_min_bytes=bad)
+
+
 @pytest.mark.parametrize("strategy", SINGLE_PASS)
 def test_single_pass_refuses_an_output_that_uses_last_item(strategy):
     for output in ("out[i] = last_item;", "if (i == n - 1) *total = item + last_item;"):
@@ -563,6 +615,30 @@ def test_interpreted_scan_equals_reference(dtype, op, algorithm, section, mode, 
         assert chosen == {"one_section", "decoupled_lookback", "reduce_then_scan"}
     elif strategy in ("hierarchical", "reduce_then_scan") and section <= 16:
         assert deepest >= 3  # the recursion itself ran
+
+
+@pytest.mark.parametrize("strategy", SINGLE_PASS)
+@pytest.mark.parametrize("dtype,op", [("float64", "last_nonzero"), ("uint64", "affine_then"),
+                                      ("int8", "max")], ids=_id)
+def test_interpreted_persistent_single_pass(dtype, op, strategy, rng):
+    """The persistent kernel (here from 40 tiles on, any number of blocks taking tiles in
+    any interleaving) and the classic one, call after call on one ticket counter."""
+    section = 64
+    threshold = 40 * section * np.dtype(dtype).itemsize
+    kinds = set()
+    machine = PlanMachine(rng, ticket_start=int(rng.integers(0, 2**40)))
+    for mode in MODES:
+        s = scan(dtype, op, mode, algorithm="warp_shuffle", section_size=section,
+                 items_per_thread=2, strategy=strategy,
+                 tuning=Tuning(tile_persistent_min_bytes=threshold))
+        for k, n in enumerate(simulated_sizes(section, rng) + [40 * section, 77 * section + 5]):
+            plan = s.plan(n)
+            check_plan(plan)
+            x = random_input(rng, dtype, op, n)
+            got = machine.run(plan, ScanHooks(x, mode, in_place=k % 2 == 1))
+            assert_scan_equal(got, expected(x, s.spec.operator, mode), dtype, n)
+            kinds.add(plan.launches[-1].kernel.name)
+    assert {"scan_tiles_user", "scan_tiles_persistent_user"} <= kinds
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -762,10 +838,10 @@ def test_interpreter_refuses_short_buffers_races_and_wrong_tickets(rng):
                 strategy="chained").plan(70)
     machine = PlanMachine(rng, ticket_start=5)
     machine.ticket += 1
-    with pytest.raises(AssertionError, match="not 0..17"):
+    with pytest.raises(AssertionError, match="not one of 0..17"):
         machine.run(plan, hooks)
-    # a plan that claims fewer tiles than it takes leaves the next call's tickets wrong
-    with pytest.raises(AssertionError, match="ticket counter"):
+    # a plan that claims fewer tiles than it launches
+    with pytest.raises(AssertionError, match="plan.single_pass_tiles says 17"):
         PlanMachine(rng).run(dataclasses.replace(plan, single_pass_tiles=17), hooks)
 
 
@@ -794,5 +870,9 @@ def test_lookback_first_wait_where_the_tuning_asks(strategy):
                  tuning=Tuning(lookback_first_wait_ns=0)).kernel
     assert waits.findall(default.source) == ["1100"]
     assert waits.findall(asked.source) == ["0"]
-    assert "__nanosleep(FIRST_WAIT_NS)" in asked.source
+    # the classic kernel's look-back sleeps that long first; the persistent one polls at once
+    assert re.search(r"tile_prefix\([^;]*FIRST_WAIT_NS\);", asked.source)
+    assert "__nanosleep(first_wait_ns)" in asked.source
+    persistent = scan("float64", "add", strategy=strategy).kernel.source
+    assert re.search(r"tile_prefix\([^;]*epoch, 0\);", persistent)
     assert asked.kernel_spec != default.kernel_spec  # a compile of its own

@@ -8,9 +8,8 @@ import pytest
 
 import scangen
 from scangen.spec import MODES
-from scangen.strategies.tile_state import EPOCH_LIMIT
 
-from tests.support import (COUNTING_CASES, check_counting, check_scan, counting_kernel,
+from tests.support import (COUNTING_CASES, check_counting, check_single_pass, counting_kernel,
                            operator, precompile)
 
 #: Look-back tiles per lane: windows of 64, 128 and 256 tiles.
@@ -48,18 +47,8 @@ def test_wide_lookback(gpu, rng, width, case):
     """Tiny tiles around their boundaries, both modes, in place; then the tuned tile past
     2^24 and call after call of several sizes through an epoch wrap-around."""
     *tiny, big = tuned_scans(width, case)
-    op_name = case[1]
-    for scan in tiny:
-        assert scan.spec.uses_warp_runs == case[2]
-        for n in sorted({1, 63, 64, 65, 64 * 33 + 1, int(rng.integers(1, 1 << 16)),
-                         (1 << 21) + 5}):
-            check_scan(gpu, rng, scan, n, op_name, in_place=n % 2 == 1)
-    check_scan(gpu, rng, big, (1 << 24) + 3, op_name)
-    (scratch,) = big.kernel._runtime._scratch.values()
-    scratch.epoch = EPOCH_LIMIT - 2
-    for n in (1_000_003, (1 << 24) + 3, 5_000, 1_000_003):
-        check_scan(gpu, rng, big, n, op_name)
-    assert 1 <= scratch.epoch < 10
+    assert all(scan.spec.uses_warp_runs == case[2] for scan in tiny)
+    check_single_pass(gpu, rng, tiny, big, case[1])
 
 
 @pytest.mark.parametrize("case", COUNTING_CASES, ids=str)

@@ -470,3 +470,22 @@ def check_scan(gpuarray, rng, scan, n, op_name, in_place=False):
         out = poisoned(gpuarray, rng, n, dtype)
         scan(x_gpu, out=out)
     assert_scan_equal(out.get(), expected(x, operator(op_name), scan.mode), dtype, n)
+
+
+
+def check_single_pass(gpuarray, rng, tiny, big, op_name):
+    """Single-pass scans: each of ``tiny`` (64-element tiles) around its tile boundaries and
+    past thousands of tiles, in place at odd n; then ``big`` past 2^24, and call after call
+    of several sizes on one stream's tile state through an epoch wrap-around."""
+    from scangen.strategies.tile_state import EPOCH_LIMIT
+
+    for scan in tiny:
+        for n in sorted({1, 63, 64, 65, 64 * 33 + 1, int(rng.integers(1, 1 << 16)),
+                         (1 << 21) + 5}):
+            check_scan(gpuarray, rng, scan, n, op_name, in_place=n % 2 == 1)
+    check_scan(gpuarray, rng, big, (1 << 24) + 3, op_name)
+    (scratch,) = big.kernel._runtime._scratch.values()
+    scratch.epoch = EPOCH_LIMIT - 2
+    for n in (1_000_003, (1 << 24) + 3, 5_000, 1_000_003):
+        check_scan(gpuarray, rng, big, n, op_name)
+    assert 1 <= scratch.epoch < 10

@@ -21,7 +21,8 @@ What it emulates:
   last_item by the user io, as io.cuh.j2 does (so each segment starts from it);
 * the single-pass state: tickets taken in a random block order from a counter that keeps
   counting from call to call (a machine is one stream's scratch), the runtime's ticket base
-  and epoch.
+  and epoch; a persistent launch runs any number of blocks up to its grid, each taking
+  tickets in a random interleaving until one finds no tile left.
 
 What it checks while running (AssertionError otherwise):
 
@@ -36,7 +37,7 @@ What it checks while running (AssertionError otherwise):
 * the output statement runs exactly once for each i in [0, n) per call;
 * single pass: the tiles taken are exactly 0 .. grid-1 (anything else deadlocks or reads
   outside the array), the state temporaries are persistent and large enough, and the ticket
-  counter ends where the runtime will start the next call (plan.single_pass_tiles).
+  counter ends where the runtime will start the next call (Launch.tickets).
 """
 from __future__ import annotations
 
@@ -322,6 +323,7 @@ class PlanMachine:
             self.epoch += 1
             assert self.epoch < _EPOCH_LIMIT
             self.runtime = {"ticket_base": self.ticket_base, "epoch": self.epoch}
+        self.tickets_counted = 0
         outputs = np.zeros(plan.n, np.int64)
         user = UserSide(self, hooks, outputs)
         for number, launch in enumerate(plan.launches):
@@ -329,11 +331,11 @@ class PlanMachine:
         ran = np.flatnonzero(outputs != 1)
         assert ran.size == 0, (f"the output statement ran {outputs[ran[0]]} times for "
                                f"i={ran[0]} (once for each i in [0, {plan.n}) promised)")
-        # the runtime starts the next call's tickets single_pass_tiles further on
-        self.ticket_base = (self.ticket_base + plan.single_pass_tiles) % _TICKET_MODULUS
+        # the runtime starts the next call's tickets as many further on as Launch.tickets says
+        self.ticket_base = (self.ticket_base + self.tickets_counted) % _TICKET_MODULUS
         assert self.ticket == self.ticket_base, (
             f"the ticket counter is at {self.ticket}, but the runtime starts the next call at "
-            f"{self.ticket_base} (plan.single_pass_tiles = {plan.single_pass_tiles})")
+            f"{self.ticket_base} (Launch.tickets: {self.tickets_counted})")
         return hooks.result(self.memory)
 
     def _persistent(self, temp):
@@ -363,8 +365,14 @@ class PlanMachine:
         if kernel.io == "user":
             assert n == self.plan.n, f"{what}: the user io covers n={self.plan.n}, not {n}"
         mem = LaunchMemory(self.memory, what)
+        self.blocks_launched = launch.grid
         getattr(self, kernel.family.name)(mem, side, launch.grid, **bound)
         mem.finish()
+        if kernel.family.single_pass:
+            assert launch.grid == self.plan.single_pass_tiles, (
+                f"{what}: {launch.grid} tiles, but plan.single_pass_tiles says "
+                f"{self.plan.single_pass_tiles} (the runtime sizes the tile status by it)")
+            self.tickets_counted += launch.tickets(self.blocks_launched)
 
     def _bind(self, what, param, arg):
         if param.pointer:
@@ -388,14 +396,17 @@ class PlanMachine:
         """prefix op values: everything before a section on the LEFT."""
         return self.acc.combine(prefix, values)
 
-    def indices(self, starts, n):
+    def indices(self, starts, n, owner=None):
+        """Each row's indices, the block of each (row r: block r, or owner[r]), and which
+        are inside the array."""
         idx = starts[:, None] + np.arange(self.section, dtype=np.int64)
-        blocks = np.broadcast_to(np.arange(starts.size)[:, None], idx.shape)
+        owner = np.arange(starts.size) if owner is None else owner
+        blocks = np.broadcast_to(owner[:, None], idx.shape)
         return idx, blocks, idx < n
 
-    def load(self, mem, side, starts, n):
-        """load_items: the sections at ``starts`` (one per block), identity past n."""
-        idx, blocks, real = self.indices(starts, n)
+    def load(self, mem, side, starts, n, owner=None):
+        """load_items: the sections at ``starts`` (one per row), identity past n."""
+        idx, blocks, real = self.indices(starts, n, owner)
         rows = self.acc.identity(idx.shape)
         rows[real] = side.load(mem, idx[real], blocks[real])
         return rows
@@ -407,7 +418,7 @@ class PlanMachine:
             out[:, k] = self.acc.combine(out[:, k - 1], rows[:, k])
         return out
 
-    def emit(self, mem, side, inclusive, starts, n, has_prefix, prefix, last_item):
+    def emit(self, mem, side, inclusive, starts, n, has_prefix, prefix, last_item, owner=None):
         """emit_section: item = prefix op inclusive[j], prev_item = prefix op inclusive[j-1]
         (the prefix at j = 0; the identity for a block without one)."""
         item = inclusive.copy()
@@ -417,7 +428,7 @@ class PlanMachine:
         prev[:, 1:] = item[:, :-1]
         prev[:, 0] = self.acc.identity(len(starts))
         prev[has_prefix, 0] = prefix[has_prefix]
-        idx, blocks, real = self.indices(starts, n)
+        idx, blocks, real = self.indices(starts, n, owner)
         last = np.broadcast_to(last_item[:, None], idx.shape)
         side.emit(mem, idx[real], blocks[real], item[real], prev[real], last[real])
 
@@ -470,6 +481,39 @@ class PlanMachine:
         self.emit(mem, side, inclusive, starts, n, block_ids > 0, prefix, last)
 
     def scan_tiles(self, mem, side, grid, status, status_values, ticket, ticket_base, epoch, n):
+        self.check_tile_state(grid, status, status_values, ticket, epoch)
+        # blocks start in any order; each takes the next ticket: tile = ticket - ticket_base
+        owner = np.full(grid, -1, np.int64)  # owner[t]: the block that has tile t
+        for block in self.rng.permutation(grid):
+            tile = self.take_ticket(ticket_base)
+            assert 0 <= tile < grid and owner[tile] < 0, (
+                f"tile {tile} taken: not one of 0..{grid - 1} once each (a look-back would "
+                f"wait forever or read outside the array)")
+            owner[tile] = block
+        self.blocks_launched = grid
+        self.scan_owned_tiles(mem, side, owner, n)
+
+    def scan_tiles_persistent(self, mem, side, grid, status, status_values, ticket,
+                              ticket_base, epoch, n):
+        self.check_tile_state(grid, status, status_values, ticket, epoch)
+        # as many blocks as fit (any number up to grid); each takes tickets, in any
+        # interleaving, until one finds no tile left
+        blocks = int(self.rng.integers(1, grid + 1))
+        owner = np.full(grid, -1, np.int64)
+        running = list(range(blocks))
+        while running:
+            block = running[int(self.rng.integers(len(running)))]
+            tile = self.take_ticket(ticket_base)
+            if tile >= grid:
+                running.remove(block)
+                continue
+            assert owner[tile] < 0, f"tile {tile} taken twice"
+            owner[tile] = block
+        assert (owner >= 0).all(), "a tile was never taken"
+        self.blocks_launched = blocks
+        self.scan_owned_tiles(mem, side, owner, n)
+
+    def check_tile_state(self, grid, status, status_values, ticket, epoch):
         size = self.acc.dtype.itemsize
         # One 16-byte word per tile for values of 5 to 8 bytes where the tuning asks for it
         sixteen = 4 < size <= 8 and self.spec.tuning.status_16_byte_words
@@ -487,23 +531,20 @@ class PlanMachine:
             assert temp.persistent, f"{arg} must be kept between calls"
             assert temp.nbytes >= state[name], f"{arg}: {temp.nbytes} B < {state[name]} B"
         assert 1 <= epoch < _EPOCH_LIMIT
-        # blocks start in any order; each takes the next ticket: tile = ticket - ticket_base
-        tiles = np.empty(grid, np.int64)
-        for block in self.rng.permutation(grid):
-            tiles[block] = (self.ticket - ticket_base) % _TICKET_MODULUS
-            self.ticket = (self.ticket + 1) % _TICKET_MODULUS
-        assert sorted(tiles.tolist()) == list(range(grid)), (
-            f"tiles taken {sorted(tiles.tolist())[:5]}...: not 0..{grid - 1} (a look-back "
-            f"would wait forever or read outside the array)")
-        order = np.argsort(tiles)  # order[t]: the block that has tile t
+
+    def take_ticket(self, ticket_base):
+        """The tile of the next ticket (ticket - ticket_base)."""
+        tile = (self.ticket - ticket_base) % _TICKET_MODULUS
+        self.ticket = (self.ticket + 1) % _TICKET_MODULUS
+        return tile
+
+    def scan_owned_tiles(self, mem, side, owner, n):
+        """Tile t = row t, scanned by block owner[t]; prefixes by the look-back."""
+        grid = owner.size
+        tiles = np.arange(grid, dtype=np.int64)
         starts = tiles * self.section
-        # each block loads its tile (block b's rows are its tile's section)
-        idx, _, real = self.indices(starts, n)
-        blocks = np.broadcast_to(np.arange(grid)[:, None], idx.shape)
-        rows = self.acc.identity(idx.shape)
-        rows[real] = side.load(mem, idx[real], blocks[real])
-        inclusive = self.block_scan(rows)
-        totals = inclusive[order, -1]
+        inclusive = self.block_scan(self.load(mem, side, starts, n, owner))
+        totals = inclusive[:, -1]
         # the look-back: tile t's exclusive prefix is the fold of tiles 0..t-1, in order
         # (tile 0 publishes its total as it is; each later tile exclusive op total)
         exclusive = self.acc.identity(grid)
@@ -511,8 +552,8 @@ class PlanMachine:
             exclusive[1] = totals[0]
         for t in range(2, grid):
             exclusive[t:t + 1] = self.acc.combine(exclusive[t - 1:t], totals[t - 1:t])
-        prefix = exclusive[tiles]
-        self.emit(mem, side, inclusive, starts, n, tiles > 0, prefix, self.acc.identity(grid))
+        self.emit(mem, side, inclusive, starts, n, tiles > 0, exclusive,
+                  self.acc.identity(grid), owner)
 
 
 def run_plan(plan, hooks, rng, ticket_start=0):
