@@ -28,6 +28,18 @@ from scangen import bench, compile as scan_compile
 NEVER = 1 << 62
 
 
+def _persistent_too_large(dtype, section, items):
+    """Whether two sections of this tile pass the shared memory (so it has no persistent
+    kernel, and naming a threshold is refused)."""
+    try:
+        scangen.make_spec(dtype, "add", algorithm="warp_shuffle", section_size=section,
+                          items_per_thread=items,
+                          tuning=scangen.Tuning(tile_persistent_min_bytes=NEVER))
+    except ValueError:
+        return True
+    return False
+
+
 def _shape(text):
     """THREADSxITEMS -> (section size, items per thread)."""
     threads, items = (int(v) for v in text.lower().split("x"))
@@ -65,6 +77,9 @@ def main(argv=None):
     parser.add_argument("--dtypes", nargs="+", default=None,
                         help="element types (default: float64 for --status-16, else float32 "
                              "and float64)")
+    parser.add_argument("--trials", type=int, default=5,
+                        help="timed trials per measurement, the median kept (default: "
+                             "%(default)s)")
     parser.add_argument("--bounds", nargs="+", type=int, default=None,
                         help="tile_min_threads_per_sm values (register bounds) to sweep "
                              "(--widths and --first-wait: the tuned ones by default)")
@@ -74,7 +89,7 @@ def main(argv=None):
     scan_compile.current_context()
     from pycuda import gpuarray
 
-    timer = bench.Timer(driver, trials=5, warmup=2)
+    timer = bench.Timer(driver, trials=args.trials, warmup=2)
     rng = np.random.default_rng(1)
     dtypes = args.dtypes or (("float64",) if args.status_16 else ("float32", "float64"))
     # Tuning fields, and the tile shape (None: the tuned one)
@@ -119,6 +134,10 @@ def main(argv=None):
             print(f"{dtype} n=2^{n.bit_length() - 1} copy {copy * 1e6:.1f} us", flush=True)
         for fields, shape in configs:
             section, items = shape or (None, None)
+            if fields.get("tile_persistent_min_bytes") == NEVER and \
+                    _persistent_too_large(dtype, section, items):
+                # the classic kernel only: a tile too large for two sections has no other
+                fields = {**fields, "tile_persistent_min_bytes": None}
             try:
                 scan = scangen.Scan(dtype, "add", strategy=args.strategy,
                                     algorithm="warp_shuffle", section_size=section,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
-from .kernels import FAMILIES, SCAN_TILES_PERSISTENT
+from .kernels import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
 from .spec import WARP_SIZE, ScanSpec, make_spec
@@ -135,9 +135,14 @@ class KernelSpec:
     @property
     def kernels(self):
         """Every kernel of the module, in the order the source defines them: the strategy's,
-        less the persistent single pass where this spec has none."""
-        return tuple(k for k in self.strategy.kernels()
-                     if k.family is not SCAN_TILES_PERSISTENT or self.persistent_tiles)
+        less a single-pass kernel no n takes: the persistent one where this spec has none,
+        the classic one where the persistent one takes every n (a threshold of 0 bytes)."""
+        unused = {SCAN_TILES_PERSISTENT}
+        if self.persistent_tiles:
+            unused = set()
+            if self.scan.tuning.persistent_min_bytes(self.scan.acc_itemsize) == 0:
+                unused = {SCAN_TILES}
+        return tuple(k for k in self.strategy.kernels() if k.family not in unused)
 
     # The module spec protocol of scangen.compile.
 

@@ -135,6 +135,8 @@ def template_context(kernel_spec) -> dict:
         lookback_tiles_per_lane=spec.tuning.lookback_width(spec.acc_itemsize),
         ios=sorted({k.io for k in kernels}),
         families=list(dict.fromkeys(k.family.name for k in kernels)),
+        # the tile status, look-back and warp runs serve every single-pass kernel
+        single_pass=any(k.family.single_pass for k in kernels),
         kernels=[_kernel_context(k, hooks, spec) for k in kernels],
     )
 

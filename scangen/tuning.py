@@ -25,11 +25,14 @@ class TileShape:
 #: at 2^24 / 2^28): float32 256x32 61.3/67.8, 128x32 59.1/66.0, 256x16 53.5/55.8, 128x64
 #: 18.1/16.0; float64 256x16 67.2/76.5, 128x16 67.4/75.1, 128x32 37.1/36.9. 8-byte values
 #: then moved to 16 KiB tiles (256x8), two of which fit the persistent kernel's shared
-#: memory (PERSISTENT_TILES_MIN_BYTES); below 16 MiB, where the classic kernel runs, 256x8
-#: measured level with 256x16 (H200, 2026-11-24, float64 2^20: 52.3% and 53.7% of copy).
+#: memory (PERSISTENT_TILES_MIN_BYTES). 2-byte values: 256x32 tiles at 1024 threads per
+#: multiprocessor (H200, 2026-11-24, int16 single pass, % of copy at 2^20 / 2^22 / 2^24 /
+#: 2^26 / 2^28: 256x16 at 1536 threads 50.7/26.8/37.3/37.7/38.5, 256x32 at 1024
+#: 60.4/36.8/40.0/43.0/42.8; reduce_then_scan, auto's choice from 16 MiB before, 256x16
+#: 39.8-41.4 from 2^24, 256x32 28-30).
 FAST_PATH = {
     1: TileShape(block_size=256, items_per_thread=16),
-    2: TileShape(block_size=256, items_per_thread=16),
+    2: TileShape(block_size=256, items_per_thread=32),
     4: TileShape(block_size=256, items_per_thread=32),
     8: TileShape(block_size=256, items_per_thread=8),
 }
@@ -62,31 +65,40 @@ LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 2}
 
 #: Tuning.tile_persistent_min_bytes by the size of what is scanned (acc_t); others: never.
 #: H200, 2026-11-24 (benchmarks/tune_single_pass.py --persistent), % of copy at 2^20 / 2^22 /
-#: 2^24 / 2^26 / 2^28, the earlier tuned tile (256x16, 1100 ns first wait) -> persistent
-#: 256x8 tiles polling at once: float64 53.7/57.2/65.6/74.7/76.8 -> 48.5/63.6/71.0/76.1/
-#: 78.9; int64 44.0/59.5/67.3/74.9/76.4 -> 49.2/71.3/74.1/78.8/79.8 (with a 1100 ns first
-#: wait: float64 .../74.4 at 2^28, worse). 2^20 is noisy either way; from 16 MiB on the
-#: persistent kernel wins. float32 and int32 persistent 256x16 tiles only matched the
-#: 256x32 classic ones at 2^24 to 2^28 (int32 59.0/65.1/67.4 vs 61.8/65.2/69.2) and lost at
-#: 2^22 (38.8 vs 48.2), so 4-byte values stay classic.
-PERSISTENT_TILES_MIN_BYTES = {8: 16 << 20}
+#: 2^24 / 2^26 / 2^28, the earlier tuned tile (classic 256x16, 1100 ns first wait) ->
+#: persistent 256x8 tiles polling at once: float64 53.7/57.2/65.6/74.7/76.8 -> 48.5/63.6/
+#: 71.0/76.1/78.9; int64 44.0/59.5/67.3/74.9/76.4 -> 49.2/71.3/74.1/78.8/79.8 (polling
+#: after 1100 ns: float64 .../74.4 at 2^28, worse). Below 16 MiB, us at 2^18 / 2^19 / 2^20
+#: / 2^21 / 2^22 (median of 21, two rounds): float64 classic 256x16 10.0/9.6/10.9/16.3/35.6
+#: and 13.3/13.4/13.7/17.3/39.0, classic 256x8 10.3/13.5/11.0/18.3/38.4, persistent 256x8
+#: 9.9/9.6/10.5/14.8/31.5 and 12.9/12.3/10.8/14.9/30.2; int64 13.1/13.1/13.6/16.7/37.0,
+#: 12.8/13.3/13.3/18.4/39.6, 13.1/13.5/13.5/15.9/31.0. The persistent kernel is never
+#: slower, so 8-byte values take it at every size past one section. float32 and int32
+#: persistent 256x16 tiles only matched the 256x32 classic ones at 2^24 to 2^28 (int32
+#: 59.0/65.1/67.4 vs 61.8/65.2/69.2) and lost at 2^22 (38.8 vs 48.2): 4-byte values stay
+#: classic. A look-ahead warp (one warp more per block finding prefixes while the others
+#: open the next tile) was slower still: float64 2^28 58.8% against 80.9% without it.
+PERSISTENT_TILES_MIN_BYTES = {8: 0}
 
 #: Tuning.auto_reduce_then_scan_min_bytes by the size of the value. H200, 2026-11-23, with the
 #: FAST_PATH tiles, decoupled look-back against reduce_then_scan
 #: (benchmarks/tune_single_pass.py --strategy), us: float32 17.8 vs 20.7 at 2^22, 37.4 vs
 #: 43.3 at 2^23, 66.7 vs 75.4 at 2^24, 205 vs 223 at 2^26, 760 vs 821 at 2^28; float64 35.6
 #: vs 40.7, 62.8 vs 71.9, 104 vs 124, 346 vs 418, 1321 vs 1582. The single pass wins at
-#: every size, so auto never leaves it (below 1 TiB) for 4- and 8-byte values.
-AUTO_REDUCE_THEN_SCAN_MIN_BYTES = {4: 1 << 40, 8: 1 << 40}
+#: every size, so auto never leaves it (below 1 TiB) for 4- and 8-byte values. 2-byte values
+#: on their 256x32 tiles (2026-11-24, % of copy at 2^24 / 2^26 / 2^28): int16 single pass
+#: 40.0/43.0/42.8, reduce_then_scan at best 40.8/39.3/41.4 (on 256x16 tiles; 29% on 256x32).
+AUTO_REDUCE_THEN_SCAN_MIN_BYTES = {2: 1 << 40, 4: 1 << 40, 8: 1 << 40}
 #: For other value sizes (not measured since 2026-11-21, when float32 and float64 look-back
 #: won at 2^20 and lost from 2^22 or 2^24).
 DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
 
 #: Tuning.tile_min_threads_per_sm by the size of what is scanned (acc_t); others: the
 #: default. H200, 2026-11-23, decoupled look-back, warp runs, % of copy at 2^24 / 2^28 for
-#: 1024 and 1536 threads: int8 13.7/17.1, 16.9/20.7; int16 34.4/32.5, 37.0/37.1; float32
-#: and float64 under FAST_PATH above.
-TILE_MIN_THREADS_PER_SM = {4: 1024, 8: 1024}
+#: 1024 and 1536 threads: int8 13.7/17.1, 16.9/20.7; int16 34.4/32.5, 37.0/37.1 (256x16
+#: tiles; its 256x32 tiles measured best at 1024, under FAST_PATH above, as did float32
+#: and float64).
+TILE_MIN_THREADS_PER_SM = {2: 1024, 4: 1024, 8: 1024}
 DEFAULT_TILE_MIN_THREADS_PER_SM = 1536
 
 #: The algorithm used when the user names none.

@@ -418,24 +418,30 @@ def test_auto_choice_per_n():
 @pytest.mark.parametrize("strategy", SINGLE_PASS + ("auto",))
 def test_persistent_single_pass_by_size(strategy):
     """8-byte values take the persistent single pass from scangen.tuning.
-    PERSISTENT_TILES_MIN_BYTES on, other sizes never unless the Tuning says; counting
-    modules and sections too large for two never have it; a named threshold that cannot fit
-    two sections is refused; bad thresholds are refused."""
-    threshold = scangen.tuning.PERSISTENT_TILES_MIN_BYTES[8]
+    PERSISTENT_TILES_MIN_BYTES on (or a named threshold), other sizes never unless the
+    Tuning says; counting modules and sections too large for two never have it; a named
+    threshold that cannot fit two sections is refused; bad thresholds are refused."""
+    by_size = scangen.tuning.PERSISTENT_TILES_MIN_BYTES[8]
     for dtype, segmented in (("float64", False), ("int64", False), ("float32", True)):
-        kernel = recorder(dtype, "add", last_item=False, segmented=segmented, strategy=strategy)
-        spec = kernel.spec
-        assert spec.acc_itemsize == 8 and kernel.kernel_spec.persistent_tiles
-        first = ceil_div(threshold, 8)
-        for n, want in ((first - 1, False), (first, True), (3 * first + 7, True)):
-            (launch,) = kernel.plan(n).launches
-            assert launch.persistent == want, (dtype, n)
-            assert launch.kernel.name == ("scan_tiles_persistent_user" if want
-                                          else "scan_tiles_user")
-            assert launch.grid == ceil_div(n, spec.section_size)
-            # one ticket per tile, and one per block of a persistent launch
-            assert launch.tickets(5) == launch.grid + (5 if want else 0)
-        assert "<<<min(" in str(kernel.plan(first))
+        for tuning, threshold in ((None, by_size), (Tuning(tile_persistent_min_bytes=1 << 20),
+                                                    1 << 20)):
+            kernel = recorder(dtype, "add", last_item=False, segmented=segmented,
+                              strategy=strategy, tuning=tuning)
+            spec = kernel.spec
+            assert spec.acc_itemsize == 8 and kernel.kernel_spec.persistent_tiles
+            first = max(ceil_div(threshold, 8), spec.section_size + 1)
+            cases = [(first, True), (3 * first + 7, True)]
+            if first > spec.section_size + 1:
+                cases.append((first - 1, False))
+            for n, want in cases:
+                (launch,) = kernel.plan(n).launches
+                assert launch.persistent == want, (dtype, n)
+                assert launch.kernel.name == ("scan_tiles_persistent_user" if want
+                                              else "scan_tiles_user")
+                assert launch.grid == ceil_div(n, spec.section_size)
+                # one ticket per tile, and one per block of a persistent launch
+                assert launch.tickets(5) == launch.grid + (5 if want else 0)
+            assert "<<<min(" in str(kernel.plan(first))
     for dtype in ("float32", "int8", "complex128"):
         kernel = recorder(dtype, "add", last_item=False, strategy=strategy)
         assert not kernel.kernel_spec.persistent_tiles
