@@ -10,6 +10,7 @@ from .tuning import Tuning
 from .usercode import UserCodeError
 from .render import RenderError
 from .compile import current_context
+from .runtime.pool import free_pooled_memory
 from .kernel import ScanKernel
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
@@ -34,9 +35,9 @@ __all__ = [
     "ScanSpec", "make_spec", "Tuning", "ALGORITHMS", "MODES", "STRATEGIES", "ELEMENT_TYPES",
     # past one GPU (modules)
     "dask", "out_of_core",
-    # errors and the CUDA context
+    # errors, the CUDA context and pooled memory
     "GPUUnavailableError", "ScanCompileError", "RenderError", "UserCodeError",
-    "current_context",
+    "current_context", "free_pooled_memory",
 ]
 #: The one place the version is written (setup.cfg reads it; python -m scangen --version).
 __version__ = "0.1.0"

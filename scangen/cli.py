@@ -189,8 +189,8 @@ PRIMITIVES = {
 
 
 def _fixed_shape(name, options) -> bool:
-    """The radix and histogram kernels have their own tile shape: scan options do not apply
-    (the digit-offset scan inside radix passes takes the defaults)."""
+    """The radix and histogram kernels have their own tile shape: scan options do not
+    apply."""
     given = [f"--{k.replace('_', '-')}" for k, v in options.items()
              if v is not None and not (k == "strategy" and v == "auto")]
     if given:

@@ -82,10 +82,12 @@ class _Kind:
 
     def empty(self, shape, dtype, like, stream, current):
         """A new native array (of the library scangen returns to this kind's callers),
-        written on ``stream``; ``current``: that is the library's current stream."""
+        written on ``stream``; ``current``: that is the library's current stream. A pycuda
+        GPUArray's memory comes from scangen's pool for that stream (runtime/pool.py)."""
         from .runtime.launcher import _gpuarray
+        from .runtime.pool import allocator
 
-        return _gpuarray().empty(shape, dtype)
+        return _gpuarray().empty(shape, dtype, allocator=allocator(stream))
 
 
 class _PyCUDA(_Kind):

@@ -1,10 +1,13 @@
 """Radix-sort building blocks: digit offsets, radix sort and argsort.
 
-One pass over a digit is three launches: ``radix_count_tiles`` counts each tile's digits
-(digit-major, so (digit, tile) pairs are in output order), a ScanKernel turns the counts
-into where each (digit, tile) starts, and ``radix_scatter_tiles`` ranks every key stably
-among its tile's keys of the same digit and writes it (or, for radix_digit_offsets, its
-destination) there. A sort is one such pass per digit, least significant first; each pass
+A sort (or one digit's offsets) starts with ``radix_digit_counts``, which counts the digits
+of every pass in one read of the keys. Then each pass over a digit is one
+``radix_onesweep`` launch per portion of the keys (onesweep, Adinets & Merrill 2022): a
+block takes the next tile by ticket, ranks its keys stably among the tile's keys of the
+same digit, publishes the tile's digit counts and looks back over earlier tiles' counts
+(decoupled look-back, one status word per (tile, digit), the single-pass scan's tile state
+of scangen.strategies.tile_state), then writes every key (or, for radix_digit_offsets, its
+destination) to its place. A sort is one pass per digit, least significant first; each pass
 is stable, so the whole sort is. radix_digit_offsets with a digit wider than a pass sorts
 the keys' indices by it that way, then turns the order into destinations and digit starts
 (kernels/radix_places.cuh.j2).
@@ -26,10 +29,13 @@ import numpy as np
 from ..args import Argument
 from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..kernel import ScanKernel
-from ..runtime.launcher import _gpuarray, check_array, launch_function
+from ..runtime.launcher import _gpuarray, _multiprocessors, check_array, launch_function
+from ..runtime.scratch import StreamScratch
+from ..runtime.streams import memset_d8_async
 from ..spec import as_int
 from ..strategies.base import ceil_div
+from ..strategies.tile_state import TileState
+from ..tuning import Tuning
 from ..types import element_type
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
@@ -42,19 +48,32 @@ KEY_DTYPES = tuple(np.dtype(t) for t in (
     "float32", "float64"))
 _BITS_C_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
                  8: "unsigned long long"}
-#: A tile is a block of 512 threads x 8 keys where keys (and values) take 4 bytes, else 256
-#: threads x up to 16 (fewer where wide keys and values would not fit in shared memory):
-#: measured on an H200, 512 x 8 sorts 2^26 uint32 keys in 3.40 ms and 256 x 16 in 3.73 ms
-#: (the scatter kernel's registers leave 256-thread blocks at 25% occupancy).
-_NARROW_TILE, _WIDE_TILE = (512, 8), (256, 16)
+#: A tile is a block of 256 threads x up to 16 keys (fewer where wide keys and values would
+#: not fit in shared memory). Measured on an H100, 2^26 uint32 keys, onesweep passes bounded
+#: as ONESWEEP_MIN_THREADS_PER_SM: 256 x 16 2.66-2.72 ms, 384 x 16 2.69, 512 x 8 3.60.
+_TILE = (256, 16)
 _STATIC_SHARED_BYTES = 48 * 1024
 
 #: Blocks of a grid-stride launch (the places kernels): enough to fill any GPU.
 _MAX_GRID_STRIDE_BLOCKS = 16384
+#: Blocks per multiprocessor of radix_digit_counts (a grid-stride loop: each block adds its
+#: counts to the global ones once, so fewer blocks mean fewer global atomics).
+_DIGIT_COUNT_BLOCKS_PER_SM = 4
+#: Tiles one radix_onesweep launch covers at most: a portion's tile status is
+#: tiles x 2**radix_bits words of 8 bytes (16 MiB here for 8-bit digits), and its counts
+#: fit 32 bits. Larger inputs take a launch per portion.
+ONESWEEP_PORTION_TILES = 8192
+#: radix_onesweep's register bound: a multiprocessor holds this many of its threads (4
+#: blocks of 256) at least. Measured on an H100 (2^26 uint32 keys): 2.66-2.72 ms against
+#: 3.20 ms unbounded; blocks of 384 and 512 threads were no faster.
+ONESWEEP_MIN_THREADS_PER_SM = 1024
+#: The onesweep status: a tile's count of one digit (32 bits) with flag and epoch in one word.
+DIGIT_STATUS = TileState(4)
 
 _N = Argument("n", "long long")
-_PASS_PARAMETERS = (_N, Argument("shift", "int"), Argument("mask", "unsigned int"),
-                    Argument("flip", "unsigned long long"))
+_DIGIT = (Argument("shift", "int"), Argument("mask", "unsigned int"))
+_FLIP = Argument("flip", "unsigned long long")
+_PASS_PARAMETERS = (_N, *_DIGIT, _FLIP)
 
 
 def key_type(dtype) -> np.dtype:
@@ -82,8 +101,7 @@ class RadixModule:
     output: str = "keys"
     index_values: bool = False
     radix_bits: int = MAX_RADIX_BITS
-    #: The tile: block_size threads, up to max_items keys each (None: by key and value
-    #: width, see _NARROW_TILE).
+    #: The tile: block_size threads, up to max_items keys each (None: _TILE's).
     block_size: int | None = None
     max_items: int | None = None
 
@@ -97,11 +115,10 @@ class RadixModule:
             raise ValueError("index values are int64")
         if not 1 <= self.radix_bits <= MAX_RADIX_BITS:
             raise ValueError(f"a pass takes digits of 1..{MAX_RADIX_BITS} bits")
-        default = _NARROW_TILE if self.moved_itemsize <= 4 else _WIDE_TILE
         if self.block_size is None:
-            object.__setattr__(self, "block_size", default[0])
+            object.__setattr__(self, "block_size", _TILE[0])
         if self.max_items is None:
-            object.__setattr__(self, "max_items", default[1])
+            object.__setattr__(self, "max_items", _TILE[1])
 
     @property
     def moved_itemsize(self) -> int:
@@ -119,9 +136,11 @@ class RadixModule:
         holds, up to 16."""
         if self.output != "keys":
             return self.max_items
-        # What the digit counters leave of the static limit: a counter per digit per warp,
-        # and the tile's counts, starts (4 bytes) and bases (8 bytes) per digit.
-        staging = _STATIC_SHARED_BYTES - self.radix * (4 * (self.block_size // 32) + 16)
+        # What the digit counters leave of the static limit: a counter per digit (and one
+        # for lanes past the end) per warp, the tile's counts, starts (4 bytes) and bases
+        # (8 bytes) per digit, and the ticket's tile number (8 bytes).
+        warps = self.block_size // 32
+        staging = _STATIC_SHARED_BYTES - 4 * warps * (self.radix + 1) - 16 * self.radix - 8
         itemsize = self.moved_itemsize
         items = self.max_items
         while items > 1 and self.block_size * items * itemsize > staging:
@@ -131,6 +150,14 @@ class RadixModule:
                             f"large to stage in shared memory (at most "
                             f"{staging // self.block_size - self.key_dtype.itemsize})")
         return items
+
+    @property
+    def max_passes(self) -> int:
+        """Passes one digit count serves: every digit of the key for a sort, one for
+        radix_digit_offsets."""
+        if self.output == "dest":
+            return 1
+        return ceil_div(8 * self.key_dtype.itemsize, self.radix_bits)
 
     @property
     def tile_size(self) -> int:
@@ -155,8 +182,9 @@ class RadixModule:
                       Argument("digit_start", "long long", pointer=True))
                      + _PASS_PARAMETERS))
         keys = Argument("keys", "radix_key_t", pointer=True, const=True)
-        offsets = Argument("offsets", "long long", pointer=True, const=True)
-        count = (keys, Argument("counts", "unsigned int", pointer=True)) + _PASS_PARAMETERS
+        counts = (keys, Argument("counts", "unsigned long long", pointer=True), _N,
+                  Argument("first_shift", "int"), Argument("passes", "int"),
+                  Argument("end_bit", "int"), _FLIP)
         if self.output == "dest":
             moved = (Argument("dest", "long long", pointer=True),)
         else:
@@ -164,8 +192,17 @@ class RadixModule:
             if self.value_dtype is not None:
                 moved += (Argument("values", "radix_value_t", pointer=True, const=True),
                           Argument("values_out", "radix_value_t", pointer=True))
-        scatter = (keys, *moved, offsets) + _PASS_PARAMETERS
-        return (("radix_count_tiles", count), ("radix_scatter_tiles", scatter))
+        onesweep = (keys, *moved,
+                    Argument("digit_counts", "unsigned long long", pointer=True, const=True),
+                    Argument("portion_in", "long long", pointer=True, const=True),
+                    Argument("portion_out", "long long", pointer=True),
+                    Argument("digit_start", "long long", pointer=True),
+                    Argument("ticket", "unsigned long long", pointer=True),
+                    Argument("ticket_base", "unsigned long long"),
+                    Argument("status", "void", pointer=True),
+                    Argument("epoch", "unsigned int"), Argument("first_tile", "long long"),
+                    *_PASS_PARAMETERS)
+        return (("radix_digit_counts", counts), ("radix_onesweep", onesweep))
 
     def module_source(self):
         return _render(self)
@@ -192,9 +229,13 @@ class RadixModule:
             value_dtype=None if value is None else value.name,
             value_c=None if value is None else value.c_name,
             includes=list(dict.fromkeys(includes)), type_declarations=declarations,
-            radix_bits=self.radix_bits, block_size=self.block_size,
+            radix_bits=self.radix_bits, max_passes=self.max_passes,
+            min_blocks=max(1, ONESWEEP_MIN_THREADS_PER_SM // self.block_size),
+            block_size=self.block_size,
             items_per_thread=self.items_per_thread, tile_size=self.tile_size,
             output=self.output, index_values=self.index_values,
+            backoff_min_ns=Tuning.backoff_min_ns, backoff_max_ns=Tuning.backoff_max_ns,
+            **DIGIT_STATUS.template_context(),
             parameters={name: c_parameters(params) for name, params in self.entry_points()})
 
 
@@ -206,20 +247,6 @@ def _render(module: RadixModule):
     return ModuleSource(text, tuple(name for name, _ in module.entry_points()))
 
 
-@functools.lru_cache(maxsize=None)
-def digit_offsets_scan() -> ScanKernel:
-    """Counts (digit-major) -> where each (digit, tile) starts; digit_start[d] is where
-    digit d starts (its first tile's start)."""
-    return ScanKernel(
-        np.int64, "add",
-        arguments="const unsigned int *counts, long long *offsets, long long *digit_start, "
-                  "long long tiles",
-        input_expr="(long long)counts[i]",
-        output_statement="offsets[i] = prev_item;"
-                         " if (i % tiles == 0) digit_start[i / tiles] = prev_item;",
-        title="radix digit offsets")
-
-
 def _ptr(array) -> int:
     """A device address for a launch (an int: launches pack arguments by the kernel's format,
     and a numpy scalar per pointer costs a fifth of a microsecond); 0 for none or empty."""
@@ -227,7 +254,8 @@ def _ptr(array) -> int:
 
 
 class _Scratch:
-    """The counts and offsets of one pass, grown as needed and kept between calls."""
+    """Per-stream arrays of a module's launches (digit counts, portion bases, a sort's
+    spare buffers), grown as needed and kept between calls."""
 
     def __init__(self):
         self.arrays = {}
@@ -240,64 +268,86 @@ class _Scratch:
 
 
 class _RadixPasses:
-    """Runs the three launches of a pass with one module, on a stream."""
+    """Runs a module's launches on a stream: the digit counts of all passes, then each pass
+    as one onesweep launch per portion of the keys."""
 
     def __init__(self, module: RadixModule):
         self.module = module
         self._scratch = {}  # stream handle -> _Scratch
+        self._status = {}  # stream handle -> StreamScratch (ticket and tile status)
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
         self._scratch.clear()
+        self._status.clear()
 
     @property
     def source(self) -> str:
-        """The CUDA of both modules a pass runs: the radix kernels, then the digit-offset
-        scan."""
-        return self.module.module_source().text + "\n" + digit_offsets_scan().source
+        """The CUDA of the radix kernels."""
+        return self.module.module_source().text
 
     def check_compile(self) -> None:
         from ..compile import check_with_nvcc
 
         check_with_nvcc(self.module)
-        digit_offsets_scan().check_compile()
 
     def scratch(self, stream) -> _Scratch:
         key = 0 if stream is None else stream.handle
         return self._scratch.setdefault(key, _Scratch())
 
-    def run(self, keys, moved, n, shift, bits, descending, stream, digit_start=None):
-        """One pass over the digit at ``shift`` (``bits`` wide): ``moved`` is the scatter's
-        arguments after the keys (the outputs, and values if any). Where each digit starts
-        (2**radix_bits int64; digits past ``bits`` start at n) goes to ``digit_start``, or
-        to scratch."""
+    def count(self, keys, n, passes, descending, stream) -> None:
+        """Count the digits of ``passes`` ((shift, bits) of each, consecutive) over the n
+        keys, for run() to find where each pass's digits start."""
         from ..compile import compile_module
 
         module = self.module
-        compiled = compile_module(module)
-        tiles = module.tiles(n)
+        counts = self.scratch(stream).get("digit_counts", len(passes) * module.radix,
+                                          np.uint64)
+        memset_d8_async(counts.ptr, 0, len(passes) * module.radix * 8, stream)
+        grid = min(module.tiles(n), _multiprocessors() * _DIGIT_COUNT_BLOCKS_PER_SM)
+        end_bit = passes[-1][0] + passes[-1][1]
+        launch_function(compile_module(module), "radix_digit_counts", stream)(
+            (grid, 1, 1), (module.block_size, 1, 1), stream, _ptr(keys), counts.ptr,
+            np.int64(n), np.int32(passes[0][0]), np.int32(len(passes)), np.int32(end_bit),
+            _flip(descending))
+
+    def run(self, keys, moved, n, number, shift, bits, descending, stream, digit_start=None):
+        """Pass ``number`` of those count() counted, over the digit at ``shift`` (``bits``
+        wide): ``moved`` is the arguments after the keys (the outputs, and values if any).
+        Where each digit starts (2**radix_bits int64; digits past ``bits`` start at n) goes
+        to ``digit_start`` if given."""
+        from ..compile import compile_module
+
+        module = self.module
+        launch = launch_function(compile_module(module), "radix_onesweep", stream)
         scratch = self.scratch(stream)
-        counts = scratch.get("counts", module.radix * tiles, np.uint32)
-        offsets = scratch.get("offsets", module.radix * tiles, np.int64)
-        if digit_start is None:
-            digit_start = scratch.get("digit_start", module.radix, np.int64)
+        counts = scratch.get("digit_counts", (number + 1) * module.radix, np.uint64)
+        # Where each digit starts in a portion: written by the portion before it.
+        bases = [scratch.get(name, module.radix, np.int64) for name in ("bases", "bases_next")]
+        tiles = module.tiles(n)
+        portion = min(tiles, ONESWEEP_PORTION_TILES)
+        state = self._status.setdefault(0 if stream is None else stream.handle,
+                                        StreamScratch(DIGIT_STATUS))
+        addresses = state.bind_state(portion * module.radix, stream)
         pass_args = _pass_arguments(n, shift, bits, descending)
-        grid, block = (tiles, 1, 1), (module.block_size, 1, 1)
-        launch_function(compiled, "radix_count_tiles", stream)(
-            grid, block, stream, _ptr(keys), _ptr(counts), *pass_args)
-        digit_offsets_scan().launch_converted(
-            (_ptr(counts), _ptr(offsets), _ptr(digit_start), np.int64(tiles)),
-            module.radix * tiles, stream)
-        launch_function(compiled, "radix_scatter_tiles", stream)(
-            grid, block, stream, _ptr(keys), *(_ptr(a) for a in moved), _ptr(offsets),
-            *pass_args)
+        for first_tile in range(0, tiles, portion):
+            grid = min(portion, tiles - first_tile)
+            ticket_base, epoch = state.next_single_pass_call(grid, stream)
+            launch((grid, 1, 1), (module.block_size, 1, 1), stream, _ptr(keys),
+                   *(_ptr(a) for a in moved), counts.ptr + 8 * number * module.radix,
+                   bases[0].ptr, bases[1].ptr, _ptr(digit_start), addresses["ticket"],
+                   ticket_base, addresses["status"], epoch, first_tile, *pass_args)
+            bases.reverse()
+
+
+def _flip(descending) -> np.uint64:
+    """What ordered bits are xor-ed with: all ones for a descending order."""
+    return np.uint64(2 ** 64 - 1 if descending else 0)
 
 
 def _pass_arguments(n, shift, bits, descending) -> tuple:
-    """The values of _PASS_PARAMETERS: n, the digit's shift and mask, and the flip (all ones
-    for a descending order)."""
-    flip = np.uint64(2 ** 64 - 1 if descending else 0)
-    return np.int64(n), np.int32(shift), np.uint32((1 << bits) - 1), flip
+    """The values of _PASS_PARAMETERS: n, the digit's shift and mask, and the flip."""
+    return np.int64(n), np.int32(shift), np.uint32((1 << bits) - 1), _flip(descending)
 
 
 def _finish_wide_digit(module, sorted_keys, order, dest, digit_start, n, shift, bits,
@@ -330,11 +380,11 @@ class _RadixPrimitive:
 
     @property
     def source(self) -> str:
-        """The CUDA of the radix kernels and of the digit-offset scan (no GPU needed)."""
+        """The CUDA of the radix kernels (no GPU needed)."""
         return self._passes.source
 
     def check_compile(self) -> None:
-        """Compile both modules with the nvcc on PATH (no GPU needed)."""
+        """Compile the module with the nvcc on PATH (no GPU needed)."""
         self._passes.check_compile()
 
 
@@ -349,7 +399,7 @@ class RadixDigitOffsets(_RadixPrimitive):
     sign bit flipped for signed ones, and for floats the negatives' bits flipped and the
     positives' sign bit set (-0.0 as +0.0, NaN as all ones). Bits past the key's width
     read as zero. ``descending=True`` orders by the flipped pattern. ``bits`` is 1 to 16:
-    up to 8, one pass (three launches); wider, a stable argsort by the digit in passes of 8
+    up to 8, one pass (a count and a onesweep launch); wider, a stable argsort by the digit in passes of 8
     bits and then two launches that give each key's place and each digit's start.
     """
 
@@ -373,8 +423,8 @@ class RadixDigitOffsets(_RadixPrimitive):
 
     @property
     def source(self) -> str:
-        """The CUDA of the passes, of the digit-offset scan and (digits wider than a pass)
-        of the places module (no GPU needed)."""
+        """The CUDA of the passes and (digits wider than a pass) of the places module (no
+        GPU needed)."""
         if self._order is None:
             return self._passes.source
         return self._passes.source + "\n" + self._places.module_source().text
@@ -399,8 +449,9 @@ class RadixDigitOffsets(_RadixPrimitive):
         if n == 0:
             _zero(digit_start_view, call.stream)
         elif self._order is None:
-            self._passes.run(view, (dest_view,), n, shift, self.bits, descending, call.stream,
-                             digit_start_view)
+            self._passes.count(view, n, [(shift, self.bits)], descending, call.stream)
+            self._passes.run(view, (dest_view,), n, 0, shift, self.bits, descending,
+                             call.stream, digit_start_view)
         else:
             scratch = self._passes.scratch(call.stream)
             sorted_keys = scratch.get("sorted", n, self.key_dtype)
@@ -483,10 +534,11 @@ class RadixSort(_RadixPrimitive):
         spare_values = scratch.get("values", n, self.value_dtype) if carries else None
         targets = [(out_keys, out_values), (spare_keys, spare_values)]
         source = (keys, values)
+        self._passes.count(keys, n, passes, descending, stream)
         for number, (shift, bits) in enumerate(passes):
             target = targets[(len(passes) - 1 - number) % 2]
             moved = (target[0],) + ((source[1], target[1]) if carries else ())
-            self._passes.run(source[0], moved, n, shift, bits, descending, stream)
+            self._passes.run(source[0], moved, n, number, shift, bits, descending, stream)
             source = target
 
 

@@ -44,22 +44,27 @@ class StreamScratch:
                 self.generation += 1
             base = int(self.temporaries[0])
             bindings.update({name: base + offset for name, offset in offsets.items()})
-        tiles = plan.single_pass_tiles
-        if tiles:
-            # Layout fixed by the capacity, not by n, so every call finds the ticket and
-            # each tile's status where earlier calls left them.
-            if self.state is None or self.state[1] < tiles:
-                capacity = max(tiles, 2 * self.state[1] if self.state else 0)
-                nbytes = self.tile_state.allocation_bytes(capacity)
-                allocation = driver.mem_alloc(nbytes)
-                memset_d8_async(int(allocation), 0, nbytes, stream)
-                self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
-                self.generation += 1
-            allocation, capacity = self.state
-            base = int(allocation)
-            bindings.update({name: base + offset
-                             for name, offset in self.tile_state.offsets(capacity).items()})
+        if plan.single_pass_tiles:
+            bindings.update(self.bind_state(plan.single_pass_tiles, stream))
         return bindings
+
+    def bind_state(self, tiles: int, stream=None) -> dict:
+        """Addresses of the ticket and the status of ``tiles`` tiles (names as
+        TileState.offsets), growing and zeroing the allocation on ``stream`` if needed."""
+        driver = require_pycuda()
+        # Layout fixed by the capacity, not by n, so every call finds the ticket and each
+        # tile's status where earlier calls left them.
+        if self.state is None or self.state[1] < tiles:
+            capacity = max(tiles, 2 * self.state[1] if self.state else 0)
+            nbytes = self.tile_state.allocation_bytes(capacity)
+            allocation = driver.mem_alloc(nbytes)
+            memset_d8_async(int(allocation), 0, nbytes, stream)
+            self.state, self.epoch, self.ticket_base = (allocation, capacity), 0, 0
+            self.generation += 1
+        allocation, capacity = self.state
+        base = int(allocation)
+        return {name: base + offset
+                for name, offset in self.tile_state.offsets(capacity).items()}
 
     def next_single_pass_call(self, tiles: int, stream) -> tuple[int, int]:
         """(ticket base, epoch) for the next single-pass call of ``tiles`` tiles."""

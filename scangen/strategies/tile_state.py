@@ -88,6 +88,11 @@ class TileState:
         return (f"{tiles} epoch-tagged 32-bit flags and {2 * tiles} value slots "
                 f"(aggregate and inclusive prefix of each tile)")
 
+    def template_context(self) -> dict:
+        """What templates/tile/state.cuh.j2 needs to know of the layout."""
+        return dict(acc_size=self.itemsize, packed_status=self.packed, status_word_bytes=self.word_bytes,
+                    status_word_bits=self.slot_word_bits, status_slot_words=self.slot_words)
+
     # The layout of one allocation holding the ticket and the status of `capacity` tiles.
 
     def allocation_bytes(self, capacity: int) -> int:

@@ -27,7 +27,7 @@ def test_tiles_shrink_as_keys_and_values_widen():
               for key, value in [("uint32", None), ("uint16", "uint16"), ("uint32", "uint32"),
                                  ("float64", "int64"), ("uint64", "complex128")]
               for m in [RadixModule(np.dtype(key), value and np.dtype(value))]}
-    assert shapes == {("uint32", None): (512, 8), ("uint16", "uint16"): (512, 8),
+    assert shapes == {("uint32", None): (256, 16), ("uint16", "uint16"): (256, 16),
                       ("uint32", "uint32"): (256, 16), ("float64", "int64"): (256, 8),
                       ("uint64", "complex128"): (256, 4)}
     assert RadixModule(np.dtype("float64"), output="dest").tile_size == 4096
@@ -44,15 +44,18 @@ def test_entry_points_match_the_source():
         for name, parameters in module.entry_points():
             declared = ", ".join(p.declaration for p in parameters)
             assert f"{name}({declared})" in text
-        assert ("values ? values[i] : (radix_value_t)i" in text) == module.index_values
+        assert ("values ? values[start + j] : (radix_value_t)(start + j)" in text) == \
+            module.index_values
     assert "static const int RADIX_BITS = 3;" in \
         RadixModule(np.dtype("float32"), output="dest", radix_bits=3).module_source().text
 
 
-def test_sources_show_both_modules():
+def test_sources_show_the_passes():
     source = scangen.RadixSort(np.float32).source
-    assert "radix_scatter_tiles" in source and "radix digit offsets" in source
-    assert "digit_start[i / tiles] = prev_item" in source
+    assert "radix_digit_counts(" in source and "radix_onesweep(" in source
+    assert "digit_look_back(status, tile, digit, epoch)" in source
+    wide = scangen.RadixDigitOffsets(np.uint32, 12).source
+    assert "radix_onesweep(" in wide and "radix_places_from_order(" in wide
 
 
 @pytest.mark.parametrize("make,error,message", [

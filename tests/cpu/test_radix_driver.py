@@ -51,11 +51,19 @@ def memory(monkeypatch):
     monkeypatch.setattr(interop._Kind, "empty",
                         lambda self, shape, dtype, like, stream, current:
                         memory.empty(shape, dtype))
-    passes = []
+    passes, counted = [], []
 
-    def run(self, keys, moved, n, shift, bits, descending, stream, digit_start=None):
+    def count(self, keys, n, digits_of_passes, descending, stream):
+        """The digit counts a sort starts with: which passes they are for (the fake passes
+        need none)."""
+        counted.append((keys.ptr, list(digits_of_passes)))
+
+    def run(self, keys, moved, n, number, shift, bits, descending, stream, digit_start=None):
         """What one pass computes: a stable order by the digit; keys (and values, or the
-        indices where there are none) to their places, or each key's place to dest."""
+        indices where there are none) to their places, or each key's place to dest. The
+        pass must be the next one counted."""
+        assert counted and counted[-1][1][number] == (shift, bits)
+        assert number == 0 or passes[-1][:2] == counted[-1][1][number - 1]
         host = memory.at(keys)
         order = np.argsort(digits(host, shift, bits, descending), kind="stable")
         passes.append((shift, bits, keys.ptr, [None if a is None else a.ptr for a in moved]))
@@ -68,8 +76,9 @@ def memory(monkeypatch):
             values = np.arange(n) if values is None else values
             memory.at(moved[2])[:] = values[order]
 
+    monkeypatch.setattr(radix._RadixPasses, "count", count)
     monkeypatch.setattr(radix._RadixPasses, "run", run)
-    memory.passes = passes
+    memory.passes, memory.counted = passes, counted
 
     def finish_wide_digit(module, sorted_keys, order, dest, digit_start, n, shift, bits,
                           descending, stream):
@@ -125,6 +134,8 @@ def test_passes_cover_the_key_and_end_in_the_output(memory, rng, dtype, passes, 
     (_, _, first_keys, (_, first_values, _)) = memory.passes[0]
     (_, _, _, (last_keys, _, last_values)) = memory.passes[-1]
     assert (first_keys, first_values) == (given_keys.address, given_values.address)
+    # one count of every pass's digits, over the caller's keys, before the first pass
+    assert memory.counted == [(given_keys.address, [(8 * k, 8) for k in range(passes)])]
     assert (last_keys, last_values) == (got_keys.address, got_values.address)
     np.testing.assert_array_equal(given_keys.host.view(np.uint8), keys.view(np.uint8))
 
@@ -154,7 +165,8 @@ def test_bit_ranges(memory, rng, begin, end, shifts):
 def test_empty_keys_launch_nothing(memory):
     got_keys, got_values = scangen.radix_sort(memory.array(np.zeros(0, np.int32)),
                                               memory.array(np.zeros(0, np.float32)))
-    assert got_keys.host.size == 0 and got_values.host.size == 0 and not memory.passes
+    assert got_keys.host.size == 0 and got_values.host.size == 0
+    assert not memory.passes and not memory.counted
 
 
 @pytest.mark.parametrize("dtype,shift,bits", [("uint32", 0, 16), ("uint32", 20, 12),

@@ -375,3 +375,26 @@ def test_errors_before_launch(gpu):
         scan(torch.zeros(10, dtype=torch.bfloat16, device="cuda"))
     with pytest.raises(TypeError, match="x must be a pycuda GPUArray or another CUDA array"):
         scan("not an array")
+
+
+def test_pycuda_results_come_from_a_pool_per_stream(gpu, rng):
+    """A freed result's memory serves the next result on its stream (no cuMemAlloc), never
+    one on another stream, and every result is right; free_pooled_memory lets it go."""
+    import pycuda.driver as driver
+
+    keys = rng.integers(0, 1000, 100_003).astype(np.int32)
+    device_keys = gpu.to_gpu(keys)
+    first = scangen.radix_sort(device_keys)
+    address = first.ptr
+    del first
+    again = scangen.radix_sort(device_keys)
+    assert again.ptr == address  # the freed block came back
+    stream = driver.Stream()
+    other = scangen.radix_sort(device_keys, stream=stream)
+    stream.synchronize()
+    del again
+    assert scangen.radix_sort(device_keys, stream=stream).ptr != address
+    np.testing.assert_array_equal(other.get(), np.sort(keys, kind="stable"))
+    scangen.free_pooled_memory()
+    np.testing.assert_array_equal(scangen.radix_sort(device_keys).get(),
+                                  np.sort(keys, kind="stable"))

@@ -6,11 +6,13 @@ import pytest
 
 import scangen
 from scangen import compile as scan_compile
-from scangen.primitives.radix import KEY_DTYPES, MAX_DIGIT_BITS, RadixModule, digit_offsets_scan
+from scangen.primitives import radix
+from scangen.primitives.radix import KEY_DTYPES, MAX_DIGIT_BITS, RadixModule
 
 from tests.support import digits, precompile
 
-#: Around warp runs, tiles (2048 and 4096 keys, by key and value width) and many tiles.
+#: Around warp runs, tiles (1024 to 4096 keys, by key and value width) and many tiles
+#: (many onesweep launches: test_passes_in_portions).
 SIZES = [0, 1, 2, 31, 33, 255, 257, 2047, 2048, 2049, 4095, 4096, 4097, 3 * 4096 + 5,
          100_003, 1_000_003]
 PATTERNS = ["random", "duplicates", "all_equal", "sorted", "reversed"]
@@ -50,7 +52,7 @@ def _compile_in_parallel(gpu):
     modules += [RadixModule(k, np.dtype(np.int64), index_values=True) for k in KEY_DTYPES]
     modules += [RadixModule(k, output="dest") for k in KEY_DTYPES]
     modules += [RadixModule(k, output="places") for k in KEY_DTYPES]
-    precompile(modules + [digit_offsets_scan()])
+    precompile(modules)
 
 
 @pytest.mark.parametrize("dtype", [str(k) for k in KEY_DTYPES])
@@ -66,6 +68,32 @@ def test_radix_sort_and_argsort(gpu, rng, dtype, pattern):
         down = descending_order(keys)
         np.testing.assert_array_equal(
             scangen.argsort(gpu.to_gpu(keys), descending=True).get(), down)
+
+
+@pytest.mark.parametrize("portion_tiles", [1, 3])
+def test_passes_in_portions(gpu, rng, monkeypatch, portion_tiles):
+    """Inputs past one onesweep launch (ONESWEEP_PORTION_TILES, here shrunk so that small
+    inputs take many launches): each portion starts its digits where the one before left
+    them, and its look-back stops at its own first tile."""
+    monkeypatch.setattr(radix, "ONESWEEP_PORTION_TILES", portion_tiles)
+    sort = scangen.RadixSort("int32", "float32")
+    offsets = scangen.RadixDigitOffsets("uint16", 5)
+    for n in [4095, 4097, 3 * 4096 + 5, 100_003]:
+        keys = keys_for(rng, "int32", n, "duplicates")
+        values = rng.random(n).astype(np.float32)
+        got_keys, got_values = sort(gpu.to_gpu(keys), gpu.to_gpu(values))
+        order = np.argsort(keys, kind="stable")
+        np.testing.assert_array_equal(got_keys.get(), keys[order])
+        np.testing.assert_array_equal(got_values.get(), values[order])
+        narrow = keys_for(rng, "uint16", n, "random")
+        dest, digit_start = offsets(gpu.to_gpu(narrow), 7, descending=True)
+        digit = digits(narrow, 7, 5, True)
+        want = np.empty(n, np.int64)
+        want[np.argsort(digit, kind="stable")] = np.arange(n)
+        np.testing.assert_array_equal(dest.get(), want)
+        counts = np.bincount(digit.astype(np.int64), minlength=32)
+        np.testing.assert_array_equal(digit_start.get(),
+                                      np.concatenate([[0], np.cumsum(counts)[:-1]]))
 
 
 @pytest.mark.parametrize("key,value", [("uint32", "uint32"), ("float32", "int64"),

@@ -1,0 +1,46 @@
+"""Device memory of the pycuda GPUArrays scangen returns: a pool per context and stream.
+
+CuPy and torch hand their callers memory from caching allocators; pycuda's gpuarray.empty
+calls cuMemAlloc, and the array's end cuMemFree: hundreds of microseconds for large arrays,
+and a free waits for the device. So outputs of the pycuda kind come from a
+pycuda.tools.DeviceMemoryPool instead. A block freed with its array goes back to the pool it
+came from, and a pool serves one stream: the next array it hands out is written by work
+queued on that stream after every earlier use of the block there. (As with CuPy's pool, an
+array also used on another stream must outlive that use.) ``free_pooled_memory`` hands the
+held blocks back to CUDA; a pool that cannot allocate frees its held blocks and retries.
+"""
+from __future__ import annotations
+
+from ..compile import release_at_exit, require_pycuda
+
+_pools = {}  # (context handle, stream handle) -> DeviceMemoryPool
+
+
+class _Pools:
+    """Releases every pool's held blocks at exit, with the context current."""
+
+    def release_device_memory(self) -> None:
+        free_pooled_memory()
+        _pools.clear()
+
+
+def allocator(stream):
+    """The allocate function of the current context's pool for ``stream`` (None, a pycuda
+    Stream or a RawStream: anything with a handle)."""
+    driver = require_pycuda()
+    key = (driver.Context.get_current().handle, 0 if stream is None else stream.handle)
+    pool = _pools.get(key)
+    if pool is None:
+        from pycuda.tools import DeviceMemoryPool
+
+        if not _pools:
+            release_at_exit(_Pools())
+        pool = _pools[key] = DeviceMemoryPool()
+    return pool.allocate
+
+
+def free_pooled_memory() -> None:
+    """Hand the device memory pooled for scangen's pycuda outputs back to CUDA (arrays still
+    alive keep theirs)."""
+    for pool in _pools.values():
+        pool.free_held()
