@@ -1,7 +1,8 @@
 """A radix sort's kernels, for a profiler: ``ncu python benchmarks/profile_radix.py``
 runs a warm-up sort and then one sort of 2^26 uint32 keys. Environment: N= the size,
 TILE=THREADSxITEMS another tile shape, ONESWEEP_MIN_THREADS_PER_SM= the onesweep kernel's
-register bound, DIGIT_COUNT_BLOCKS_PER_SM= the digit count's grid, TRIALS= sorts timed (the
+register bound, ONESWEEP_PORTION_TILES= the tiles of one onesweep launch,
+DIGIT_COUNT_BLOCKS_PER_SM= the digit count's grid, TRIALS= sorts timed (the
 best is reported)."""
 import os
 import sys
@@ -20,7 +21,8 @@ import pycuda.driver as driver  # noqa: E402
 
 from scangen.primitives import radix  # noqa: E402
 
-for knob in ("ONESWEEP_MIN_THREADS_PER_SM", "_DIGIT_COUNT_BLOCKS_PER_SM"):
+for knob in ("ONESWEEP_MIN_THREADS_PER_SM", "ONESWEEP_PORTION_TILES",
+             "_DIGIT_COUNT_BLOCKS_PER_SM"):
     if knob.strip("_") in os.environ:
         setattr(radix, knob, int(os.environ[knob.strip("_")]))
 n = int(eval(os.environ.get("N", "2**26")))
