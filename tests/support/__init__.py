@@ -370,6 +370,16 @@ def digits(keys, shift, bits, descending=False):
     return (pattern >> np.uint64(shift)) & np.uint64((1 << bits) - 1)
 
 
+def digit_offsets(keys, shift, bits, descending=False):
+    """What RadixDigitOffsets returns, in numpy: ``(dest, digit_start)``, each key's place
+    in the stable order by its digit and where each of the 2**bits digits starts."""
+    digit = digits(keys, shift, bits, descending)
+    dest = np.empty(keys.size, np.int64)
+    dest[np.argsort(digit, kind="stable")] = np.arange(keys.size)
+    counts = np.bincount(digit.astype(np.int64), minlength=1 << bits)
+    return dest, np.concatenate([[0], np.cumsum(counts)[:-1]])
+
+
 # --- README blocks ------------------------------------------------------------------------
 
 def readme_python_blocks():
