@@ -11,7 +11,7 @@ held blocks back to CUDA; a pool that cannot allocate frees its held blocks and 
 """
 from __future__ import annotations
 
-from ..compile import release_at_exit, require_pycuda
+from ..compile import current_context, release_at_exit
 
 _pools = {}  # (context handle, stream handle) -> DeviceMemoryPool
 
@@ -27,8 +27,7 @@ class _Pools:
 def allocator(stream):
     """The allocate function of the current context's pool for ``stream`` (None, a pycuda
     Stream or a RawStream: anything with a handle)."""
-    driver = require_pycuda()
-    key = (driver.Context.get_current().handle, 0 if stream is None else stream.handle)
+    key = (current_context().handle, 0 if stream is None else stream.handle)
     pool = _pools.get(key)
     if pool is None:
         from pycuda.tools import DeviceMemoryPool

@@ -642,3 +642,47 @@ def test_version(capsys):
     result = subprocess.run([sys.executable, "-m", "scangen", "--version"], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == f"scangen {scangen.__version__}"
+
+
+def test_pycuda_results_come_from_a_pool_per_context_and_stream(monkeypatch):
+    """GPUArray outputs are allocated through scangen's pools (runtime/pool.py): one per
+    (context, stream), made once and kept; free_pooled_memory empties every one."""
+    from scangen.runtime import pool
+
+    class FakePool:
+        made = []
+
+        def __init__(self):
+            self.held = True
+            FakePool.made.append(self)
+
+        def allocate(self, nbytes):
+            return (self, nbytes)
+
+        def free_held(self):
+            self.held = False
+
+    tools = types.ModuleType("pycuda.tools")
+    tools.DeviceMemoryPool = FakePool
+    monkeypatch.setitem(sys.modules, "pycuda.tools", tools)
+    monkeypatch.setattr(pool, "_pools", {})
+    monkeypatch.setattr(pool, "release_at_exit", lambda holder: None)
+    context = types.SimpleNamespace(handle=0xC0)
+    monkeypatch.setattr(pool, "current_context", lambda: context)
+    default = pool.allocator(None)
+    assert default(64) == (FakePool.made[0], 64)
+    assert pool.allocator(None).__self__ is default.__self__  # kept, not remade
+    other = pool.allocator(RawStream(0x1234))
+    assert other.__self__ is not default.__self__
+    context.handle = 0xD0  # another context: another pool, even for the default stream
+    assert pool.allocator(None).__self__ not in (default.__self__, other.__self__)
+    assert len(FakePool.made) == 3
+    scangen.free_pooled_memory()
+    assert not any(p.held for p in FakePool.made)
+
+    # what Call.empty hands pycuda for a GPUArray: the pool of the call's stream
+    seen = {}
+    monkeypatch.setattr(launcher, "_gpuarray", lambda: types.SimpleNamespace(
+        empty=lambda shape, dtype, allocator: seen.update(allocator=allocator)))
+    interop.PYCUDA.empty((4,), np.dtype(np.float32), None, RawStream(0x1234), False)
+    assert seen["allocator"].__self__ is pool.allocator(RawStream(0x1234)).__self__
