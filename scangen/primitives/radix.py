@@ -73,9 +73,8 @@ ONESWEEP_MIN_THREADS_PER_SM = 1024
 DIGIT_STATUS = TileState(4)
 
 _N = Argument("n", "long long")
-_DIGIT = (Argument("shift", "int"), Argument("mask", "unsigned int"))
 _FLIP = Argument("flip", "unsigned long long")
-_PASS_PARAMETERS = (_N, *_DIGIT, _FLIP)
+_PASS_PARAMETERS = (_N, Argument("shift", "int"), Argument("mask", "unsigned int"), _FLIP)
 
 
 def key_type(dtype) -> np.dtype:
@@ -401,8 +400,9 @@ class RadixDigitOffsets(_RadixPrimitive):
     sign bit flipped for signed ones, and for floats the negatives' bits flipped and the
     positives' sign bit set (-0.0 as +0.0, NaN as all ones). Bits past the key's width
     read as zero. ``descending=True`` orders by the flipped pattern. ``bits`` is 1 to 16:
-    up to 8, one pass (a count and a onesweep launch); wider, a stable argsort by the digit in passes of 8
-    bits and then two launches that give each key's place and each digit's start.
+    up to 8, one pass (a count and a onesweep launch); wider, a stable argsort by the digit
+    in passes of 8 bits and then two launches that give each key's place and each digit's
+    start.
     """
 
     def __init__(self, key_dtype, bits=8):

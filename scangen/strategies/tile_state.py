@@ -90,8 +90,9 @@ class TileState:
 
     def template_context(self) -> dict:
         """What templates/tile/state.cuh.j2 needs to know of the layout."""
-        return dict(acc_size=self.itemsize, packed_status=self.packed, status_word_bytes=self.word_bytes,
-                    status_word_bits=self.slot_word_bits, status_slot_words=self.slot_words)
+        return dict(acc_size=self.itemsize, packed_status=self.packed,
+                    status_word_bytes=self.word_bytes, status_word_bits=self.slot_word_bits,
+                    status_slot_words=self.slot_words)
 
     # The layout of one allocation holding the ticket and the status of `capacity` tiles.
 
