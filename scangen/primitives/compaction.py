@@ -41,16 +41,18 @@ def _predicate_preamble(c_type: str, predicate: str) -> str:
             f"    );\n}}")
 
 
-class _Compaction:
-    """What the compaction classes share: one ScanKernel, argument checks, the count.
-    The kernel counts what it keeps (int64 add of 0s and 1s, ScanKernel counts=True)."""
+def _counting_scan(**options) -> ScanKernel:
+    """A ScanKernel that counts what it keeps: an int64 add of 0s and 1s (counts=True)."""
+    return ScanKernel(np.int64, "add", counts=True, **options)
 
-    def __init__(self, dtype, *, arguments, input_expr, output_statement, preamble="",
-                 title, **scan_options):
+
+class _Compaction:
+    """What the compaction classes share: one counting scan (``kernel``, made by
+    _counting_scan), argument checks, the count."""
+
+    def __init__(self, dtype, kernel: ScanKernel):
         self.etype = element_type(dtype)
-        self.kernel = ScanKernel(np.int64, "add", arguments=arguments, input_expr=input_expr,
-                                 output_statement=output_statement, preamble=preamble,
-                                 title=title, counts=True, **scan_options)
+        self.kernel = kernel
         self._count = None
         release_at_exit(self)
 
@@ -91,12 +93,12 @@ class _Compaction:
             self._count = _gpuarray().zeros(1, np.int64)
         return self._count
 
-    def _launch(self, call, arrays, n, count_on_device):
-        """Run over n elements of ``arrays`` (views of the kernel's array arguments before
-        the count) on the call's stream. Returns the count: a new one-element int64 array of
-        the call's kind with ``count_on_device``, else the instance's own buffer, to be
-        read with ``_read``. When n is 0 nothing is launched (an empty GPUArray has no
-        address) and the count is set to 0."""
+    def _launch(self, call, arrays, n, count_on_device, kernel=None):
+        """Run ``kernel`` (default: this one's) over n elements of ``arrays`` (views of its
+        array arguments before the count) on the call's stream. Returns the count: a new
+        one-element int64 array of the call's kind with ``count_on_device``, else the
+        instance's own buffer, to be read with ``_read``. When n is 0 nothing is launched
+        (an empty GPUArray has no address) and the count is set to 0."""
         if count_on_device:
             count, count_view = call.empty((1,), np.int64)
         else:
@@ -104,8 +106,8 @@ class _Compaction:
         if n == 0:
             memset_d8_async(count_view.ptr, 0, count_view.nbytes, call.stream)
         else:
-            self.kernel.launch_converted(tuple(a.ptr for a in (*arrays, count_view)),
-                                         n, call.stream)
+            (kernel or self.kernel).launch_converted(
+                tuple(a.ptr for a in (*arrays, count_view)), n, call.stream)
         return count
 
     @staticmethod
@@ -170,11 +172,11 @@ class Select(_Compaction):
         if not keep:
             test = f"!({test})"
         self.predicate = predicate
-        super().__init__(dtype, arguments=f"const {c} *__restrict__ x, {mask_argument}"
-                                          f"{c} *__restrict__ out, long long *count",
-                         input_expr=f"({test}) ? 1 : 0", output_statement=_SCATTER_KEPT,
-                         preamble=preamble, title="select" if keep else "remove_if",
-                         **scan_options)
+        super().__init__(dtype, _counting_scan(
+            arguments=f"const {c} *__restrict__ x, {mask_argument}{c} *__restrict__ out, "
+                      "long long *count",
+            input_expr=f"({test}) ? 1 : 0", output_statement=_SCATTER_KEPT,
+            preamble=preamble, title="select" if keep else "remove_if", **scan_options))
 
     def __call__(self, x, flags=None, *, out=None, stream=None, count_on_device=False):
         call = Call(stream, {"x": x, "flags": flags, "out": out}, writes=("out",))
@@ -206,13 +208,13 @@ class Partition(_Compaction):
         etype = element_type(dtype)
         c = etype.c_name
         self.predicate = predicate
-        super().__init__(
-            dtype, arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
+        super().__init__(dtype, _counting_scan(
+            arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
             input_expr="scangen_keep(x[i], i) ? 1 : 0",
             output_statement="if (item != prev_item) out[prev_item] = x[i];"
                              " else out[last_item + (i - prev_item)] = x[i];"
                              " if (i == n - 1) *count = item;",
-            preamble=_predicate_preamble(c, predicate), title="partition", **scan_options)
+            preamble=_predicate_preamble(c, predicate), title="partition", **scan_options))
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):
         return self._compact(x, out, stream, count_on_device, trimmed=False)
@@ -229,13 +231,41 @@ class Unique(_Compaction):
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
-        super().__init__(dtype, arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, "
-                                          "long long *count",
-                         input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_SCATTER_KEPT,
-                         title="unique", **scan_options)
+        super().__init__(dtype, _counting_scan(
+            arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
+            input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_SCATTER_KEPT,
+            title="unique", **scan_options))
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):
         return self._compact(x, out, stream, count_on_device, trimmed=True)
+
+
+#: Run starts are int32 (half the bytes of int64 to write, then read again) for inputs of
+#: fewer elements than this, int64 from it.
+_INT32_STARTS_BELOW = 2 ** 31
+
+
+def _run_kernels(c_type: str, start_c: str, scan_options: dict) -> tuple[ScanKernel, ScanKernel]:
+    """RunLengthEncode's two kernels with starts of C type ``start_c``: the counting scan of
+    run heads that writes each run's value and first index, and the lengths from the starts.
+    Counting nothing, the single pass is one launch that only reads starts and writes counts;
+    reduce_then_scan (what auto takes for a large counting scan) is three."""
+    heads = _counting_scan(
+        arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
+                  f"{start_c} *__restrict__ starts, long long *count",
+        input_expr=f"{_RUN_HEAD} ? 1 : 0",
+        output_statement=f"if (item != prev_item) {{ values[prev_item] = x[i];"
+                         f" starts[prev_item] = ({start_c})i; }}"
+                         " if (i == n - 1) *count = item;",
+        title="run_length_encode", **scan_options)
+    lengths = _counting_scan(
+        arguments=f"const {start_c} *__restrict__ starts, long long *__restrict__ counts, "
+                  "long long end",
+        input_expr="0",
+        output_statement="counts[i] = (i + 1 < n ? (long long)starts[i + 1] : end)"
+                         " - starts[i];",
+        title="run_lengths", **{"strategy": "decoupled_lookback", **scan_options})
+    return heads, lengths
 
 
 class RunLengthEncode(_Compaction):
@@ -244,60 +274,58 @@ class RunLengthEncode(_Compaction):
 
     Two kernels. The first counts run heads (a counting scan, as Unique's) and writes each
     run's value to ``values[runs before it]`` and its first index to a scratch array of
-    starts; the second runs over the runs, ``counts[r] = starts[r + 1] - starts[r]`` (the
-    last run ends at n): a ScanKernel that counts nothing, used for its output statement.
-    The starts stay with the object between calls."""
+    starts (int32 below 2^31 elements, else int64); the second runs over the runs,
+    ``counts[r] = starts[r + 1] - starts[r]`` (the last run ends at n): a ScanKernel that
+    counts nothing, used for its output statement. The starts stay with the object between
+    calls. ``kernel`` and ``lengths`` are the pair with int32 starts."""
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
-        super().__init__(
-            dtype, arguments=f"const {c} *__restrict__ x, {c} *__restrict__ values, "
-                             "long long *__restrict__ starts, long long *count",
-            input_expr=f"{_RUN_HEAD} ? 1 : 0",
-            output_statement="if (item != prev_item) { values[prev_item] = x[i];"
-                             " starts[prev_item] = i; }"
-                             " if (i == n - 1) *count = item;",
-            title="run_length_encode", **scan_options)
-        # Counting nothing, the single pass is one launch that only reads starts and writes
-        # counts; reduce_then_scan (what auto takes for a large counting scan) is three.
-        self.lengths = ScanKernel(
-            np.int64, "add", arguments="const long long *__restrict__ starts, "
-                                       "long long *__restrict__ counts, long long end",
-            input_expr="0", counts=True,
-            output_statement="counts[i] = (i + 1 < n ? starts[i + 1] : end) - starts[i];",
-            title="run_lengths", **{"strategy": "decoupled_lookback", **scan_options})
+        self._kernels = {np.dtype(np.int32): _run_kernels(c, "int", scan_options)}
+        self._wide_kernels = functools.partial(_run_kernels, c, "long long", scan_options)
+        super().__init__(dtype, self._kernels[np.dtype(np.int32)][0])
+        self.lengths = self._kernels[np.dtype(np.int32)][1]
         self._starts = None
+
+    def _kernels_for(self, start_dtype):
+        if start_dtype not in self._kernels:
+            self._kernels[start_dtype] = self._wide_kernels()
+        return self._kernels[start_dtype]
 
     @property
     def source(self) -> str:
-        """The CUDA of both kernels (no GPU needed)."""
+        """The CUDA of both kernels with int32 starts (no GPU needed)."""
         return self.kernel.source + "\n" + self.lengths.source
 
     def check_compile(self) -> None:
-        self.kernel.check_compile()
-        self.lengths.check_compile()
+        for start_dtype in (np.dtype(np.int32), np.dtype(np.int64)):
+            for kernel in self._kernels_for(start_dtype):
+                kernel.check_compile()
 
     def release_device_memory(self) -> None:
         super().release_device_memory()
         self._starts = None
 
-    def _starts_buffer(self, n):
-        if self._starts is None or self._starts.size < n:
-            self._starts = _gpuarray().empty(n, np.int64)
+    def _starts_buffer(self, n, start_dtype):
+        if self._starts is None or self._starts.size < n or self._starts.dtype != start_dtype:
+            self._starts = None  # freed before the next is allocated
+            self._starts = _gpuarray().empty(n, start_dtype)
         return self._starts
 
     def __call__(self, x, *, stream=None):
         call = Call(stream, {"x": x})
         check_array("x", call.views["x"], self.dtype)
         n = call.views["x"].size
+        start_dtype = np.dtype(np.int32 if n < _INT32_STARTS_BELOW else np.int64)
+        heads, lengths = self._kernels_for(start_dtype)
         values, values_view = call.empty((n,), self.dtype)
-        starts = self._starts_buffer(max(n, 1))
-        count = self._launch(call, [call.views["x"], values_view, starts], n, False)
+        starts = self._starts_buffer(max(n, 1), start_dtype)
+        count = self._launch(call, [call.views["x"], values_view, starts], n, False, heads)
         runs = self._read(count, call.stream)
         counts, counts_view = call.empty((runs,), np.int64)
         if runs:
-            self.lengths.launch_converted((starts.ptr, counts_view.ptr, np.int64(n)), runs,
-                                          call.stream)
+            lengths.launch_converted((starts.ptr, counts_view.ptr, np.int64(n)), runs,
+                                     call.stream)
         return _leading(values, runs), counts
 
 

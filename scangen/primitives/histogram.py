@@ -11,7 +11,7 @@ import numpy as np
 from ..args import Argument, c_parameters
 from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..runtime.launcher import _gpuarray, check_array, launch_function
+from ..runtime.launcher import _gpuarray, _multiprocessors, check_array, launch_function
 from ..runtime.streams import memset_d8_async
 from ..strategies.base import ceil_div
 from ..types import element_type
@@ -19,16 +19,21 @@ from .radix import KEY_DTYPES
 
 _BLOCK_SIZE = 256
 _SHARED_BINS = 8192
-#: Blocks launched at most: each walks the input with a grid stride, so its shared counts
-#: are added to the global ones once per block, not once per tile.
-_MAX_BLOCKS = 2048
+#: Blocks per multiprocessor, all resident at once (the kernel's register bound; its shared
+#: counts fit six times): one wave, each block walking the tiles with a grid stride, so its
+#: shared counts are added to the global ones once per block, not once per tile.
+_BLOCKS_PER_SM = 6
+#: The most bins for which the kernel may guess bins its own way: beyond, numpy's float32
+#: arithmetic may guess two bins off, and then only numpy's own guess gives numpy's answer.
+_FAST_PATH_BINS = 2 ** 20
 
 _PARAMETERS = (
     Argument("x", "histogram_value_t", pointer=True, const=True),
     Argument("edges", "edge_t", pointer=True, const=True),
     Argument("counts", "long long", pointer=True),
     Argument("n", "long long"), Argument("bins", "int"), Argument("low", "double"),
-    Argument("high", "double"), Argument("span", "double"))
+    Argument("high", "double"), Argument("span", "double"),
+    Argument("scale_in_bins", "double"), Argument("margin_in_bins", "double"))
 
 
 @dataclass(frozen=True)
@@ -53,11 +58,21 @@ class HistogramModule:
     def description(self) -> str:
         return f"histogram of {self.dtype}"
 
+    @property
+    def items_per_thread(self) -> int:
+        """Values a thread loads before binning: two 16-byte words of them."""
+        return 32 // self.dtype.itemsize
+
+    @property
+    def tile_size(self) -> int:
+        return _BLOCK_SIZE * self.items_per_thread
+
     def context(self) -> dict:
         return dict(dtype=str(self.dtype), c_type=element_type(self.dtype).c_name,
                     edge_c=element_type(self.edge_dtype).c_name,
-                    block_size=_BLOCK_SIZE, shared_bins=_SHARED_BINS,
-                    parameters=c_parameters(_PARAMETERS))
+                    block_size=_BLOCK_SIZE, items_per_thread=self.items_per_thread,
+                    blocks_per_sm=_BLOCKS_PER_SM,
+                    shared_bins=_SHARED_BINS, parameters=c_parameters(_PARAMETERS))
 
 
 @functools.lru_cache(maxsize=32)
@@ -87,15 +102,46 @@ def outer_edges(bins, range) -> tuple[float, float]:
     return low, high
 
 
+def bin_edges(bins, range, edge_dtype) -> tuple[float, float, np.ndarray]:
+    """``(low, high, edges)`` as numpy.histogram makes them, with its checks: the edges must
+    rise strictly (too many bins for a narrow float32 range do not)."""
+    low, high = outer_edges(bins, range)
+    edges = np.linspace(low, high, int(bins) + 1, dtype=edge_dtype)
+    if np.any(edges[:-1] >= edges[1:]):
+        raise ValueError(f"too many bins for the range: {bins} bins over ({low}, {high}) "
+                         f"do not have distinct {np.dtype(edge_dtype)} edges")
+    return low, high, edges
+
+
+def fast_path_margin(edges, low: float, high: float) -> float:
+    """How far (in bins) from its bin's edges a value's computed position must lie for the
+    kernel to take the bin from the position alone (bin_of in histogram.cu.j2, arithmetic in
+    the edges' type); 1.0 (the edges lie too far from their ideal places for the position to
+    be a guess within one bin, or there are too many bins) leaves the kernel numpy's own
+    arithmetic. It bounds how far the actual edges lie from their ideal places (float32
+    edges are rounded, linspace rounds too) and the rounding of ``(v - low) * scale`` (low and
+    scale rounded to the edges' type, then a subtraction and a product) and of the check
+    itself, then doubles the sum."""
+    bins = len(edges) - 1
+    scale = bins / (high - low)
+    ideal = low + np.arange(bins + 1) * ((high - low) / bins)
+    misplaced = float(np.max(np.abs(edges.astype(np.float64) - ideal))) * scale
+    epsilon = float(np.finfo(edges.dtype).eps)
+    rounding = 4 * epsilon * (bins + 1 + max(abs(low), abs(high)) * scale)
+    margin = 2 * (misplaced + rounding)
+    return margin if margin < 0.25 and bins <= _FAST_PATH_BINS else 1.0
+
+
 class Histogram:
     """Counts of equal-width bins, as numpy.histogram(x, bins, range).
 
     ``Histogram(dtype)(x, bins, range)`` -> ``(counts, edges)``: counts an int64 array of
     ``bins`` entries, of x's kind (GPUArray, CuPy, torch), edges the ``bins + 1`` edges (a
     numpy array: float32 for float32 data, else float64, as numpy's for a range of Python
-    numbers; range values are taken as Python floats). The arithmetic is numpy's, so every
-    value lands in the bin numpy puts it in; the last bin includes ``range[1]``; values
-    outside the range and NaN are not counted. Dtypes: the integers, float32, float64.
+    numbers; range values are taken as Python floats). Every value lands in the bin numpy
+    puts it in (the kernel bins by its own arithmetic only where that provably agrees);
+    the last bin includes ``range[1]``; values outside the range and NaN are not counted.
+    Dtypes: the integers, float32, float64.
     """
 
     def __init__(self, dtype):
@@ -104,7 +150,7 @@ class Histogram:
             raise TypeError(f"histogram takes {', '.join(str(k) for k in KEY_DTYPES)}, "
                             f"not {dtype}")
         self.module = HistogramModule(dtype)
-        self._edges = None  # the last call's edges: (on the host, on the device)
+        self._edges = None  # the last call's bins: see _bins
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
@@ -119,30 +165,37 @@ class Histogram:
 
         check_with_nvcc(self.module)
 
+    def _bins(self, bins, range):
+        """``(low, high, edges on the host, on the device, margin)`` for these bins: the last
+        call's when the same (computing edges costs more than a small histogram), else new.
+        Kept with the object: freed while the kernel runs, the edges could be overwritten."""
+        low, high = outer_edges(bins, range)
+        if self._edges is None or self._edges[:3] != (low, high, int(bins)):
+            low, high, edges = bin_edges(bins, range, self.module.edge_dtype)
+            self._edges = (low, high, int(bins), edges, _gpuarray().to_gpu(edges),
+                           fast_path_margin(edges, low, high))
+        return self._edges[0], self._edges[1], *self._edges[3:]
+
     def __call__(self, x, bins, range, *, stream=None):
         call = Call(stream, {"x": x})
         view = call.views["x"]
         check_array("x", view, self.module.dtype)
-        low, high = outer_edges(bins, range)
-        edges = np.linspace(low, high, int(bins) + 1, dtype=self.module.edge_dtype)
-        counts, counts_view = call.empty((len(edges) - 1,), np.int64)
+        low, high, edges, device_edges, margin = self._bins(bins, range)
+        bins = len(edges) - 1
+        counts, counts_view = call.empty((bins,), np.int64)
         memset_d8_async(counts_view.ptr, 0, counts_view.nbytes, call.stream)
         n = view.size
-        if n == 0:
-            return counts, edges
-        from ..compile import compile_module
+        if n:
+            from ..compile import compile_module
 
-        # Kept with the object (freed while the kernel runs, the edges could be overwritten),
-        # beside their host copy, so a call with the same bins reads nothing back.
-        if self._edges is None or not np.array_equal(self._edges[0], edges):
-            self._edges = (edges.copy(), _gpuarray().to_gpu(edges))
-        blocks = min(ceil_div(n, _BLOCK_SIZE), _MAX_BLOCKS)
-        launch_function(compile_module(self.module), "histogram_counts", call.stream)(
-            (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, view.ptr,
-            self._edges[1].ptr, counts_view.ptr, np.int64(n),
-            np.int32(len(edges) - 1), np.float64(low), np.float64(high),
-            np.float64(high - low))
-        return counts, edges
+            blocks = min(ceil_div(n, self.module.tile_size),
+                         _multiprocessors() * _BLOCKS_PER_SM)
+            launch_function(compile_module(self.module), "histogram_counts", call.stream)(
+                (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, view.ptr, device_edges.ptr,
+                counts_view.ptr, np.int64(n), np.int32(bins), np.float64(low),
+                np.float64(high), np.float64(high - low), np.float64(bins / (high - low)),
+                np.float64(margin))
+        return counts, edges.copy()
 
 
 @functools.lru_cache(maxsize=32)

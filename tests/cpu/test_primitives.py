@@ -34,8 +34,11 @@ def test_kernels_hold_their_hooks(dtype):
     assert part.kernel.plan(1 << 24).strategy == "reduce_then_scan"
     assert "x[i] != x[i - 1]" in unique.source
     # Run-length encoding: heads counted, each run's value and start written; then lengths.
-    assert "starts[prev_item] = i;" in rle.source
-    assert "counts[i] = (i + 1 < n ? starts[i + 1] : end) - starts[i];" in rle.source
+    assert "starts[prev_item] = (int)i;" in rle.source
+    assert "counts[i] = (i + 1 < n ? (long long)starts[i + 1] : end) - starts[i];" in rle.source
+    wide_heads, wide_lengths = rle._kernels_for(np.dtype(np.int64))
+    assert "long long *__restrict__ starts" in wide_heads.source
+    assert "const long long *__restrict__ starts" in wide_lengths.source
     for primitive in (select, flags, rejected, part, unique, rle):
         assert primitive.dtype == np.dtype(dtype)
     for kernel in (p.kernel for p in (select, flags, rejected, part, unique, rle)):

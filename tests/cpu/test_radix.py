@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen.primitives.histogram import HistogramModule, outer_edges
+from scangen.primitives.histogram import (HistogramModule, bin_edges, fast_path_margin,
+                                          outer_edges)
 from scangen.primitives.radix import KEY_DTYPES, RadixModule
 
 
@@ -95,6 +96,69 @@ def test_histogram_compares_in_numpys_bin_type():
         assert HistogramModule(np.dtype(dtype)).edge_dtype == np.float64
         assert np.histogram_bin_edges(np.zeros(3, dtype), 4, (0, 1)).dtype == np.float64
     assert "typedef float edge_t;" in HistogramModule(np.dtype("float32")).module_source().text
+
+
+def _bins_as_the_kernel_finds_them(x, edges, low, high, margin):
+    """clear_bin and bin_by_edges (histogram.cu.j2) in numpy, with the same rounded
+    arithmetic in the edges' type: ``(bins, clear)``, bins -1 outside the range, clear where
+    no edge was read."""
+    bins = len(edges) - 1
+    edge_t = edges.dtype.type
+    v = x.astype(edges.dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        position = (v - edge_t(low)) * edge_t(bins / (high - low))
+        whole = np.floor(position)
+        fraction = position - whole
+        clear = (whole >= 0) & (whole < bins) & \
+            (np.abs(fraction - edge_t(0.5)) < edge_t(0.5) - edge_t(margin))
+        inside = (v >= edge_t(low)) & (v <= edge_t(high))
+        if margin < 1.0:
+            guess = np.clip(np.nan_to_num(whole), 0, bins - 1).astype(np.int64)
+        else:
+            guess = np.minimum(((v - edge_t(low)).astype(np.float64) / (high - low)
+                                * bins).astype(np.int64), bins - 1)
+    guess = np.where(inside, guess, 0)
+    stepped = guess - (v < edges[guess])
+    stepped = stepped + ((stepped != bins - 1) & (v >= edges[np.minimum(stepped + 1, bins)]))
+    by_edges = np.where(inside, stepped, -1)
+    assert not (clear & ~inside).any()  # a clear value is inside the range
+    with np.errstate(invalid="ignore"):  # whole may be NaN or past int64 where not clear
+        return np.where(clear, whole.astype(np.int64), by_edges), clear
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+@pytest.mark.parametrize("range_", [(-3.0, 3.0), (0.1, 0.7), (1e6, 1e6 + 100),
+                                    (-1e-30, 1e-30), (10, 200), (0, 256)])
+@pytest.mark.parametrize("bins", [1, 7, 256, 1000, 100_000])
+def test_histogram_bins_values_as_numpy(rng, dtype, range_, bins):
+    """The kernel's bin rule (done here in numpy) bins every value as numpy.histogram does:
+    random values, and for floats the edges with their neighbours either side; and it reads
+    no edge for most random floats where the edges lie where they should."""
+    edge_type = HistogramModule(np.dtype(dtype)).edge_dtype
+    if edge_type == np.float32 and range_ == (1e6, 1e6 + 100) and bins == 100_000:
+        for check in (lambda: np.histogram(np.zeros(1, dtype), bins, range_),
+                      lambda: bin_edges(bins, range_, edge_type)):
+            with pytest.raises(ValueError, match="(?i)too many bins"):
+                check()
+        return
+    low, high, edges = bin_edges(bins, range_, edge_type)
+    margin = fast_path_margin(edges, low, high)
+    if np.dtype(dtype).kind == "f":
+        near = edges.astype(dtype)
+        random = rng.uniform(low, high, 100_000).astype(dtype)
+        x = np.concatenate([random, near, np.nextafter(near, np.inf),
+                            np.nextafter(near, -np.inf)])
+    else:
+        x = rng.integers(int(low) - 5, int(high) + 5, 100_000).astype(dtype)
+    found, fast = _bins_as_the_kernel_finds_them(x, edges, low, high, margin)
+    np.testing.assert_array_equal(np.bincount(found[found >= 0], minlength=bins),
+                                  np.histogram(x, bins, (low, high))[0])
+    if edges.dtype == np.float32 and range_ == (1e6, 1e6 + 100):
+        # float32 values there are 1/16 apart: 0.44 of a bin's width at 7 bins, 2.56 at 256
+        assert (margin < 0.25) == (bins <= 7)
+    elif bins <= 256 and np.dtype(dtype).kind == "f":
+        # a value reads edges only within margin of one: about 2 * margin of them
+        assert margin < 0.25 and fast[:random.size].mean() > 0.9 - 2 * margin
 
 
 @pytest.mark.parametrize("what", ["radix_sort", "argsort", "radix_digit_offsets", "histogram"])

@@ -85,6 +85,21 @@ def test_unique_and_run_length_encode(gpu, rng, dtype, pattern):
         assert counts.dtype == np.int64
 
 
+def test_run_length_encode_with_int64_starts(gpu, rng, monkeypatch):
+    """The kernels with int64 run starts (taken from 2^31 elements) at small sizes."""
+    from scangen.primitives import compaction
+
+    monkeypatch.setattr(compaction, "_INT32_STARTS_BELOW", 0)
+    rle = scangen.RunLengthEncode(np.int32)
+    for n in [1, 4097, 1_000_003]:
+        x = np.repeat(rng.integers(0, 3, n), rng.integers(1, 6, n))[:n].astype(np.int32)
+        values, counts = rle(gpu.to_gpu(x))
+        starts = np.flatnonzero(np.append(True, x[1:] != x[:-1]))
+        np.testing.assert_array_equal(values.get(), x[starts])
+        np.testing.assert_array_equal(counts.get(), np.diff(np.append(starts, n)))
+    assert rle._starts.dtype == np.int64
+
+
 def test_nan_is_distinct_in_unique(gpu):
     x = np.array([1.0, np.nan, np.nan, 2.0, 2.0], np.float32)
     np.testing.assert_array_equal(scangen.unique(gpu.to_gpu(x)).get(),

@@ -7,6 +7,7 @@ import pytest
 import scangen
 from scangen import compile as scan_compile
 from scangen.primitives import radix
+from scangen.primitives.histogram import HistogramModule
 from scangen.primitives.radix import KEY_DTYPES, MAX_DIGIT_BITS, RadixModule
 
 from tests.support import digit_offsets, precompile
@@ -150,7 +151,8 @@ def test_radix_digit_offsets(gpu, rng, dtype, shift, bits, descending):
 @pytest.mark.parametrize("bins", [1, 10, 256, 8192, 8193, 100_000])
 def test_histogram_matches_numpy(gpu, rng, dtype, bins):
     low, high = (-3.0, 3.0) if np.dtype(dtype).kind == "f" else (10, 200)
-    for n in [0, 1, 1000, 1_000_003]:
+    tile = HistogramModule(np.dtype(dtype)).tile_size
+    for n in [0, 1, 1000, tile - 1, tile, tile + 1, 1_000_003]:
         if np.dtype(dtype).kind == "f":
             x = rng.normal(size=n).astype(dtype) * 2
             x[rng.random(n) < 0.01] = np.nan
@@ -165,6 +167,38 @@ def test_histogram_matches_numpy(gpu, rng, dtype, bins):
         np.testing.assert_array_equal(edges, want_edges)
         assert edges.dtype == want_edges.dtype
         assert counts.dtype == np.int64
+
+
+@pytest.mark.parametrize("dtype,range_,bins", [
+    ("float32", (1e6, 1e6 + 100), 1000),  # float32 edges off their ideal places: numpy's guess
+    ("float32", (1e6, 1e6 + 100), 7),     # ... less so: the kernel's own, with a wide margin
+    ("float64", (0.1, 0.7), 7), ("uint8", (0, 256), 256), ("int16", (-300, 300), 600)])
+def test_histogram_of_awkward_ranges(gpu, rng, dtype, range_, bins):
+    low, high = range_
+    if np.dtype(dtype).kind == "f":
+        edges = np.histogram_bin_edges(np.zeros(1, dtype), bins, range_).astype(dtype)
+        x = np.concatenate([rng.uniform(low - 1, high + 1, 300_000).astype(dtype), edges,
+                            np.nextafter(edges, np.inf), np.nextafter(edges, -np.inf)])
+    else:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, int(info.max) + 1, 300_000).astype(dtype)
+    counts, _ = scangen.histogram(gpu.to_gpu(x), bins, range_)
+    np.testing.assert_array_equal(counts.get(), np.histogram(x, bins, range_)[0])
+    with pytest.raises(ValueError, match="too many bins"):
+        scangen.histogram(gpu.to_gpu(np.zeros(4, np.float32)), 100_000, (1e6, 1e6 + 100))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "float64"])
+def test_histogram_of_views_off_a_16_byte_boundary(gpu, rng, dtype):
+    """Tiles are read in 16-byte words from x's first 16-byte boundary; the values before it
+    are counted one by one."""
+    x = (rng.random(3 * HistogramModule(np.dtype(dtype)).tile_size + 50) * 100).astype(dtype)
+    on_device = gpu.to_gpu(x)
+    for start in range(0, 17):
+        for stop in (x.size, x.size - 5, start + 3):
+            counts, _ = scangen.histogram(on_device[start:stop], 7, (0, 100))
+            np.testing.assert_array_equal(counts.get(), np.histogram(x[start:stop], 7,
+                                                                     (0, 100))[0])
 
 
 def test_one_shot_functions_compile_once(gpu, rng):
