@@ -17,7 +17,7 @@ from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, overlaps
-from ..runtime.streams import before_host_read, memset_d8_async
+from ..runtime.streams import copy_to_host, memset_d8_async
 from ..types import MASK_C_TYPES, element_type
 from ..usercode import check_code
 
@@ -28,8 +28,15 @@ _SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
 
 
 def _leading(array, count):
-    """The first count elements of a GPUArray (pycuda cannot slice an empty one)."""
-    return array if count == array.size else array[:count]
+    """The first count elements of a result (a native array of any kind). A GPUArray's is
+    made directly: pycuda's slicing cannot slice an empty one, and costs several times as
+    much (two numpy as_strided calls to find the offset)."""
+    if count == array.size:
+        return array
+    gpuarray = _gpuarray()
+    if isinstance(array, gpuarray.GPUArray):
+        return gpuarray.GPUArray((count,), array.dtype, gpudata=array.gpudata, base=array)
+    return array[:count]
 
 
 def _predicate_preamble(c_type: str, predicate: str) -> str:
@@ -54,6 +61,7 @@ class _Compaction:
         self.etype = element_type(dtype)
         self.kernel = kernel
         self._count = None
+        self._host_count = np.zeros(1, np.int64)
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
@@ -110,10 +118,11 @@ class _Compaction:
                 tuple(a.ptr for a in (*arrays, count_view)), n, call.stream)
         return count
 
-    @staticmethod
-    def _read(count, stream) -> int:
-        before_host_read(stream)
-        return int(count.get()[0])
+    def _read(self, count, stream) -> int:
+        """The count, after the work queued on ``stream``; pycuda's ``.get()`` costs
+        several microseconds more than a copy into an array kept for it."""
+        copy_to_host(self._host_count, count.ptr, stream)
+        return int(self._host_count[0])
 
     def _compact(self, x, out, stream, count_on_device, *, trimmed):
         """The kernel over x into out: ``(out, count on the device)``, or on the host
