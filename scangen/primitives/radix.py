@@ -48,10 +48,16 @@ KEY_DTYPES = tuple(np.dtype(t) for t in (
     "float32", "float64"))
 _BITS_C_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
                  8: "unsigned long long"}
-#: A tile is a block of 256 threads x up to 16 keys (fewer where wide keys and values would
-#: not fit in shared memory). Measured on an H100, 2^26 uint32 keys, onesweep passes bounded
-#: as ONESWEEP_MIN_THREADS_PER_SM: 256 x 16 2.66-2.72 ms, 384 x 16 2.69, 512 x 8 3.60.
-_TILE = (256, 16)
+#: A tile is a block of 256 threads x up to 24 keys (fewer where wide keys and values would
+#: not fit in shared memory). H200, 2026-11-25, with the shared-memory ranking (uint32,
+#: 2^26, median of 9, benchmarks/tune_radix.py; sort, then radix_digit_offsets, us, at the
+#: threads per multiprocessor of ONESWEEP_MIN_THREADS_PER_SM): 256 x 16 at 1024 2098 and
+#: 579, at 1280 2059-2293 and 554-578; 256 x 24 at 768 1931-1933 and 545-548, at 1024 1931
+#: and 538; 256 x 20 2039, 577; 256 x 28 1977, 511; 256 x 32 at 768 1946, 569; 256 x 8 at 1536
+#: 2786, 778; 384 x 16 2064, 532; 384 x 24 2492, 557; 512 x 8 2735, 729; 512 x 16 2772,
+#: 581 (cupy.sort 1745 us in the same runs). Earlier, on an H100 with the ballot ranking:
+#: 256 x 16 2.66-2.72 ms, 384 x 16 2.69, 512 x 8 3.60.
+_TILE = (256, 24)
 _STATIC_SHARED_BYTES = 48 * 1024
 
 #: Blocks of a grid-stride launch (the places kernels): enough to fill any GPU.
@@ -66,8 +72,10 @@ _DIGIT_COUNT_BLOCKS_PER_SM = 4
 #: in 8713 / 8305 / 8394 us (each launch ends with a tail of idle multiprocessors).
 ONESWEEP_PORTION_TILES = 16384
 #: radix_onesweep's register bound: a multiprocessor holds this many of its threads (4
-#: blocks of 256) at least. Measured on an H100 (2^26 uint32 keys): 2.66-2.72 ms against
-#: 3.20 ms unbounded; blocks of 384 and 512 threads were no faster.
+#: blocks of 256) at least. Measured on an H100 (256 x 16 tiles, 2^26 uint32 keys): 2.66-2.72
+#: ms against 3.20 ms unbounded; blocks of 384 and 512 threads were no faster. On an H200
+#: with 256 x 24 tiles, 768 (80 registers) and 1024 (64, and 168 bytes of spills) sort
+#: 2^26 uint32 keys alike (1931-1933 us).
 ONESWEEP_MIN_THREADS_PER_SM = 1024
 #: The onesweep status: a tile's count of one digit (32 bits) with flag and epoch in one word.
 DIGIT_STATUS = TileState(4)
@@ -134,19 +142,18 @@ class RadixModule:
     @property
     def items_per_thread(self) -> int:
         """Keys per thread: as many as the staging area (keys and values of a whole tile)
-        holds, up to 16."""
+        holds, up to max_items."""
         if self.output != "keys":
             return self.max_items
         # What the digit counters leave of the static limit: a counter per digit (and one
         # for lanes past the end) per warp, the tile's counts, starts (4 bytes) and bases
-        # (8 bytes) per digit, and the ticket's tile number (8 bytes).
+        # (8 bytes) per digit, and the ticket's tile number (8 bytes). The ranking's digit
+        # masks (as many as the counters) share the staging area.
         warps = self.block_size // 32
         staging = _STATIC_SHARED_BYTES - 4 * warps * (self.radix + 1) - 16 * self.radix - 8
         itemsize = self.moved_itemsize
-        items = self.max_items
-        while items > 1 and self.block_size * items * itemsize > staging:
-            items //= 2
-        if self.block_size * items * itemsize > staging:
+        items = min(self.max_items, staging // (self.block_size * itemsize))
+        if items < 1:
             raise TypeError(f"values of {itemsize - self.key_dtype.itemsize} bytes are too "
                             f"large to stage in shared memory (at most "
                             f"{staging // self.block_size - self.key_dtype.itemsize})")
