@@ -99,7 +99,9 @@ def cases(n, rng, gpuarray, driver, peers):
     unique_lookback = scangen.Unique(np.int32, strategy="decoupled_lookback")
     calls = [("scangen.Unique", lambda: unique(rg, out=unique_out)),
              ("scangen.Unique, decoupled_lookback", lambda: unique_lookback(rg, out=unique_out))]
-    rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg))]
+    rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg)),
+                 ("scangen.RunLengthEncode, count on device",
+                  lambda: rle(rg, count_on_device=True))]
     if torch is not None:
         tr = torch.from_numpy(runs).cuda()
         calls.append(("torch.unique_consecutive", lambda: torch.unique_consecutive(tr)))

@@ -103,10 +103,10 @@ class _Compaction:
 
     def _launch(self, call, arrays, n, count_on_device, kernel=None):
         """Run ``kernel`` (default: this one's) over n elements of ``arrays`` (views of its
-        array arguments before the count) on the call's stream. Returns the count: a new
-        one-element int64 array of the call's kind with ``count_on_device``, else the
-        instance's own buffer, to be read with ``_read``. When n is 0 nothing is launched
-        (an empty GPUArray has no address) and the count is set to 0."""
+        array arguments before the count) on the call's stream. Returns the count and its
+        view: a new one-element int64 array of the call's kind with ``count_on_device``,
+        else the instance's own buffer, to be read with ``_read``. When n is 0 nothing is
+        launched (an empty GPUArray has no address) and the count is set to 0."""
         if count_on_device:
             count, count_view = call.empty((1,), np.int64)
         else:
@@ -116,7 +116,7 @@ class _Compaction:
         else:
             (kernel or self.kernel).launch_converted(
                 tuple(a.ptr for a in (*arrays, count_view)), n, call.stream)
-        return count
+        return count, count_view
 
     def _read(self, count, stream) -> int:
         """The count, after the work queued on ``stream``; pycuda's ``.get()`` costs
@@ -131,7 +131,7 @@ class _Compaction:
         check_array("x", call.views["x"], self.dtype)
         n = call.views["x"].size
         out, out_view = self._output(call, out, n)
-        count = self._launch(call, [call.views["x"], out_view], n, count_on_device)
+        count, _ = self._launch(call, [call.views["x"], out_view], n, count_on_device)
         if count_on_device:
             return out, count
         kept = self._read(count, call.stream)
@@ -201,7 +201,7 @@ class Select(_Compaction):
         elif flags is not None:
             raise TypeError("this Select keeps elements by its predicate; it takes no flags")
         out, out_view = self._output(call, out, n)
-        count = self._launch(call, arrays + [out_view], n, count_on_device)
+        count, _ = self._launch(call, arrays + [out_view], n, count_on_device)
         if count_on_device:
             return out, count
         return _leading(out, self._read(count, call.stream))
@@ -257,8 +257,11 @@ _INT32_STARTS_BELOW = 2 ** 31
 def _run_kernels(c_type: str, start_c: str, scan_options: dict) -> tuple[ScanKernel, ScanKernel]:
     """RunLengthEncode's two kernels with starts of C type ``start_c``: the counting scan of
     run heads that writes each run's value and first index, and the lengths from the starts.
-    Counting nothing, the single pass is one launch that only reads starts and writes counts;
-    reduce_then_scan (what auto takes for a large counting scan) is three."""
+    The lengths kernel reads the number of runs from the device, so that it can be launched
+    over the runs (their number read on the host first) or over all n elements (none
+    read: elements past the runs write nothing). Counting nothing, the single pass is one
+    launch that only reads starts and writes counts; reduce_then_scan (what auto takes for
+    a large counting scan) is three."""
     heads = _counting_scan(
         arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
                   f"{start_c} *__restrict__ starts, long long *count",
@@ -269,10 +272,11 @@ def _run_kernels(c_type: str, start_c: str, scan_options: dict) -> tuple[ScanKer
         title="run_length_encode", **scan_options)
     lengths = _counting_scan(
         arguments=f"const {start_c} *__restrict__ starts, long long *__restrict__ counts, "
-                  "long long end",
+                  "const long long *runs, long long end",
         input_expr="0",
-        output_statement="counts[i] = (i + 1 < n ? (long long)starts[i + 1] : end)"
-                         " - starts[i];",
+        output_statement="const long long total = *runs;"
+                         " if (i < total) counts[i] = (i + 1 < total ? (long long)starts[i + 1]"
+                         " : end) - starts[i];",
         title="run_lengths", **{"strategy": "decoupled_lookback", **scan_options})
     return heads, lengths
 
@@ -280,13 +284,19 @@ def _run_kernels(c_type: str, start_c: str, scan_options: dict) -> tuple[ScanKer
 class RunLengthEncode(_Compaction):
     """Runs of equal consecutive elements: call ``rle(x)`` -> ``(values, counts)``, counts
     int64. Elements compare with C's ``!=`` (every NaN is a run of its own).
+    ``count_on_device=True`` returns ``(values, counts, count)`` with no host
+    synchronisation: values and counts have n elements, of which the first ``count`` (a new
+    one-element int64 array of x's kind) are the runs'. ``stream`` defaults to the array
+    library's current stream.
 
     Two kernels. The first counts run heads (a counting scan, as Unique's) and writes each
-    run's value to ``values[runs before it]`` and its first index to a scratch array of
-    starts (int32 below 2^31 elements, else int64); the second runs over the runs,
+    run's value to ``values[runs before it]`` and its first index to an array of starts
+    (int32 below 2^31 elements, else int64); the second runs over the runs,
     ``counts[r] = starts[r + 1] - starts[r]`` (the last run ends at n): a ScanKernel that
-    counts nothing, used for its output statement. The starts stay with the object between
-    calls. ``kernel`` and ``lengths`` are the pair with int32 starts."""
+    counts nothing, used for its output statement. It is launched over the runs once their
+    number is read on the host, or with the count left on the device over all n elements
+    (a longer launch, whose elements past the runs write nothing). ``kernel`` and
+    ``lengths`` are the pair with int32 starts."""
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
@@ -294,7 +304,6 @@ class RunLengthEncode(_Compaction):
         self._wide_kernels = functools.partial(_run_kernels, c, "long long", scan_options)
         super().__init__(dtype, self._kernels[np.dtype(np.int32)][0])
         self.lengths = self._kernels[np.dtype(np.int32)][1]
-        self._starts = None
 
     def _kernels_for(self, start_dtype):
         if start_dtype not in self._kernels:
@@ -311,30 +320,30 @@ class RunLengthEncode(_Compaction):
             for kernel in self._kernels_for(start_dtype):
                 kernel.check_compile()
 
-    def release_device_memory(self) -> None:
-        super().release_device_memory()
-        self._starts = None
-
-    def _starts_buffer(self, n, start_dtype):
-        if self._starts is None or self._starts.size < n or self._starts.dtype != start_dtype:
-            self._starts = None  # freed before the next is allocated
-            self._starts = _gpuarray().empty(n, start_dtype)
-        return self._starts
-
-    def __call__(self, x, *, stream=None):
+    def __call__(self, x, *, stream=None, count_on_device=False):
         call = Call(stream, {"x": x})
         check_array("x", call.views["x"], self.dtype)
         n = call.views["x"].size
         start_dtype = np.dtype(np.int32 if n < _INT32_STARTS_BELOW else np.int64)
         heads, lengths = self._kernels_for(start_dtype)
         values, values_view = call.empty((n,), self.dtype)
-        starts = self._starts_buffer(max(n, 1), start_dtype)
-        count = self._launch(call, [call.views["x"], values_view, starts], n, False, heads)
-        runs = self._read(count, call.stream)
-        counts, counts_view = call.empty((runs,), np.int64)
+        # A new array each call (pooled): with the count left on the device, a call on
+        # another stream may start before this one's lengths kernel has read its starts.
+        starts_array, starts = call.empty((max(n, 1),), start_dtype)
+        # The count too is the call's own (the lengths kernel reads it after this returns).
+        count, count_view = self._launch(call, [call.views["x"], values_view, starts], n,
+                                         True, heads)
+        if count_on_device:
+            counts, counts_view = call.empty((n,), np.int64)
+            runs = n  # at most
+        else:
+            runs = self._read(count_view, call.stream)
+            counts, counts_view = call.empty((runs,), np.int64)
         if runs:
-            lengths.launch_converted((starts.ptr, counts_view.ptr, np.int64(n)), runs,
-                                     call.stream)
+            lengths.launch_converted((starts.ptr, counts_view.ptr, count_view.ptr, np.int64(n)),
+                                     runs, call.stream)
+        if count_on_device:
+            return values, counts, count
         return _leading(values, runs), counts
 
 

@@ -35,7 +35,9 @@ def test_kernels_hold_their_hooks(dtype):
     assert "x[i] != x[i - 1]" in unique.source
     # Run-length encoding: heads counted, each run's value and start written; then lengths.
     assert "starts[prev_item] = (int)i;" in rle.source
-    assert "counts[i] = (i + 1 < n ? (long long)starts[i + 1] : end) - starts[i];" in rle.source
+    # the lengths read the number of runs from the device (launched over n or the runs)
+    assert "const long long total = *runs; if (i < total) counts[i] = (i + 1 < total ?" \
+        in rle.source
     wide_heads, wide_lengths = rle._kernels_for(np.dtype(np.int64))
     assert "long long *__restrict__ starts" in wide_heads.source
     assert "const long long *__restrict__ starts" in wide_lengths.source

@@ -97,7 +97,7 @@ def test_run_length_encode_with_int64_starts(gpu, rng, monkeypatch):
         starts = np.flatnonzero(np.append(True, x[1:] != x[:-1]))
         np.testing.assert_array_equal(values.get(), x[starts])
         np.testing.assert_array_equal(counts.get(), np.diff(np.append(starts, n)))
-    assert rle._starts.dtype == np.int64
+    assert np.dtype(np.int64) in rle._kernels  # the wide kernels ran
 
 
 def test_nan_is_distinct_in_unique(gpu):
@@ -119,6 +119,30 @@ def test_out_count_on_device_and_stream(gpu, rng):
     assert got is out and count.get()[0] == kept.size
     np.testing.assert_array_equal(out.get()[:kept.size], kept)
     assert np.isnan(out.get()[kept.size:]).all()
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 100_003, 1_000_000])
+def test_run_length_encode_count_on_device(gpu, rng, n):
+    """No host read: values and counts have n elements, the first `count` of them the runs';
+    the lengths kernel runs over all n (positions past the runs write nothing)."""
+    import pycuda.driver as driver
+
+    rle = scangen.RunLengthEncode(np.float32)
+    x = np.repeat(rng.random(n).astype(np.float32), rng.integers(1, 9, n))[:n]
+    stream = driver.Stream()
+    values, counts, count = rle(gpu.to_gpu(x), stream=stream, count_on_device=True)
+    # a second call on the same object and another stream before the first is read
+    other = np.repeat(rng.random(n).astype(np.float32), 3)[:n]
+    values2, counts2, count2 = rle(gpu.to_gpu(other), stream=driver.Stream(),
+                                   count_on_device=True)
+    stream.synchronize()
+    driver.Context.synchronize()
+    for data, v, c, k in ((x, values, counts, count), (other, values2, counts2, count2)):
+        starts = np.flatnonzero(np.append(True, data[1:] != data[:-1]))[:n]
+        runs = int(k.get()[0])
+        assert runs == starts.size and v.size == n and c.size == n
+        np.testing.assert_array_equal(v.get()[:runs], data[starts])
+        np.testing.assert_array_equal(c.get()[:runs], np.diff(np.append(starts, n)))
 
 
 def test_one_shot_functions_compile_once(gpu, rng):
