@@ -115,7 +115,7 @@ def bin_edges(bins, range, edge_dtype) -> tuple[float, float, np.ndarray]:
 
 def fast_path_margin(edges, low: float, high: float) -> float:
     """How far (in bins) from its bin's edges a value's computed position must lie for the
-    kernel to take the bin from the position alone (bin_of in histogram.cu.j2, arithmetic in
+    kernel to take the bin from the position alone (clear_bin in histogram.cu.j2, arithmetic in
     the edges' type); 1.0 (the edges lie too far from their ideal places for the position to
     be a guess within one bin, or there are too many bins) leaves the kernel numpy's own
     arithmetic. It bounds how far the actual edges lie from their ideal places (float32

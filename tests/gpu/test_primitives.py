@@ -6,7 +6,7 @@ import pytest
 import scangen
 from scangen import compile as scan_compile
 
-from tests.support import poison_values, precompile
+from tests.support import poison_values, precompile, run_length_reference
 
 DTYPES = ["uint8", "int32", "int64", "float32", "float64"]
 #: Around the default sections (4096 and 2048 elements) and the auto threshold.
@@ -79,9 +79,9 @@ def test_unique_and_run_length_encode(gpu, rng, dtype, pattern):
         heads[1:] = x[1:] != x[:-1]
         np.testing.assert_array_equal(scangen.unique(gpu.to_gpu(x)).get(), x[heads])
         values, counts = scangen.run_length_encode(gpu.to_gpu(x))
-        starts = np.flatnonzero(heads)
-        np.testing.assert_array_equal(values.get(), x[starts])
-        np.testing.assert_array_equal(counts.get(), np.diff(np.append(starts, n)))
+        want_values, want_counts = run_length_reference(x)
+        np.testing.assert_array_equal(values.get(), want_values)
+        np.testing.assert_array_equal(counts.get(), want_counts)
         assert counts.dtype == np.int64
 
 
@@ -94,9 +94,9 @@ def test_run_length_encode_with_int64_starts(gpu, rng, monkeypatch):
     for n in [1, 4097, 1_000_003]:
         x = np.repeat(rng.integers(0, 3, n), rng.integers(1, 6, n))[:n].astype(np.int32)
         values, counts = rle(gpu.to_gpu(x))
-        starts = np.flatnonzero(np.append(True, x[1:] != x[:-1]))
-        np.testing.assert_array_equal(values.get(), x[starts])
-        np.testing.assert_array_equal(counts.get(), np.diff(np.append(starts, n)))
+        want_values, want_counts = run_length_reference(x)
+        np.testing.assert_array_equal(values.get(), want_values)
+        np.testing.assert_array_equal(counts.get(), want_counts)
     assert np.dtype(np.int64) in rle._kernels  # the wide kernels ran
 
 
@@ -138,11 +138,11 @@ def test_run_length_encode_count_on_device(gpu, rng, n):
     stream.synchronize()
     driver.Context.synchronize()
     for data, v, c, k in ((x, values, counts, count), (other, values2, counts2, count2)):
-        starts = np.flatnonzero(np.append(True, data[1:] != data[:-1]))[:n]
+        want_values, want_counts = run_length_reference(data)
         runs = int(k.get()[0])
-        assert runs == starts.size and v.size == n and c.size == n
-        np.testing.assert_array_equal(v.get()[:runs], data[starts])
-        np.testing.assert_array_equal(c.get()[:runs], np.diff(np.append(starts, n)))
+        assert runs == want_values.size and v.size == n and c.size == n
+        np.testing.assert_array_equal(v.get()[:runs], want_values)
+        np.testing.assert_array_equal(c.get()[:runs], want_counts)
 
 
 def test_one_shot_functions_compile_once(gpu, rng):

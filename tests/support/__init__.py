@@ -380,6 +380,15 @@ def digit_offsets(keys, shift, bits, descending=False):
     return dest, np.concatenate([[0], np.cumsum(counts)[:-1]])
 
 
+def run_length_reference(x):
+    """What RunLengthEncode returns, in numpy: ``(values, counts)`` of x's runs of equal
+    consecutive elements (compared with ``!=``: every NaN a run of its own)."""
+    heads = np.ones(x.size, bool)
+    heads[1:] = x[1:] != x[:-1]
+    starts = np.flatnonzero(heads)
+    return x[starts], np.diff(np.append(starts, x.size))
+
+
 # --- README blocks ------------------------------------------------------------------------
 
 def readme_python_blocks():
