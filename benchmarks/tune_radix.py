@@ -2,9 +2,10 @@
 
     python benchmarks/tune_radix.py [--sizes 2^26] [--shapes 256x16@1024 256x24@768 ...]
 
-Each shape is THREADSxITEMS@T: blocks of THREADS threads ranking up to ITEMS keys each,
-compiled under a register bound that keeps T threads per multiprocessor
-(scangen.primitives.radix._TILE and ONESWEEP_MIN_THREADS_PER_SM). For each it sorts uint32
+Each shape is THREADSxITEMS@T[/W]: blocks of THREADS threads ranking up to ITEMS keys each,
+compiled under a register bound that keeps T threads per multiprocessor, each digit's
+look-back reading W predecessors a poll (scangen.primitives.radix._TILE,
+ONESWEEP_MIN_THREADS_PER_SM and ONESWEEP_LOOKBACK_TILES). For each it sorts uint32
 keys (checked against numpy once) and runs radix_digit_offsets over 8 bits, timed with
 scangen.bench.Timer (CUDA events, median of the trials) beside cupy.sort in the same process.
 Used to choose the values in scangen/primitives/radix.py.
@@ -26,10 +27,12 @@ DEFAULT_SHAPES = ("256x16@1024", "256x24@768", "256x24@1024", "256x32@768", "384
 
 
 def _shape(text):
-    """THREADSxITEMS@T -> (threads, items, threads per multiprocessor)."""
-    tile, per_sm = text.split("@")
+    """THREADSxITEMS@T[/W] -> (threads, items, threads per multiprocessor, look-back
+    tiles)."""
+    tile, rest = text.split("@")
+    per_sm, _, width = rest.partition("/")
     threads, items = (int(v) for v in tile.lower().split("x"))
-    return threads, items, int(per_sm)
+    return threads, items, int(per_sm), int(width or radix.ONESWEEP_LOOKBACK_TILES)
 
 
 def main(argv=None):
@@ -51,18 +54,21 @@ def main(argv=None):
         on_device, for_cupy = gpuarray.to_gpu(keys), cupy.asarray(keys)
         peer = timer.seconds_per_call(lambda: cupy.sort(for_cupy), 8 * n)
         print(f"2^{n.bit_length() - 1}: cupy.sort {peer * 1e6:.0f} us", flush=True)
-        for threads, items, per_sm in args.shapes:
+        for threads, items, per_sm, width in args.shapes:
             radix.ONESWEEP_MIN_THREADS_PER_SM = per_sm
             sort = scangen.RadixSort(np.uint32)
             sort._passes = radix._RadixPasses(radix.RadixModule(
-                np.dtype(np.uint32), block_size=threads, max_items=items))
+                np.dtype(np.uint32), block_size=threads, max_items=items,
+                lookback_tiles=width))
             offsets = scangen.RadixDigitOffsets(np.uint32)
             offsets._passes = radix._RadixPasses(radix.RadixModule(
-                np.dtype(np.uint32), output="dest", block_size=threads, max_items=items))
+                np.dtype(np.uint32), output="dest", block_size=threads, max_items=items,
+                lookback_tiles=width))
             correct = np.array_equal(sort(on_device).get(), np.sort(keys))
             sorted_in = timer.seconds_per_call(lambda: sort(on_device), 8 * n)
             placed_in = timer.seconds_per_call(lambda: offsets(on_device, 8), 12 * n)
-            print(f"2^{n.bit_length() - 1} {threads}x{items} at {per_sm} threads/SM: sort "
+            print(f"2^{n.bit_length() - 1} {threads}x{items} at {per_sm} threads/SM, "
+                  f"look-back {width} a poll: sort "
                   f"{sorted_in * 1e6:.0f} us ({peer / sorted_in:.2f}x cupy.sort, "
                   f"{'correct' if correct else 'WRONG'}), radix_digit_offsets "
                   f"{placed_in * 1e6:.0f} us", flush=True)

@@ -61,7 +61,17 @@ COUNTING = TileShape(block_size=128, items_per_thread=16)
 #: 2^26 / 2^28 for 1, 2, 4, 8 tiles: float32 40.3/40.4/40.9, 60.5/67.3/68.4,
 #: 59.4/64.2/66.6, 50.9/53.1/54.6; float64 61.2/68.7/69.0, 66.7/74.2/76.0, 64.8/69.4/71.4,
 #: 53.0/58.2/58.8. 1- and 2-byte values keep 4 (measured with the earlier tiles only).
-LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 2}
+#: 2026-11-25, after a lane's reads were all put in flight before any is decoded (they had
+#: waited for each other, see templates/tile/state.cuh.j2), persistent 8-byte tiles, % of
+#: copy at 2^20 / 2^22 / 2^24 / 2^26 / 2^28 for 1 and 2 tiles: float64 51.5/74.0/79.2/84.2/
+#: 85.4 and 48.8/69.2/75.6/81.0/81.4, int64 43.6/73.0/76.7/83.4/86.5 and 54.3/71.9/75.4/
+#: 81.1/81.0 (the old reads at 1 tile: float64 78.7 at 2^24, 85.6 at 2^28: the same; wider
+#: windows cost polling traffic, not round trips: 4 and 8 tiles fell to 76.0 and 53.6 at
+#: 2^28). 4-byte values, 1 and 2 tiles: float32 54.0/46.5/62.3/68.8/71.0 and
+#: 51.3/44.5/61.7/64.9/67.4, but int32 49.9/30.4/39.8/40.6/40.7 and 50.3/45.7/60.4/65.5/67.2
+#: (the same kernel shape; int32 at 1 tile is as slow with the old reads, unexplained), so
+#: 4-byte values keep 2.
+LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 1}
 
 #: Tuning.tile_persistent_min_bytes by the size of what is scanned (acc_t); others: never.
 #: H200, 2026-11-24 (benchmarks/tune_single_pass.py --persistent), % of copy at 2^20 / 2^22 /

@@ -77,6 +77,12 @@ ONESWEEP_PORTION_TILES = 16384
 #: with 256 x 24 tiles, 768 (80 registers) and 1024 (64, and 168 bytes of spills) sort
 #: 2^26 uint32 keys alike (1931-1933 us).
 ONESWEEP_MIN_THREADS_PER_SM = 1024
+#: Predecessors a onesweep digit's look-back reads per poll, all loaded before any is
+#: decoded (RadixModule.lookback_tiles; see templates/tile/state.cuh.j2's read_status).
+#: H200, 2026-11-25, 2^26 uint32 keys, sort and radix_digit_offsets in us (cupy.sort
+#: 1745): 1 a poll 1972/510 and 1963/504, 2 1881/504, 4 1882/515 and 1879/511, 8 1909/544;
+#: one read a round trip as before 2010/529 and 1968/511.
+ONESWEEP_LOOKBACK_TILES = 2
 #: The onesweep status: a tile's count of one digit (32 bits) with flag and epoch in one word.
 DIGIT_STATUS = TileState(4)
 
@@ -113,6 +119,8 @@ class RadixModule:
     #: The tile: block_size threads, up to max_items keys each (None: _TILE's).
     block_size: int | None = None
     max_items: int | None = None
+    #: Predecessors a digit's look-back reads per poll.
+    lookback_tiles: int = ONESWEEP_LOOKBACK_TILES
 
     def __post_init__(self):
         key_type(self.key_dtype)
@@ -124,6 +132,8 @@ class RadixModule:
             raise ValueError("index values are int64")
         if not 1 <= self.radix_bits <= MAX_RADIX_BITS:
             raise ValueError(f"a pass takes digits of 1..{MAX_RADIX_BITS} bits")
+        if not 1 <= self.lookback_tiles <= 32:
+            raise ValueError("lookback_tiles must be 1..32")
         if self.block_size is None:
             object.__setattr__(self, "block_size", _TILE[0])
         if self.max_items is None:
@@ -242,6 +252,7 @@ class RadixModule:
             block_size=self.block_size,
             items_per_thread=self.items_per_thread, tile_size=self.tile_size,
             output=self.output, index_values=self.index_values,
+            lookback_tiles=self.lookback_tiles,
             backoff_min_ns=Tuning.backoff_min_ns, backoff_max_ns=Tuning.backoff_max_ns,
             **DIGIT_STATUS.template_context(),
             parameters={name: c_parameters(params) for name, params in self.entry_points()})

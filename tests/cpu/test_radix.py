@@ -10,6 +10,7 @@ import pytest
 import scangen
 from scangen.primitives.histogram import (HistogramModule, bin_edges, fast_path_margin,
                                           outer_edges)
+from scangen.primitives import radix
 from scangen.primitives.radix import KEY_DTYPES, RadixModule
 
 
@@ -51,6 +52,10 @@ def test_entry_points_match_the_source():
             module.index_values
     assert "static const int RADIX_BITS = 3;" in \
         RadixModule(np.dtype("float32"), output="dest", radix_bits=3).module_source().text
+    default = f"static const int LOOKBACK_TILES = {radix.ONESWEEP_LOOKBACK_TILES};"
+    assert default in RadixModule(np.dtype("uint32")).module_source().text
+    assert "static const int LOOKBACK_TILES = 7;" in \
+        RadixModule(np.dtype("uint32"), lookback_tiles=7).module_source().text
 
 
 def test_sources_show_the_passes():
@@ -73,6 +78,8 @@ def test_sources_show_the_passes():
     (lambda: RadixModule(np.dtype("uint32"), np.dtype("int8"), output="places"), ValueError,
      "moves no values"),
     (lambda: RadixModule(np.dtype("uint32"), output="ranks"), ValueError, "'places'"),
+    (lambda: RadixModule(np.dtype("uint32"), lookback_tiles=0), ValueError, "1..32"),
+    (lambda: RadixModule(np.dtype("uint32"), lookback_tiles=33), ValueError, "1..32"),
     (lambda: scangen.Histogram(np.complex64), TypeError, "histogram takes"),
 ])
 def test_construction_errors(make, error, message):

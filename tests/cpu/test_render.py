@@ -478,8 +478,8 @@ def test_tile_warp_runs_only_where_it_applies(strategy, algorithm, section, item
         assert runs.kernel.source == plain.kernel.source
 
 
-@pytest.mark.parametrize("dtype,width", [("int8", 4), ("float32", 2), ("float64", 2),
-                                         ("complex128", 1)])
+@pytest.mark.parametrize("dtype,width", [("int8", 4), ("float32", 2), ("int32", 2),
+                                         ("float64", 1), ("int64", 1), ("complex128", 1)])
 def test_lookback_width_by_value_size(dtype, width):
     """The look-back reads scangen.tuning.LOOKBACK_TILES_PER_LANE tiles per lane by value
     size unless the Tuning names a width; a bad width is refused."""
