@@ -43,9 +43,11 @@ def rng(request):
 
 def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N",
-                     help="run only every N-th collected test starting at K (0 <= K < N), so "
-                          "N processes can share a run, e.g. GPU tests whose first use of each "
-                          "kernel compiles it: --shard 0/3, --shard 1/3, --shard 2/3")
+                     help="run only the K-th of N contiguous slices of the collected tests "
+                          "(0 <= K < N), so N processes can share a run, e.g. GPU tests whose "
+                          "first use of each kernel compiles it: --shard 0/3, --shard 1/3, "
+                          "--shard 2/3 (neighbouring tests mostly share kernels, so a slice "
+                          "compiles each of its kernels once)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -58,6 +60,6 @@ def pytest_collection_modifyitems(config, items):
             raise ValueError
     except ValueError:
         raise pytest.UsageError(f"--shard {shard}: give K/N with 0 <= K < N") from None
-    config.hook.pytest_deselected(items=[item for index, item in enumerate(items)
-                                         if index % n != k])
-    items[:] = [item for index, item in enumerate(items) if index % n == k]
+    first, end = k * len(items) // n, (k + 1) * len(items) // n
+    config.hook.pytest_deselected(items=items[:first] + items[end:])
+    items[:] = items[first:end]
