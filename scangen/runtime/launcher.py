@@ -4,6 +4,7 @@ ticket base and epoch) change."""
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
@@ -132,6 +133,11 @@ class Runtime:
         self.kernel_spec = kernel_spec
         self._scratch = {}  # (stream handle, context handle) -> StreamScratch
         self._launchers = {}  # (n, stream handle, context handle, raw) -> Launcher
+        # One call at a time, whichever thread makes it: calls on a stream share its scratch
+        # (tile status, ticket counter), a call's ticket base must reach the stream in the
+        # order it was handed out, and a larger call may replace the scratch under another
+        # thread's launcher.
+        self._lock = threading.Lock()
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
@@ -151,6 +157,10 @@ class Runtime:
         scangen.interop.as_stream gives it (None, a pycuda Stream or a RawStream)."""
         if n == 0:
             return
+        with self._lock:
+            self._launch(user_values, n, stream)
+
+    def _launch(self, user_values: tuple, n: int, stream) -> None:
         stream_key = 0 if stream is None else stream.handle
         context = current_context()
         # Whose stream it is decides how the launcher launches (see launch_function).
