@@ -69,8 +69,8 @@ COUNTING = TileShape(block_size=128, items_per_thread=16)
 #: windows cost polling traffic, not round trips: 4 and 8 tiles fell to 76.0 and 53.6 at
 #: 2^28). 4-byte values, 1 and 2 tiles: float32 54.0/46.5/62.3/68.8/71.0 and
 #: 51.3/44.5/61.7/64.9/67.4, but int32 49.9/30.4/39.8/40.6/40.7 and 50.3/45.7/60.4/65.5/67.2
-#: (the same kernel shape; int32 at 1 tile is as slow with the old reads, unexplained), so
-#: 4-byte values keep 2.
+#: (int32 and uint32 at 1 tile spill 260 bytes a thread under the 64-register bound, float32
+#: none: ptxas -v; as slow with the old reads), so 4-byte values keep 2.
 LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 1}
 
 #: Tuning.tile_persistent_min_bytes by the size of what is scanned (acc_t); others: never.
