@@ -288,3 +288,34 @@ def test_counting_modules_compile(strategy):
     scangen.ScanKernel(np.uint32, "add", arguments="const int *x, scan_t *out",
                        input_expr="x[i] & 1", output_statement="out[i] = prev_item;",
                        counts=True, reverse=True, initial=3, strategy=strategy).check_compile()
+
+
+def test_calls_from_threads_launch_one_at_a_time(monkeypatch):
+    """Runtime.launch lets one call at a time through: calls on a stream share its scratch,
+    and a call's ticket base must reach the stream before a later call's (no GPU: the
+    launch itself is replaced by one that notes who is inside)."""
+    import threading
+    import time
+
+    runtime = launcher.Runtime(scangen.Scan("int64", "add").kernel.kernel_spec)
+    inside, overlaps, order = [], [], []
+
+    def launch_alone(user_values, n, stream):
+        inside.append(n)
+        if len(inside) > 1:
+            overlaps.append(tuple(inside))
+        order.append(n)
+        time.sleep(0.002)  # long enough for another thread to arrive meanwhile
+        inside.remove(n)
+
+    monkeypatch.setattr(runtime, "_launch", launch_alone)
+    threads = [threading.Thread(target=runtime.launch, args=((), n, None))
+               for n in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not overlaps
+    assert sorted(order) == list(range(1, 9))
+    runtime.launch((), 0, None)  # nothing to launch: not even the lock
+    assert len(order) == 8
