@@ -24,6 +24,12 @@ class _Pools:
         _pools.clear()
 
 
+#: Held here because release_at_exit keeps its holders weakly: a pool left for the
+#: interpreter's teardown frees its blocks after the context is gone from this thread
+#: (PyCUDA then warns, or cannot free them at all when another thread made the context).
+_RELEASE_POOLS = _Pools()
+
+
 def allocator(stream):
     """The allocate function of the current context's pool for ``stream`` (None, a pycuda
     Stream or a RawStream: anything with a handle)."""
@@ -33,7 +39,7 @@ def allocator(stream):
         from pycuda.tools import DeviceMemoryPool
 
         if not _pools:
-            release_at_exit(_Pools())
+            release_at_exit(_RELEASE_POOLS)
         pool = _pools[key] = DeviceMemoryPool()
     return pool.allocate
 

@@ -6,10 +6,12 @@ driver by tests.support.simulate_device and a fake libcuda. What needs the real 
 and a device is in tests/gpu/test_interop.py.
 """
 import contextlib
+import gc
 import ctypes
 import subprocess
 import sys
 import types
+import weakref
 
 import numpy as np
 import pytest
@@ -666,7 +668,8 @@ def test_pycuda_results_come_from_a_pool_per_context_and_stream(monkeypatch):
     tools.DeviceMemoryPool = FakePool
     monkeypatch.setitem(sys.modules, "pycuda.tools", tools)
     monkeypatch.setattr(pool, "_pools", {})
-    monkeypatch.setattr(pool, "release_at_exit", lambda holder: None)
+    released_at_exit = weakref.WeakSet()  # weakly, as compile.release_at_exit keeps them
+    monkeypatch.setattr(pool, "release_at_exit", released_at_exit.add)
     context = types.SimpleNamespace(handle=0xC0)
     monkeypatch.setattr(pool, "current_context", lambda: context)
     default = pool.allocator(None)
@@ -677,8 +680,13 @@ def test_pycuda_results_come_from_a_pool_per_context_and_stream(monkeypatch):
     context.handle = 0xD0  # another context: another pool, even for the default stream
     assert pool.allocator(None).__self__ not in (default.__self__, other.__self__)
     assert len(FakePool.made) == 3
+    gc.collect()
+    (at_exit,) = released_at_exit  # still there to free the pools at exit
+    at_exit.release_device_memory()
+    assert not any(p.held for p in FakePool.made) and not pool._pools
+    pool.allocator(None)
     scangen.free_pooled_memory()
-    assert not any(p.held for p in FakePool.made)
+    assert not FakePool.made[-1].held
 
     # what Call.empty hands pycuda for a GPUArray: the pool of the call's stream
     seen = {}
