@@ -70,8 +70,14 @@ COUNTING = TileShape(block_size=128, items_per_thread=16)
 #: 2^28). 4-byte values, 1 and 2 tiles: float32 54.0/46.5/62.3/68.8/71.0 and
 #: 51.3/44.5/61.7/64.9/67.4, but int32 49.9/30.4/39.8/40.6/40.7 and 50.3/45.7/60.4/65.5/67.2
 #: (int32 and uint32 at 1 tile spill 260 bytes a thread under the 64-register bound, float32
-#: none: ptxas -v; as slow with the old reads), so 4-byte values keep 2.
-LOOKBACK_TILES_PER_LANE = {1: 4, 2: 4, 4: 2, 8: 1}
+#: none: ptxas -v; as slow with the old reads). 2026-11-25 (eleventh session), once the
+#: classic kernel's runs waited for the prefix in shared memory instead of registers (no
+#: spills at either width), H100, % of copy at 2^22 / 2^24 / 2^26 / 2^28 for 1 and 2 tiles:
+#: float32 56.8/71.3/80.4/84.1 and 55.5/69.1/77.8/80.6, int32 54.1/70.5/81.5/84.4 and
+#: 52.0/68.3/76.5/81.4 (before, at 2 tiles: float32 77.7, int32 75.6 at 2^28). The same
+#: session, 1, 2 and 4 tiles: int16 63.5, 60.1 and 53.9% at 2^28 (54.7, 53.2, 52.7 at 2^24),
+#: int8 31.2, 30.9 and 25.8 (23.1, 22.4, 19.5). Every size now reads one tile a lane.
+LOOKBACK_TILES_PER_LANE = {1: 1, 2: 1, 4: 1, 8: 1}
 
 #: Tuning.tile_persistent_min_bytes by the size of what is scanned (acc_t); others: never.
 #: H200, 2026-11-24 (benchmarks/tune_single_pass.py --persistent), % of copy at 2^20 / 2^22 /

@@ -472,13 +472,13 @@ def test_tile_warp_runs_only_where_it_applies(strategy, algorithm, section, item
                and algorithm == "warp_shuffle" and runs.spec.block_size % 32 == 0)
     assert runs.spec.uses_warp_runs == (algorithm == "warp_shuffle"
                                         and runs.spec.block_size % 32 == 0)
-    assert ("emit_runs(io, data, run," in runs.kernel.source) == applies
-    assert "emit_runs" not in plain.kernel.source
+    assert ("items_to_run(data, items, run);" in runs.kernel.source) == applies
+    assert "items_to_run(data" not in plain.kernel.source
     if not applies:  # the same text, but for the tuning in nothing at all
         assert runs.kernel.source == plain.kernel.source
 
 
-@pytest.mark.parametrize("dtype,width", [("int8", 4), ("float32", 2), ("int32", 2),
+@pytest.mark.parametrize("dtype,width", [("int8", 1), ("float32", 1), ("int32", 1),
                                          ("float64", 1), ("int64", 1), ("complex128", 1)])
 def test_lookback_width_by_value_size(dtype, width):
     """The look-back reads scangen.tuning.LOOKBACK_TILES_PER_LANE tiles per lane by value
