@@ -2,14 +2,16 @@
 scan of 1s and 0s) and scatters kept elements to their exclusive count.
 
 Every class builds its kernel once (validated and rendered at construction, compiled on
-first use) and keeps a one-element count buffer per instance; the one-shot functions cache
-their objects, so a second call with the same dtypes and predicate compiles nothing.
+first use) and keeps a one-element count buffer per instance and calling thread; the
+one-shot functions cache their objects, so a second call with the same dtypes and predicate
+compiles nothing.
 Arrays are 1-D C-contiguous device arrays of one kind (pycuda GPUArray, CuPy, torch, ...:
 see scangen.interop) and results come back in that kind; counts and indices are 64-bit.
 """
 from __future__ import annotations
 
 import functools
+import threading
 
 import numpy as np
 
@@ -60,12 +62,15 @@ class _Compaction:
     def __init__(self, dtype, kernel: ScanKernel):
         self.etype = element_type(dtype)
         self.kernel = kernel
-        self._count = None
-        self._host_count = np.zeros(1, np.int64)
+        # thread ident -> (one-element int64 GPUArray, its host copy): a call that reads its
+        # count on the host writes and reads them before it returns, so one thread's calls
+        # take turns with them; a call from another thread (the one-shot functions share
+        # their objects) has its own.
+        self._counts = {}
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
-        self._count = None
+        self._counts.clear()
 
     @property
     def dtype(self) -> np.dtype:
@@ -96,21 +101,25 @@ class _Compaction:
                 raise ValueError(f"{name} overlaps {source}; compaction cannot work in place")
         return given, out
 
-    def _count_buffer(self):
-        if self._count is None:
-            self._count = _gpuarray().zeros(1, np.int64)
-        return self._count
+    def _thread_counts(self):
+        """The calling thread's count buffers: (device, host)."""
+        thread = threading.get_ident()
+        counts = self._counts.get(thread)
+        if counts is None:
+            counts = self._counts[thread] = (_gpuarray().zeros(1, np.int64),
+                                             np.zeros(1, np.int64))
+        return counts
 
     def _launch(self, call, arrays, n, count_on_device, kernel=None):
         """Run ``kernel`` (default: this one's) over n elements of ``arrays`` (views of its
         array arguments before the count) on the call's stream. Returns the count and its
         view: a new one-element int64 array of the call's kind with ``count_on_device``,
-        else the instance's own buffer, to be read with ``_read``. When n is 0 nothing is
+        else the calling thread's buffer, to be read with ``_read``. When n is 0 nothing is
         launched (an empty GPUArray has no address) and the count is set to 0."""
         if count_on_device:
             count, count_view = call.empty((1,), np.int64)
         else:
-            count = count_view = self._count_buffer()
+            count = count_view = self._thread_counts()[0]
         if n == 0:
             memset_d8_async(count_view.ptr, 0, count_view.nbytes, call.stream)
         else:
@@ -121,8 +130,9 @@ class _Compaction:
     def _read(self, count, stream) -> int:
         """The count, after the work queued on ``stream``; pycuda's ``.get()`` costs
         several microseconds more than a copy into an array kept for it."""
-        copy_to_host(self._host_count, count.ptr, stream)
-        return int(self._host_count[0])
+        host = self._thread_counts()[1]
+        copy_to_host(host, count.ptr, stream)
+        return int(host[0])
 
     def _compact(self, x, out, stream, count_on_device, *, trimmed):
         """The kernel over x into out: ``(out, count on the device)``, or on the host

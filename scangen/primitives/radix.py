@@ -22,6 +22,7 @@ order, as torch.sort(stable=True, descending=True)).
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -286,14 +287,21 @@ class _Scratch:
         return array
 
 
+def _thread_and_stream(stream) -> tuple:
+    return threading.get_ident(), 0 if stream is None else stream.handle
+
+
 class _RadixPasses:
     """Runs a module's launches on a stream: the digit counts of all passes, then each pass
     as one onesweep launch per portion of the keys."""
 
     def __init__(self, module: RadixModule):
         self.module = module
-        self._scratch = {}  # stream handle -> _Scratch
-        self._status = {}  # stream handle -> StreamScratch (ticket and tile status)
+        # Keyed by (thread ident, stream handle): a call's launches use them in stream order,
+        # and a call from another thread (the one-shot functions share their objects) may
+        # queue its own on the same stream between them, so it has its own.
+        self._scratch = {}  # -> _Scratch
+        self._status = {}  # -> StreamScratch (ticket and tile status)
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
@@ -311,8 +319,7 @@ class _RadixPasses:
         check_with_nvcc(self.module)
 
     def scratch(self, stream) -> _Scratch:
-        key = 0 if stream is None else stream.handle
-        return self._scratch.setdefault(key, _Scratch())
+        return self._scratch.setdefault(_thread_and_stream(stream), _Scratch())
 
     def count(self, keys, n, passes, descending, stream) -> None:
         """Count the digits of ``passes`` ((shift, bits) of each, consecutive) over the n
@@ -345,8 +352,7 @@ class _RadixPasses:
         bases = [scratch.get(name, module.radix, np.int64) for name in ("bases", "bases_next")]
         tiles = module.tiles(n)
         portion = min(tiles, ONESWEEP_PORTION_TILES)
-        state = self._status.setdefault(0 if stream is None else stream.handle,
-                                        StreamScratch(DIGIT_STATUS))
+        state = self._status.setdefault(_thread_and_stream(stream), StreamScratch(DIGIT_STATUS))
         addresses = state.bind_state(portion * module.radix, stream)
         pass_args = _pass_arguments(n, shift, bits, descending)
         for first_tile in range(0, tiles, portion):

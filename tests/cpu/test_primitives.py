@@ -3,6 +3,7 @@ nvcc compiling them (where nvcc is on PATH), and errors that name the predicate.
 import concurrent.futures
 import os
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -79,3 +80,28 @@ def test_a_predicate_that_does_not_compile_is_named():
 def test_bad_requests_are_refused_before_any_gpu_work(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
+    """The one-shot primitives share their objects between threads, which may queue work on
+    one stream at once: a compaction's count buffers and a radix sort's scratch (per
+    stream) are kept per calling thread, and kept between one thread's calls."""
+    from scangen.primitives import compaction
+
+    monkeypatch.setattr(compaction, "_gpuarray",
+                        lambda: types.SimpleNamespace(zeros=lambda n, dtype: object()))
+    select = scangen.Select("float32", "x > 0")
+    passes = scangen.RadixSort("uint32")._passes
+    stream = types.SimpleNamespace(handle=0x55)
+
+    def buffers():
+        return select._thread_counts(), passes.scratch(None), passes.scratch(stream)
+
+    here = buffers()
+    assert all(a is b for a, b in zip(here, buffers()))
+    assert here[1] is not here[2]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        there = pool.submit(buffers).result()
+    assert all(a is not b for a, b in zip(here, there))
+    select.release_device_memory()
+    assert select._thread_counts() is not here[0]

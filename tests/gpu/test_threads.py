@@ -59,3 +59,34 @@ def test_scans_in_threads_exit_cleanly(gpu, case):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "out-of-thread" not in done.stderr and "PyCUDA ERROR" not in done.stderr, \
         done.stderr[-3000:]
+
+
+def test_primitives_called_from_threads_at_once_keep_their_results_apart(gpu, rng):
+    """The one-shot primitives share one object per dtype between threads, and every thread
+    here queues its work on the one default stream: a call's count buffers and radix
+    scratch must be its own thread's (compaction/radix per-thread buffers), or calls read
+    each other's counts and digit offsets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import scangen
+
+    calls = 24
+    sizes = rng.integers(1, 300_000, calls)
+    data = [rng.standard_normal(int(n)).astype(np.float32) for n in sizes]
+    keys = [rng.integers(0, 2 ** 32, int(n), dtype=np.uint32) for n in sizes]
+
+    def work(k):
+        scangen.current_context()
+        x, key = data[k], keys[k]
+        assert np.array_equal(scangen.select(gpu.to_gpu(x), "x > 0.25f").get(), x[x > 0.25])
+        assert np.array_equal(scangen.radix_sort(gpu.to_gpu(key)).get(), np.sort(key))
+        runs = np.sort(key) >> np.uint32(24)  # at most 256 runs
+        values, counts = scangen.run_length_encode(gpu.to_gpu(runs))
+        heads = np.flatnonzero(np.diff(runs, prepend=runs[0] + np.uint32(1)))
+        assert np.array_equal(values.get(), runs[heads])
+        assert np.array_equal(counts.get(), np.diff(np.append(heads, len(runs))))
+        return k
+
+    with ThreadPoolExecutor(6) as pool:
+        assert sorted(pool.map(work, range(calls))) == list(range(calls))
