@@ -48,6 +48,17 @@ def pytest_addoption(parser):
                           "first use of each kernel compiles it: --shard 0/3, --shard 1/3, "
                           "--shard 2/3 (neighbouring tests mostly share kernels, so a slice "
                           "compiles each of its kernels once)")
+    parser.addoption("--compile-only", action="store_true",
+                     help="set every test up and run none: each GPU test file's precompile "
+                          "fixture fills PyCUDA's disk cache, which shards of a later run "
+                          "can then start from (tests/gpu/run_sharded.sh); every test is "
+                          "reported as skipped")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    if item.config.getoption("--compile-only"):
+        pytest.skip("--compile-only: set up (kernels compiled), not run")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,0 +1,40 @@
+#!/bin/bash
+# The GPU suite on one machine in N pytest processes at once. First one process sets every
+# test up without running it (--compile-only), so each file's precompile fixture compiles
+# its kernels once, N nvcc at a time, into one PyCUDA disk cache; then N contiguous shards
+# (--shard K/N) run, each from its own copy of that cache (PyCUDA's cache files are
+# written in place, so shards that share one could read a half-written file).
+#
+#   SCANGEN_REQUIRE_GPU=1 bash tests/gpu/run_sharded.sh [N] [more pytest arguments]
+#
+# N defaults to the number of CPU cores (at most 16). Logs: $SHARD_LOGS (default
+# /tmp/scangen-shards)/shard_K.txt. Exits 1 if any shard failed.
+set -u
+cd "$(dirname "$0")/../.."
+n=${1:-$(nproc)}
+[ $# -gt 0 ] && shift
+[ "$n" -gt 16 ] && [ $# -eq 0 ] && n=16
+logs=${SHARD_LOGS:-/tmp/scangen-shards}
+cache=$logs/cache
+mkdir -p "$logs" "$cache"
+start=$(date +%s)
+XDG_CACHE_HOME=$cache python3 -m pytest -q -p no:cacheprovider --compile-only tests/gpu "$@" \
+    > "$logs/compile.txt" 2>&1
+echo "compiled in $(( $(date +%s) - start )) s: $(tail -1 "$logs/compile.txt")"
+pids=()
+for k in $(seq 0 $((n - 1))); do
+    rm -rf "$cache$k" && cp -a "$cache" "$cache$k"
+    XDG_CACHE_HOME=$cache$k python3 -m pytest -q -p no:cacheprovider --shard "$k/$n" \
+        tests/gpu "$@" > "$logs/shard_$k.txt" 2>&1 &
+    pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do
+    wait "$pid" || status=1
+done
+for k in $(seq 0 $((n - 1))); do
+    echo "shard $k: $(tail -1 "$logs/shard_$k.txt")"
+done
+grep -h "^FAILED\|^ERROR" "$logs"/shard_*.txt
+echo "all shards done in $(( $(date +%s) - start )) s"
+exit $status
