@@ -407,6 +407,21 @@ def batch_persistent_tiles():
     return entries
 
 
+def batch_tuned_single_pass():
+    """The classic single pass as tuned (scangen/tuning.py: FAST_PATH tiles, one look-back
+    tile a lane, the register bound of TILE_MIN_THREADS_PER_SM) for 1-, 2- and 4-byte values,
+    both modes: these kernels must not spill (a tile's runs held in registers through the
+    look-back once spilled 260 bytes a thread and halved int32's speed)."""
+    return [scan(dtype, op, mode, strategy="decoupled_lookback")
+            for dtype, op, mode in [("int32", "add", "inclusive"), ("int32", "add", "exclusive"),
+                                    ("int32", "max", "exclusive"),
+                                    ("uint32", "bit_xor", "inclusive"),
+                                    ("float32", "add", "inclusive"),
+                                    ("float32", "add", "exclusive"),
+                                    ("int16", "add", "inclusive"), ("int16", "add", "exclusive"),
+                                    ("uint8", "add", "inclusive"), ("uint8", "add", "exclusive")]]
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -420,6 +435,7 @@ BATCHES = {
     "tile_warp_runs": batch_tile_warp_runs,
     "wide_lookback": batch_wide_lookback,
     "persistent_tiles": batch_persistent_tiles,
+    "tuned_single_pass": batch_tuned_single_pass,
     # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
     **({"bfloat16": batch_bfloat16} if BFLOAT16 is not None else {}),
 }
@@ -438,6 +454,8 @@ class Compiled:
     shared: dict = field(default_factory=dict)
     #: names of the global functions in the cubin's symbol table
     symbols: list = field(default_factory=list)
+    #: kernel name -> bytes of register spill stores, from ptxas --resource-usage
+    spills: dict = field(default_factory=dict)
 
     @property
     def label(self):
@@ -493,6 +511,10 @@ def compile_entry(entry: Entry, path: Path) -> Compiled:
         match = re.search(r"Compiling entry function '(\w+)'", line)
         if match:
             kernel = match.group(1)
+            continue
+        match = re.search(r"(\d+) bytes spill stores", line)
+        if match and kernel is not None:
+            compiled.spills[kernel] = int(match.group(1))
             continue
         match = re.search(r"ptxas info\s*: Used \d+ registers", line)
         if match and kernel is not None:
@@ -669,6 +691,16 @@ def test_static_shared_memory_fits(compiled, name):
             if used > claimed or used > MAX_STATIC_SHARED_BYTES:
                 over.append(f"[{result.label}] {kernel}: {used} B, spec says {claimed} B")
     assert not over, "\n".join(over[:30])
+
+
+def test_the_tuned_single_pass_does_not_spill(compiled):
+    spilled = []
+    for result in results(compiled, "tuned_single_pass"):
+        assert result.returncode == 0, f"[{result.label}] did not compile"
+        assert "scan_tiles_user" in result.spills, f"[{result.label}] no ptxas report"
+        spilled += [f"[{result.label}] {kernel}: {stores} bytes of spill stores"
+                    for kernel, stores in result.spills.items() if stores]
+    assert not spilled, "\n".join(spilled)
 
 
 # --- the harness sees errors and warnings -----------------------------------------------------
