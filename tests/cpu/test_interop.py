@@ -6,8 +6,8 @@ driver by tests.support.simulate_device and a fake libcuda. What needs the real 
 and a device is in tests/gpu/test_interop.py.
 """
 import contextlib
-import gc
 import ctypes
+import gc
 import subprocess
 import sys
 import types

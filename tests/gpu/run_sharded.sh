@@ -11,9 +11,9 @@
 # /tmp/scangen-shards)/shard_K.txt. Exits 1 if any shard failed.
 set -u
 cd "$(dirname "$0")/../.."
-n=${1:-$(nproc)}
+cores=$(nproc)
+n=${1:-$(( cores < 16 ? cores : 16 ))}
 [ $# -gt 0 ] && shift
-[ "$n" -gt 16 ] && [ $# -eq 0 ] && n=16
 logs=${SHARD_LOGS:-/tmp/scangen-shards}
 cache=$logs/cache
 mkdir -p "$logs" "$cache"
