@@ -102,6 +102,8 @@ def cases(n, rng, gpuarray, driver, peers):
     rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg)),
                  ("scangen.RunLengthEncode, count on device",
                   lambda: rle(rg, count_on_device=True))]
+    rle_lookback = scangen.RunLengthEncode(np.int32, strategy="decoupled_lookback")
+    rle_calls.append(("scangen.RunLengthEncode, decoupled_lookback", lambda: rle_lookback(rg)))
     if torch is not None:
         tr = torch.from_numpy(runs).cuda()
         calls.append(("torch.unique_consecutive", lambda: torch.unique_consecutive(tr)))

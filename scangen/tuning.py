@@ -233,3 +233,14 @@ DEFAULT_TUNING = Tuning()
 #: 2^26 float32 on COUNTING tiles: reduce_then_scan 67.7% of copy, decoupled look-back at
 #: best 53.4%). The plain scans' tables above were measured on values, not ballots.
 COUNTING_TUNING = Tuning(auto_reduce_then_scan_min_bytes=16 << 20, tile_min_threads_per_sm=1536)
+
+#: Counting scans whose condition reads the values themselves (Unique and RunLengthEncode:
+#: x[i] != x[i - 1]): auto keeps the single pass at every size. reduce_then_scan evaluates
+#: the condition in both of its passes, so it reads the values twice, where Select's flags
+#: cost it one byte an element. H100, 2026-11-25 (int32, runs of 4; auto on COUNTING_TUNING
+#: against the single pass, us at 2^24 / 2^26 / 2^28, one run): Unique 98.4/251.7/869.0 ->
+#: 85.8/233.9/803.1, RunLengthEncode 167.3/398.0/1356.8 -> 148.5/370.1/1308.8; Select(flags)
+#: the other way, 96.5/235.5/794.5 -> 93.9/250.8/895.2. Nsight Compute, Unique at 2^26: the
+#: single pass 209.5 us, reduce_then_scan 90 + 125 us (+ 12 for its inner levels).
+COUNTING_VALUES_TUNING = Tuning(auto_reduce_then_scan_min_bytes=1 << 62,
+                                tile_min_threads_per_sm=1536)

@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import functools
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..compile import release_at_exit
+from ..args import Argument, c_parameters
+from ..compile import compile_module, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
-from ..runtime.launcher import _gpuarray, check_array, overlaps
+from ..runtime.launcher import (_gpuarray, _multiprocessors, check_array, launch_function,
+                                overlaps)
 from ..runtime.streams import copy_to_host, memset_d8_async
+from ..strategies.base import ceil_div
+from ..tuning import COUNTING_VALUES_TUNING
 from ..types import MASK_C_TYPES, element_type
 from ..usercode import check_code
 
@@ -53,6 +58,12 @@ def _predicate_preamble(c_type: str, predicate: str) -> str:
 def _counting_scan(**options) -> ScanKernel:
     """A ScanKernel that counts what it keeps: an int64 add of 0s and 1s (counts=True)."""
     return ScanKernel(np.int64, "add", counts=True, **options)
+
+
+def _counting_values_scan(**options) -> ScanKernel:
+    """A counting scan whose condition reads the values (a run head): tuned to stay in one
+    pass (scangen.tuning.COUNTING_VALUES_TUNING) unless the options name a tuning."""
+    return _counting_scan(**{"tuning": COUNTING_VALUES_TUNING, **options})
 
 
 class _Compaction:
@@ -250,7 +261,7 @@ class Unique(_Compaction):
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
-        super().__init__(dtype, _counting_scan(
+        super().__init__(dtype, _counting_values_scan(
             arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
             input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_SCATTER_KEPT,
             title="unique", **scan_options))
@@ -263,16 +274,66 @@ class Unique(_Compaction):
 #: fewer elements than this, int64 from it.
 _INT32_STARTS_BELOW = 2 ** 31
 
+_LENGTHS_BLOCK_SIZE = 256
+_LENGTHS_ITEMS_PER_THREAD = 4
+#: Blocks of the lengths kernel per multiprocessor: one wave (2048 threads each).
+_LENGTHS_BLOCKS_PER_SM = 8
 
-def _run_kernels(c_type: str, start_c: str, scan_options: dict) -> tuple[ScanKernel, ScanKernel]:
-    """RunLengthEncode's two kernels with starts of C type ``start_c``: the counting scan of
-    run heads that writes each run's value and first index, and the lengths from the starts.
-    The lengths kernel reads the number of runs from the device, so that it can be launched
-    over the runs (their number read on the host first) or over all n elements (none
-    read: elements past the runs write nothing). Counting nothing, the single pass is one
-    launch that only reads starts and writes counts; reduce_then_scan (what auto takes for
-    a large counting scan) is three."""
-    heads = _counting_scan(
+_LENGTHS_PARAMETERS_AFTER_STARTS = (
+    Argument("counts", "long long", pointer=True, restrict=True),
+    Argument("runs", "long long", pointer=True, const=True, restrict=True),
+    Argument("end", "long long"))
+
+
+@dataclass(frozen=True)
+class RunLengthsModule:
+    """RunLengthEncode's second kernel, ``run_lengths``, for starts of one dtype: a module
+    spec for scangen.compile."""
+
+    start_dtype: np.dtype
+
+    @property
+    def parameters(self):
+        return (Argument("starts", "start_t", pointer=True, const=True, restrict=True),
+                *_LENGTHS_PARAMETERS_AFTER_STARTS)
+
+    def entry_points(self):
+        return (("run_lengths", self.parameters),)
+
+    def module_source(self):
+        return _render_lengths(self)
+
+    @property
+    def description(self) -> str:
+        return f"run lengths from {self.start_dtype} starts"
+
+    def context(self) -> dict:
+        return dict(start_c=element_type(self.start_dtype).c_name,
+                    block_size=_LENGTHS_BLOCK_SIZE, items_per_thread=_LENGTHS_ITEMS_PER_THREAD,
+                    parameters=c_parameters(self.parameters))
+
+    def launch(self, starts, counts, runs, end: int, stream) -> None:
+        """Queue the kernel on ``stream``: at most ``end`` runs (the count is read on the
+        device), one wave of blocks or fewer."""
+        blocks = min(ceil_div(end, _LENGTHS_BLOCK_SIZE * _LENGTHS_ITEMS_PER_THREAD),
+                     _multiprocessors() * _LENGTHS_BLOCKS_PER_SM)
+        launch_function(compile_module(self), "run_lengths", stream)(
+            (blocks, 1, 1), (_LENGTHS_BLOCK_SIZE, 1, 1), stream, starts.ptr, counts.ptr,
+            runs.ptr, np.int64(end))
+
+
+@functools.lru_cache(maxsize=4)
+def _render_lengths(module: RunLengthsModule):
+    from ..render import ModuleSource, render_template
+
+    return ModuleSource(render_template("run_lengths.cu.j2", module.context(),
+                                        module.description), ("run_lengths",))
+
+
+def _run_heads(c_type: str, start_c: str, scan_options: dict) -> ScanKernel:
+    """RunLengthEncode's first kernel with starts of C type ``start_c``: the counting scan
+    of run heads that writes each run's value and first index, and the number of runs."""
+    return _counting_values_scan(
         arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
                   f"{start_c} *__restrict__ starts, long long *count",
         input_expr=f"{_RUN_HEAD} ? 1 : 0",
@@ -280,15 +341,6 @@ def _run_kernels(c_type: str, start_c: str, scan_options: dict) -> tuple[ScanKer
                          f" starts[prev_item] = ({start_c})i; }}"
                          " if (i == n - 1) *count = item;",
         title="run_length_encode", **scan_options)
-    lengths = _counting_scan(
-        arguments=f"const {start_c} *__restrict__ starts, long long *__restrict__ counts, "
-                  "const long long *runs, long long end",
-        input_expr="0",
-        output_statement="const long long total = *runs;"
-                         " if (i < total) counts[i] = (i + 1 < total ? (long long)starts[i + 1]"
-                         " : end) - starts[i];",
-        title="run_lengths", **{"strategy": "decoupled_lookback", **scan_options})
-    return heads, lengths
 
 
 class RunLengthEncode(_Compaction):
@@ -299,36 +351,40 @@ class RunLengthEncode(_Compaction):
     one-element int64 array of x's kind) are the runs'. ``stream`` defaults to the array
     library's current stream.
 
-    Two kernels. The first counts run heads (a counting scan, as Unique's) and writes each
-    run's value to ``values[runs before it]`` and its first index to an array of starts
-    (int32 below 2^31 elements, else int64); the second runs over the runs,
-    ``counts[r] = starts[r + 1] - starts[r]`` (the last run ends at n): a ScanKernel that
-    counts nothing, used for its output statement. It is launched over the runs once their
-    number is read on the host, or with the count left on the device over all n elements
-    (a longer launch, whose elements past the runs write nothing). ``kernel`` and
-    ``lengths`` are the pair with int32 starts."""
+    Two kernels, queued together. The first counts run heads (a counting scan, as
+    Unique's) and writes each run's value to ``values[runs before it]``, its first index to
+    an array of starts (int32 below 2^31 elements, else int64) and the number of runs; the
+    second (``lengths``, templates/run_lengths.cu.j2) reads that number on the device and
+    writes ``counts[r] = starts[r + 1] - starts[r]`` (the last run ends at n). Nothing is
+    read on the host between them: without ``count_on_device`` the number of runs is read
+    once both are done, and values and counts are views of their first ``runs`` elements
+    (both arrays are allocated for n). ``kernel`` is the first kernel with int32 starts."""
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
-        self._kernels = {np.dtype(np.int32): _run_kernels(c, "int", scan_options)}
-        self._wide_kernels = functools.partial(_run_kernels, c, "long long", scan_options)
-        super().__init__(dtype, self._kernels[np.dtype(np.int32)][0])
-        self.lengths = self._kernels[np.dtype(np.int32)][1]
+        self._heads = {np.dtype(np.int32): _run_heads(c, "int", scan_options)}
+        self._wide_heads = functools.partial(_run_heads, c, "long long", scan_options)
+        super().__init__(dtype, self._heads[np.dtype(np.int32)])
+        self.lengths = RunLengthsModule(np.dtype(np.int32))
 
     def _kernels_for(self, start_dtype):
-        if start_dtype not in self._kernels:
-            self._kernels[start_dtype] = self._wide_kernels()
-        return self._kernels[start_dtype]
+        """``(heads ScanKernel, lengths module)`` for starts of start_dtype."""
+        if start_dtype not in self._heads:
+            self._heads[start_dtype] = self._wide_heads()
+        return self._heads[start_dtype], RunLengthsModule(start_dtype)
 
     @property
     def source(self) -> str:
         """The CUDA of both kernels with int32 starts (no GPU needed)."""
-        return self.kernel.source + "\n" + self.lengths.source
+        return self.kernel.source + "\n" + self.lengths.module_source().text
 
     def check_compile(self) -> None:
+        from ..compile import check_with_nvcc
+
         for start_dtype in (np.dtype(np.int32), np.dtype(np.int64)):
-            for kernel in self._kernels_for(start_dtype):
-                kernel.check_compile()
+            heads, lengths = self._kernels_for(start_dtype)
+            heads.check_compile()
+            check_with_nvcc(lengths)
 
     def __call__(self, x, *, stream=None, count_on_device=False):
         call = Call(stream, {"x": x})
@@ -337,24 +393,19 @@ class RunLengthEncode(_Compaction):
         start_dtype = np.dtype(np.int32 if n < _INT32_STARTS_BELOW else np.int64)
         heads, lengths = self._kernels_for(start_dtype)
         values, values_view = call.empty((n,), self.dtype)
+        counts, counts_view = call.empty((n,), np.int64)
         # A new array each call (pooled): with the count left on the device, a call on
         # another stream may start before this one's lengths kernel has read its starts.
         starts_array, starts = call.empty((max(n, 1),), start_dtype)
         # The count too is the call's own (the lengths kernel reads it after this returns).
         count, count_view = self._launch(call, [call.views["x"], values_view, starts], n,
                                          True, heads)
-        if count_on_device:
-            counts, counts_view = call.empty((n,), np.int64)
-            runs = n  # at most
-        else:
-            runs = self._read(count_view, call.stream)
-            counts, counts_view = call.empty((runs,), np.int64)
-        if runs:
-            lengths.launch_converted((starts.ptr, counts_view.ptr, count_view.ptr, np.int64(n)),
-                                     runs, call.stream)
+        if n:
+            lengths.launch(starts, counts_view, count_view, n, call.stream)
         if count_on_device:
             return values, counts, count
-        return _leading(values, runs), counts
+        runs = self._read(count_view, call.stream)
+        return _leading(values, runs), _leading(counts, runs)
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------

@@ -274,11 +274,13 @@ def _ptr(array) -> int:
 
 
 class _Scratch:
-    """Per-stream arrays of a module's launches (digit counts, portion bases, a sort's
-    spare buffers), grown as needed and kept between calls."""
+    """What a module's launches on one stream use, kept between calls: arrays (digit
+    counts, portion bases, a sort's spare buffers), grown as needed, and the onesweep
+    passes' ticket and tile status."""
 
     def __init__(self):
         self.arrays = {}
+        self.status = StreamScratch(DIGIT_STATUS)
 
     def get(self, name, size, dtype):
         array = self.arrays.get(name)
@@ -297,16 +299,14 @@ class _RadixPasses:
 
     def __init__(self, module: RadixModule):
         self.module = module
-        # Keyed by (thread ident, stream handle): a call's launches use them in stream order,
+        # Keyed by (thread ident, stream handle): a call's launches use it in stream order,
         # and a call from another thread (the one-shot functions share their objects) may
         # queue its own on the same stream between them, so it has its own.
         self._scratch = {}  # -> _Scratch
-        self._status = {}  # -> StreamScratch (ticket and tile status)
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
         self._scratch.clear()
-        self._status.clear()
 
     @property
     def source(self) -> str:
@@ -319,7 +319,12 @@ class _RadixPasses:
         check_with_nvcc(self.module)
 
     def scratch(self, stream) -> _Scratch:
-        return self._scratch.setdefault(_thread_and_stream(stream), _Scratch())
+        """The calling thread's scratch for ``stream``."""
+        key = _thread_and_stream(stream)
+        scratch = self._scratch.get(key)
+        if scratch is None:
+            scratch = self._scratch[key] = _Scratch()
+        return scratch
 
     def count(self, keys, n, passes, descending, stream) -> None:
         """Count the digits of ``passes`` ((shift, bits) of each, consecutive) over the n
@@ -352,7 +357,7 @@ class _RadixPasses:
         bases = [scratch.get(name, module.radix, np.int64) for name in ("bases", "bases_next")]
         tiles = module.tiles(n)
         portion = min(tiles, ONESWEEP_PORTION_TILES)
-        state = self._status.setdefault(_thread_and_stream(stream), StreamScratch(DIGIT_STATUS))
+        state = scratch.status
         addresses = state.bind_state(portion * module.radix, stream)
         pass_args = _pass_arguments(n, shift, bits, descending)
         for first_tile in range(0, tiles, portion):

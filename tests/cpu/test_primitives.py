@@ -33,21 +33,29 @@ def test_kernels_hold_their_hooks(dtype):
     assert "!(flags[i] != 0)" in rejected.source
     assert "last_item + (i - prev_item)" in part.source
     assert part.kernel.plan(1 << 24).strategy == "reduce_then_scan"
+    # a condition on the values themselves keeps one pass (reduce_then_scan reads x twice);
+    # flags are cheap to read again
+    for kernel in (unique.kernel, rle.kernel):
+        assert kernel.plan(1 << 30).strategy == "decoupled_lookback"
+    assert flags.kernel.plan(1 << 26).strategy == "reduce_then_scan"
+    assert scangen.Unique(dtype, strategy="reduce_then_scan").kernel.plan(1 << 26).strategy \
+        == "reduce_then_scan"
     assert "x[i] != x[i - 1]" in unique.source
     # Run-length encoding: heads counted, each run's value and start written; then lengths.
     assert "starts[prev_item] = (int)i;" in rle.source
-    # the lengths read the number of runs from the device (launched over n or the runs)
-    assert "const long long total = *runs; if (i < total) counts[i] = (i + 1 < total ?" \
-        in rle.source
+    # the lengths read the number of runs from the device (queued right after the heads)
+    assert "const long long total = *runs;" in rle.source
+    assert "typedef int start_t;" in rle.source
+    assert "run_lengths(const start_t *__restrict__ starts, long long *__restrict__ counts, " \
+        "const long long *__restrict__ runs, long long end)" in rle.source
     wide_heads, wide_lengths = rle._kernels_for(np.dtype(np.int64))
     assert "long long *__restrict__ starts" in wide_heads.source
-    assert "const long long *__restrict__ starts" in wide_lengths.source
+    assert "typedef long long start_t;" in wide_lengths.module_source().text
     for primitive in (select, flags, rejected, part, unique, rle):
         assert primitive.dtype == np.dtype(dtype)
     for kernel in (p.kernel for p in (select, flags, rejected, part, unique, rle)):
         assert kernel.spec.etype.dtype == np.int64  # 64-bit counts
         assert kernel.kernel_spec.counts_by_ballots  # counted with ballots
-    assert rle.lengths.kernel_spec.counts_by_ballots and rle.lengths.spec.etype.dtype == np.int64
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")

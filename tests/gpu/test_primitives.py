@@ -97,7 +97,7 @@ def test_run_length_encode_with_int64_starts(gpu, rng, monkeypatch):
         want_values, want_counts = run_length_reference(x)
         np.testing.assert_array_equal(values.get(), want_values)
         np.testing.assert_array_equal(counts.get(), want_counts)
-    assert np.dtype(np.int64) in rle._kernels  # the wide kernels ran
+    assert np.dtype(np.int64) in rle._heads  # the wide kernels ran
 
 
 def test_nan_is_distinct_in_unique(gpu):
