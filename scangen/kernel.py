@@ -227,9 +227,8 @@ class ScanKernel:
         etype = element_type(dtype)
         if counts and section_size is None and items_per_thread is None and \
                 algorithm in (None, tuning_table.DEFAULT_ALGORITHM):
-            shape = tuning_table.COUNTING
-            section_size, items_per_thread = shape.block_size * shape.items_per_thread, \
-                shape.items_per_thread
+            section_size = tuning_table.COUNTING.section_size
+            items_per_thread = tuning_table.COUNTING.items_per_thread
         if counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,

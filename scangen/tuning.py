@@ -18,6 +18,10 @@ class TileShape:
     #: Items each thread scans sequentially in registers; section = block_size * items.
     items_per_thread: int
 
+    @property
+    def section_size(self) -> int:
+        return self.block_size * self.items_per_thread
+
 
 #: By element size in bytes. Sections must be powers of two. 4- and 8-byte values: tiles
 #: of 32 KiB, as measured best for the single pass with warp runs at 1024 threads per
@@ -50,6 +54,19 @@ def fast_path(itemsize: int) -> TileShape:
 #: copy of the same bytes (reduce_then_scan): 256x8 64.5%, 128x16 67.7%, 256x16 58.0%,
 #: 128x8 63.6%; decoupled look-back at best 53.4% (256x16).
 COUNTING = TileShape(block_size=128, items_per_thread=16)
+
+#: Counting scans whose condition reads the values (Unique, RunLengthEncode: see
+#: COUNTING_VALUES_TUNING), in one pass: tiles of 4096, so each look-back is paid for by
+#: twice the elements, bound for 1024 threads per multiprocessor. H100, 2026-11-25, int32
+#: runs of 4, Unique / RunLengthEncode in us at 2^24, 2^26, 2^28, two runs
+#: (benchmarks/tune_counting.py; threads per multiprocessor after the @):
+#: 128x16@1536 (COUNTING's) 90.0/236.8/829.0 and 105.5/488.6/792.4, 158.3/396.8/1260.2 and
+#: 153.0/592.3/1260.6; 128x32@1024 88.3/222.5/739.7 and 91.0/216.0/731.2, 154.6/369.1/1216.1
+#: and 165.1/356.7/1216.4; 256x16@1536 85.1/224.1/761.0 and 85.4/230.0/792.3,
+#: 152.5/365.1/1223.0 and 184.0/418.4/1245.7; 256x16@1024 90.7/251.8/877.4 and
+#: 91.6/248.9/870.0. In the first run only: 128x32@1536 97.3/280.1/944.3, 256x8@1536
+#: 97.2/285.4/1047.2, 64x32@1024 91.4/241.6/812.5 (Unique).
+COUNTING_VALUES = TileShape(block_size=128, items_per_thread=32)
 
 #: Look-back tiles per lane (Tuning.lookback_tiles_per_lane) by the size of the scanned
 #: value; others read one. H200, 2026-11-23, decoupled look-back, tuned tiles
@@ -241,6 +258,7 @@ COUNTING_TUNING = Tuning(auto_reduce_then_scan_min_bytes=16 << 20, tile_min_thre
 #: against the single pass, us at 2^24 / 2^26 / 2^28, one run): Unique 98.4/251.7/869.0 ->
 #: 85.8/233.9/803.1, RunLengthEncode 167.3/398.0/1356.8 -> 148.5/370.1/1308.8; Select(flags)
 #: the other way, 96.5/235.5/794.5 -> 93.9/250.8/895.2. Nsight Compute, Unique at 2^26: the
-#: single pass 209.5 us, reduce_then_scan 90 + 125 us (+ 12 for its inner levels).
+#: single pass 209.5 us, reduce_then_scan 90 + 125 us (+ 12 for its inner levels). The
+#: single pass here runs on COUNTING_VALUES tiles, for 1024 threads per multiprocessor.
 COUNTING_VALUES_TUNING = Tuning(auto_reduce_then_scan_min_bytes=1 << 62,
-                                tile_min_threads_per_sm=1536)
+                                tile_min_threads_per_sm=1024)

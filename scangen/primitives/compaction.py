@@ -24,7 +24,7 @@ from ..runtime.launcher import (_gpuarray, _multiprocessors, check_array, launch
                                 overlaps)
 from ..runtime.streams import copy_to_host, memset_d8_async
 from ..strategies.base import ceil_div
-from ..tuning import COUNTING_VALUES_TUNING
+from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
 from ..types import MASK_C_TYPES, element_type
 from ..usercode import check_code
 
@@ -61,8 +61,12 @@ def _counting_scan(**options) -> ScanKernel:
 
 
 def _counting_values_scan(**options) -> ScanKernel:
-    """A counting scan whose condition reads the values (a run head): tuned to stay in one
-    pass (scangen.tuning.COUNTING_VALUES_TUNING) unless the options name a tuning."""
+    """A counting scan whose condition reads the values (a run head): on the tiles and
+    tuning measured for it (scangen.tuning.COUNTING_VALUES and COUNTING_VALUES_TUNING: one
+    pass at every size), where the options name none."""
+    if not {"algorithm", "section_size", "items_per_thread"} & options.keys():
+        options = {"section_size": COUNTING_VALUES.section_size,
+                   "items_per_thread": COUNTING_VALUES.items_per_thread, **options}
     return _counting_scan(**{"tuning": COUNTING_VALUES_TUNING, **options})
 
 

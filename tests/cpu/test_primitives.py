@@ -37,6 +37,9 @@ def test_kernels_hold_their_hooks(dtype):
     # flags are cheap to read again
     for kernel in (unique.kernel, rle.kernel):
         assert kernel.plan(1 << 30).strategy == "decoupled_lookback"
+        assert (kernel.spec.section_size, kernel.spec.block_size) == (4096, 128)
+    assert (flags.kernel.spec.section_size, flags.kernel.spec.block_size) == (2048, 128)
+    assert scangen.Unique(dtype, section_size=1024).kernel.spec.section_size == 1024
     assert flags.kernel.plan(1 << 26).strategy == "reduce_then_scan"
     assert scangen.Unique(dtype, strategy="reduce_then_scan").kernel.plan(1 << 26).strategy \
         == "reduce_then_scan"

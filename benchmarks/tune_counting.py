@@ -1,0 +1,81 @@
+"""Tile-shape sweep for the counting scans that read values: Unique and RunLengthEncode
+(run on the GPU host; results to stdout).
+
+    python benchmarks/tune_counting.py [--sizes 2^24 2^26 2^28] [--shapes 128x16@1536 ...]
+
+Each shape is THREADSxITEMS@T: counting tiles of THREADS threads x ITEMS elements, compiled
+under a register bound that keeps T threads per multiprocessor, in one pass at every size
+(what scangen.tuning.COUNTING_VALUES and COUNTING_VALUES_TUNING choose). Input: int32 runs
+of 4; each Unique is checked against numpy once per size, then both primitives are timed
+with scangen.bench.Timer (CUDA events, median of the trials) beside a copy of 5n bytes.
+Used to choose the values in scangen/tuning.py.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import scangen  # noqa: E402
+from scangen import bench, compile as scan_compile  # noqa: E402
+
+DEFAULT_SHAPES = ("128x16@1536", "128x16@1024", "128x32@1024", "256x16@1536", "256x16@1024",
+                  "256x8@1536", "64x32@1024")
+
+
+def _shape(text):
+    """THREADSxITEMS@T -> (threads, items, threads per multiprocessor)."""
+    tile, per_sm = text.split("@")
+    threads, items = (int(v) for v in tile.lower().split("x"))
+    return threads, items, int(per_sm)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=bench.parse_size,
+                        default=[1 << 24, 1 << 26, 1 << 28])
+    parser.add_argument("--shapes", nargs="+", type=_shape,
+                        default=[_shape(s) for s in DEFAULT_SHAPES])
+    parser.add_argument("--trials", type=int, default=9)
+    args = parser.parse_args(argv)
+
+    driver = scan_compile.require_pycuda()
+    scan_compile.current_context()
+    from pycuda import gpuarray
+
+    objects = {}
+    for threads, items, per_sm in args.shapes:
+        options = dict(section_size=threads * items, items_per_thread=items,
+                       tuning=scangen.Tuning(tile_min_threads_per_sm=per_sm,
+                                             auto_reduce_then_scan_min_bytes=1 << 62))
+        objects[threads, items, per_sm] = (scangen.Unique(np.int32, **options),
+                                           scangen.RunLengthEncode(np.int32, **options))
+    scan_compile.precompile([p.kernel.kernel_spec for pair in objects.values() for p in pair],
+                            workers=16)
+    timer = bench.Timer(driver, args.trials, 3)
+    rng = np.random.default_rng(2026)
+    for n in args.sizes:
+        host = np.repeat(rng.integers(0, 1000, n // 4 + 1), 4)[:n].astype(np.int32)
+        x, out = gpuarray.to_gpu(host), gpuarray.empty(n, np.int32)
+        want = host[np.concatenate(([True], host[1:] != host[:-1]))]
+        source = gpuarray.empty(5 * n // 2, np.uint8)
+        target = gpuarray.empty_like(source)
+        copy = timer.seconds_per_call(
+            lambda: driver.memcpy_dtod_async(target.gpudata, source.gpudata, source.nbytes),
+            5 * n)
+        print(f"\nn = {n:,}: copy of 5n bytes {copy * 1e6:.1f} us", flush=True)
+        for (threads, items, per_sm), (unique, rle) in objects.items():
+            got = unique(x, out=out).get()
+            if not np.array_equal(got, want):
+                sys.exit(f"{threads}x{items}@{per_sm}: Unique differs from numpy")
+            unique_s = timer.seconds_per_call(lambda: unique(x, out=out), 5 * n)
+            rle_s = timer.seconds_per_call(lambda: rle(x), 7 * n)
+            print(f"{threads}x{items}@{per_sm}: Unique {unique_s * 1e6:.1f} us, "
+                  f"RunLengthEncode {rle_s * 1e6:.1f} us", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
