@@ -61,6 +61,7 @@ def pytest_runtest_call(item):
         pytest.skip("--compile-only: set up (kernels compiled), not run")
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: shards of what is left
 def pytest_collection_modifyitems(config, items):
     shard = config.getoption("--shard")
     if shard is None:

@@ -58,6 +58,17 @@ def test_shards_are_contiguous_slices_that_cover_the_suite(tmp_path, n):
     assert seen == list(range(7))
 
 
+def test_shards_split_what_k_selects_evenly(tmp_path):
+    """-k deselects first: each shard runs its share of the selected tests (sharding all
+    of them first left most shards of a -k run empty)."""
+    seen = []
+    for k in range(2):
+        done, ran, _ = run(tmp_path, "-k", "body[5] or body[6]", "--shard", f"{k}/2")
+        assert done.returncode == 0, done.stdout + done.stderr
+        seen.append(ran)
+    assert seen == [[5], [6]]
+
+
 @pytest.mark.parametrize("bad", ["3/3", "-1/2", "a/b", "2"])
 def test_a_bad_shard_is_refused(tmp_path, bad):
     done, ran, _ = run(tmp_path, f"--shard={bad}")

@@ -157,5 +157,7 @@ def test_every_readme_python_block_runs(gpu, capsys, index, tmp_path, monkeypatc
     for library in ("cupy", "torch", "dask", "dask_cuda", "distributed"):
         if re.search(rf"^\s*import {library}\b|^\s*from {library}\b", block, flags=re.M):
             pytest.importorskip(library)
+    if "gpu_cluster(" in block:  # a dask.distributed cluster, imported by scangen.dask
+        pytest.importorskip("distributed")
     monkeypatch.chdir(tmp_path)  # blocks that write files (a memmap) write them there
     exec(compile(block, f"README.md python block {index}", "exec"), {})
