@@ -96,14 +96,16 @@ def cases(n, rng, gpuarray, driver, peers):
     rg = gpuarray.to_gpu(runs)
     unique, rle = scangen.Unique(np.int32), scangen.RunLengthEncode(np.int32)
     unique_out = gpuarray.empty(n, np.int32)
-    unique_lookback = scangen.Unique(np.int32, strategy="decoupled_lookback")
+    # Unique and RunLengthEncode count in one pass at every size (tuning.COUNTING_VALUES):
+    # the second row of each is the three-pass alternative, on the same tiles.
+    unique_passes = scangen.Unique(np.int32, strategy="reduce_then_scan")
     calls = [("scangen.Unique", lambda: unique(rg, out=unique_out)),
-             ("scangen.Unique, decoupled_lookback", lambda: unique_lookback(rg, out=unique_out))]
+             ("scangen.Unique, reduce_then_scan", lambda: unique_passes(rg, out=unique_out))]
     rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg)),
                  ("scangen.RunLengthEncode, count on device",
                   lambda: rle(rg, count_on_device=True))]
-    rle_lookback = scangen.RunLengthEncode(np.int32, strategy="decoupled_lookback")
-    rle_calls.append(("scangen.RunLengthEncode, decoupled_lookback", lambda: rle_lookback(rg)))
+    rle_passes = scangen.RunLengthEncode(np.int32, strategy="reduce_then_scan")
+    rle_calls.append(("scangen.RunLengthEncode, reduce_then_scan", lambda: rle_passes(rg)))
     if torch is not None:
         tr = torch.from_numpy(runs).cuda()
         calls.append(("torch.unique_consecutive", lambda: torch.unique_consecutive(tr)))
