@@ -146,6 +146,15 @@ def render_template(name: str, context: dict, what) -> str:
                           f"context: {context}") from err
 
 
+@functools.lru_cache(maxsize=128)
+def render_module(module) -> ModuleSource:
+    """The source of a module spec that is not a scan (histogram, radix passes, run
+    lengths): its ``template`` rendered with its ``context()``, its kernels the names of its
+    ``entry_points()``. Pure text; cached per (hashable) spec."""
+    text = render_template(module.template, module.context(), module.description)
+    return ModuleSource(text, tuple(name for name, _ in module.entry_points()))
+
+
 @functools.lru_cache(maxsize=256)
 def render(kernel_spec) -> ModuleSource:
     """Render the module for ``kernel_spec``. Pure text; works with no GPU and no pycuda."""

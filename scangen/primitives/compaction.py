@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -294,6 +295,7 @@ class RunLengthsModule:
     """RunLengthEncode's second kernel, ``run_lengths``, for starts of one dtype: a module
     spec for scangen.compile."""
 
+    template: ClassVar[str] = "run_lengths.cu.j2"
     start_dtype: np.dtype
 
     @property
@@ -305,7 +307,9 @@ class RunLengthsModule:
         return (("run_lengths", self.parameters),)
 
     def module_source(self):
-        return _render_lengths(self)
+        from ..render import render_module
+
+        return render_module(self)
 
     @property
     def description(self) -> str:
@@ -324,14 +328,6 @@ class RunLengthsModule:
         launch_function(compile_module(self), "run_lengths", stream)(
             (blocks, 1, 1), (_LENGTHS_BLOCK_SIZE, 1, 1), stream, starts.ptr, counts.ptr,
             runs.ptr, np.int64(end))
-
-
-@functools.lru_cache(maxsize=4)
-def _render_lengths(module: RunLengthsModule):
-    from ..render import ModuleSource, render_template
-
-    return ModuleSource(render_template("run_lengths.cu.j2", module.context(),
-                                        module.description), ("run_lengths",))
 
 
 def _run_heads(c_type: str, start_c: str, scan_options: dict) -> ScanKernel:

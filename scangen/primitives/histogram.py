@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -40,6 +41,7 @@ _PARAMETERS = (
 class HistogramModule:
     """The histogram kernel for one value dtype: a module spec for scangen.compile."""
 
+    template: ClassVar[str] = "histogram.cu.j2"
     dtype: np.dtype
 
     @property
@@ -52,7 +54,9 @@ class HistogramModule:
         return (("histogram_counts", _PARAMETERS),)
 
     def module_source(self):
-        return _render(self)
+        from ..render import render_module
+
+        return render_module(self)
 
     @property
     def description(self) -> str:
@@ -73,14 +77,6 @@ class HistogramModule:
                     block_size=_BLOCK_SIZE, items_per_thread=self.items_per_thread,
                     blocks_per_sm=_BLOCKS_PER_SM,
                     shared_bins=_SHARED_BINS, parameters=c_parameters(_PARAMETERS))
-
-
-@functools.lru_cache(maxsize=32)
-def _render(module: HistogramModule):
-    from ..render import ModuleSource, render_template
-
-    return ModuleSource(render_template("histogram.cu.j2", module.context(),
-                                        module.description), ("histogram_counts",))
 
 
 def outer_edges(bins, range) -> tuple[float, float]:

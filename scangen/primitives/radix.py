@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import threading
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -112,6 +113,7 @@ class RadixModule:
     ``index_values``: the value array may be NULL, and each key then carries its index
     (argsort's first pass)."""
 
+    template: ClassVar[str] = "radix.cu.j2"
     key_dtype: np.dtype
     value_dtype: np.dtype | None = None
     output: str = "keys"
@@ -224,7 +226,9 @@ class RadixModule:
         return (("radix_digit_counts", counts), ("radix_onesweep", onesweep))
 
     def module_source(self):
-        return _render(self)
+        from ..render import render_module
+
+        return render_module(self)
 
     @property
     def description(self) -> str:
@@ -257,14 +261,6 @@ class RadixModule:
             backoff_min_ns=Tuning.backoff_min_ns, backoff_max_ns=Tuning.backoff_max_ns,
             **DIGIT_STATUS.template_context(),
             parameters={name: c_parameters(params) for name, params in self.entry_points()})
-
-
-@functools.lru_cache(maxsize=64)
-def _render(module: RadixModule):
-    from ..render import ModuleSource, render_template
-
-    text = render_template("radix.cu.j2", module.context(), module.description)
-    return ModuleSource(text, tuple(name for name, _ in module.entry_points()))
 
 
 def _ptr(array) -> int:
