@@ -18,11 +18,10 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..compile import compile_module, release_at_exit
+from ..compile import check_with_nvcc, compile_module, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
-from ..runtime.launcher import (_gpuarray, _multiprocessors, check_array, launch_function,
-                                overlaps)
+from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
 from ..runtime.streams import copy_to_host, memset_d8_async
 from ..strategies.base import ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
@@ -284,11 +283,6 @@ _LENGTHS_ITEMS_PER_THREAD = 4
 #: Blocks of the lengths kernel per multiprocessor: one wave (2048 threads each).
 _LENGTHS_BLOCKS_PER_SM = 8
 
-_LENGTHS_PARAMETERS_AFTER_STARTS = (
-    Argument("counts", "long long", pointer=True, restrict=True),
-    Argument("runs", "long long", pointer=True, const=True, restrict=True),
-    Argument("end", "long long"))
-
 
 @dataclass(frozen=True)
 class RunLengthsModule:
@@ -296,12 +290,13 @@ class RunLengthsModule:
     spec for scangen.compile."""
 
     template: ClassVar[str] = "run_lengths.cu.j2"
+    #: start_t: the starts' C type, a typedef of the module.
+    parameters: ClassVar[tuple] = (
+        Argument("starts", "start_t", pointer=True, const=True, restrict=True),
+        Argument("counts", "long long", pointer=True, restrict=True),
+        Argument("runs", "long long", pointer=True, const=True, restrict=True),
+        Argument("end", "long long"))
     start_dtype: np.dtype
-
-    @property
-    def parameters(self):
-        return (Argument("starts", "start_t", pointer=True, const=True, restrict=True),
-                *_LENGTHS_PARAMETERS_AFTER_STARTS)
 
     def entry_points(self):
         return (("run_lengths", self.parameters),)
@@ -323,8 +318,8 @@ class RunLengthsModule:
     def launch(self, starts, counts, runs, end: int, stream) -> None:
         """Queue the kernel on ``stream``: at most ``end`` runs (the count is read on the
         device), one wave of blocks or fewer."""
-        blocks = min(ceil_div(end, _LENGTHS_BLOCK_SIZE * _LENGTHS_ITEMS_PER_THREAD),
-                     _multiprocessors() * _LENGTHS_BLOCKS_PER_SM)
+        blocks = wave_grid(ceil_div(end, _LENGTHS_BLOCK_SIZE * _LENGTHS_ITEMS_PER_THREAD),
+                           _LENGTHS_BLOCKS_PER_SM)
         launch_function(compile_module(self), "run_lengths", stream)(
             (blocks, 1, 1), (_LENGTHS_BLOCK_SIZE, 1, 1), stream, starts.ptr, counts.ptr,
             runs.ptr, np.int64(end))
@@ -379,8 +374,6 @@ class RunLengthEncode(_Compaction):
         return self.kernel.source + "\n" + self.lengths.module_source().text
 
     def check_compile(self) -> None:
-        from ..compile import check_with_nvcc
-
         for start_dtype in (np.dtype(np.int32), np.dtype(np.int64)):
             heads, lengths = self._kernels_for(start_dtype)
             heads.check_compile()

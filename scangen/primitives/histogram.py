@@ -12,7 +12,7 @@ import numpy as np
 from ..args import Argument, c_parameters
 from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..runtime.launcher import _gpuarray, _multiprocessors, check_array, launch_function
+from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
 from ..runtime.streams import memset_d8_async
 from ..strategies.base import ceil_div
 from ..types import element_type
@@ -184,8 +184,7 @@ class Histogram:
         if n:
             from ..compile import compile_module
 
-            blocks = min(ceil_div(n, self.module.tile_size),
-                         _multiprocessors() * _BLOCKS_PER_SM)
+            blocks = wave_grid(ceil_div(n, self.module.tile_size), _BLOCKS_PER_SM)
             launch_function(compile_module(self.module), "histogram_counts", call.stream)(
                 (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, view.ptr, device_edges.ptr,
                 counts_view.ptr, np.int64(n), np.int32(bins), np.float64(low),

@@ -31,7 +31,7 @@ import numpy as np
 from ..args import Argument
 from ..compile import release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..runtime.launcher import _gpuarray, _multiprocessors, check_array, launch_function
+from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
 from ..runtime.scratch import StreamScratch
 from ..runtime.streams import memset_d8_async
 from ..spec import as_int
@@ -331,7 +331,7 @@ class _RadixPasses:
         counts = self.scratch(stream).get("digit_counts", len(passes) * module.radix,
                                           np.uint64)
         memset_d8_async(counts.ptr, 0, len(passes) * module.radix * 8, stream)
-        grid = min(module.tiles(n), _multiprocessors() * _DIGIT_COUNT_BLOCKS_PER_SM)
+        grid = wave_grid(module.tiles(n), _DIGIT_COUNT_BLOCKS_PER_SM)
         end_bit = passes[-1][0] + passes[-1][1]
         launch_function(compile_module(module), "radix_digit_counts", stream)(
             (grid, 1, 1), (module.block_size, 1, 1), stream, _ptr(keys), counts.ptr,

@@ -77,6 +77,12 @@ def resident_grid(kernel_spec) -> int:
     return _multiprocessors() * spec.tuning.tile_min_blocks(spec.block_size, spec.acc_itemsize)
 
 
+def wave_grid(tiles: int, blocks_per_sm: int) -> int:
+    """Blocks of a grid-stride kernel over ``tiles`` tiles: one per tile, at most one wave
+    of ``blocks_per_sm`` blocks on every multiprocessor of the current device."""
+    return min(tiles, _multiprocessors() * blocks_per_sm)
+
+
 def _multiprocessors() -> int:
     """Multiprocessors of the current context's device."""
     driver = require_pycuda()
