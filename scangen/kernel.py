@@ -22,6 +22,7 @@ from .strategies import Strategy, strategy_for
 from .usercode import check_code, strip_literals_and_comments
 
 _LAST_ITEM = re.compile(r"\blast_item\b")
+_LAST_COUNTED = re.compile(r"\b(prev_)?last_counted\b")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class Hooks:
     @property
     def uses_last_item(self) -> bool:
         return bool(_LAST_ITEM.search(strip_literals_and_comments(self.output_statement)))
+
+    @property
+    def uses_last_counted(self) -> bool:
+        return bool(_LAST_COUNTED.search(strip_literals_and_comments(self.output_statement)))
 
 
 #: The argument that carries ``initial=`` (the scangen_ prefix is refused in user arguments).
@@ -108,6 +113,19 @@ class KernelSpec:
                     f"counts=True counts with add over an integer type, without segments; "
                     f"this kernel scans {scan.etype.name} with {scan.operator.name!r}"
                     f"{' in segments' if scan.segmented else ''}")
+        if self.tracks_last_counted and (scan.etype.dtype.itemsize != 8 or self.hooks.reverse):
+            raise ValueError(
+                "an output statement that reads (prev_)last_counted needs a counting scan of int64 "
+                "or uint64 (the count and the index share one 8-byte value) in array order "
+                f"(not reverse); this one scans {scan.etype.name}"
+                f"{' in reverse' if self.hooks.reverse else ''}")
+
+    @property
+    def tracks_last_counted(self) -> bool:
+        """Whether the module tracks the last counted index (a counting scan whose output
+        statement reads ``last_counted`` or ``prev_last_counted``): its machinery then combines (count, last counted
+        index + 1) pairs packed in 64 bits, not counts."""
+        return self.hooks.counts and self.hooks.uses_last_counted
 
     @property
     def counts_by_ballots(self) -> bool:
@@ -208,7 +226,13 @@ class ScanKernel:
         warp ballots instead of scanning values, which is much cheaper; a value other than
         0 or 1 counts as 1. Refused for other types, operators and segmented scans. With
         no section given, the tile is scangen.tuning.COUNTING's; with no tuning given,
-        scangen.tuning.COUNTING_TUNING.
+        scangen.tuning.COUNTING_TUNING. The output statement may then also read
+        ``last_counted``, the index of the last element at or before ``i`` whose
+        ``input_expr`` is not 0 (-1 before the first one), and ``prev_last_counted``, the
+        same before ``i``: where the current run began, e.g. a run's length at the next
+        run's head. A kernel that reads them scans int64 or uint64 in array order (not
+        ``reverse``) over fewer than 2^32 indices: its machinery combines count and index
+        packed in 8 bytes.
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 

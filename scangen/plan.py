@@ -8,6 +8,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
+from .spec import LAST_COUNTED_MAX_N
 from .strategies import resolve
 from .strategies.base import (MAX_GRID, NULL, USER_ARGS, BufferArg, Launch, PlanBuilder,
                               RuntimeArg, Temporary, ceil_div)
@@ -134,6 +135,9 @@ def make_plan(kernel_spec, n) -> Plan:
     sections = ceil_div(n, spec.section_size)
     if sections > MAX_GRID:
         raise ValueError(_too_many_sections(spec, n, sections))
+    if kernel_spec.tracks_last_counted and n > LAST_COUNTED_MAX_N:
+        raise ValueError(f"n={n}: a counting scan that reads last_counted takes at most "
+                         f"{LAST_COUNTED_MAX_N} indices (2^32 - 1) per call")
     needs_last_item = kernel_spec.hooks.uses_last_item
     strategy = resolve(spec.strategy, needs_last_item, spec, n)
     builder = PlanBuilder(spec, needs_last_item, kernel_spec.persistent_tiles)

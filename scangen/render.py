@@ -111,6 +111,7 @@ def template_context(kernel_spec) -> dict:
         arguments=[a.declaration for a in hooks.arguments],
         input_expr=hooks.input_expr,
         counts=kernel_spec.counts_by_ballots,
+        last_counted=kernel_spec.tracks_last_counted,
         segmented=spec.segmented,
         reverse=hooks.reverse,
         initial=hooks.initial,

@@ -27,6 +27,10 @@ MAX_BLOCK_THREADS = 1024
 MAX_STATIC_SHARED_BYTES = 48 * 1024
 WARP_SIZE = 32
 
+#: The most indices a counting scan that reads last_counted takes (scangen.ScanKernel): it
+#: packs the count and the last counted index + 1 in 32 bits each, one 8-byte value.
+LAST_COUNTED_MAX_N = 2 ** 32 - 1
+
 
 @dataclass(frozen=True)
 class Algorithm:

@@ -23,6 +23,7 @@ from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
 from ..runtime.streams import copy_to_host, memset_d8_async
+from ..spec import LAST_COUNTED_MAX_N
 from ..strategies.base import ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
 from ..types import MASK_C_TYPES, element_type
@@ -274,9 +275,9 @@ class Unique(_Compaction):
         return self._compact(x, out, stream, count_on_device, trimmed=True)
 
 
-#: Run starts are int32 (half the bytes of int64 to write, then read again) for inputs of
-#: fewer elements than this, int64 from it.
-_INT32_STARTS_BELOW = 2 ** 31
+#: run_length_encode takes one pass over fewer elements than this (a counting scan that reads
+#: last_counted, which packs positions in 32 bits), two kernels from it.
+_ONE_PASS_BELOW = LAST_COUNTED_MAX_N + 1
 
 _LENGTHS_BLOCK_SIZE = 256
 _LENGTHS_ITEMS_PER_THREAD = 4
@@ -286,17 +287,15 @@ _LENGTHS_BLOCKS_PER_SM = 8
 
 @dataclass(frozen=True)
 class RunLengthsModule:
-    """RunLengthEncode's second kernel, ``run_lengths``, for starts of one dtype: a module
-    spec for scangen.compile."""
+    """The second of RunLengthEncode's two kernels from 2^32 elements, ``run_lengths``: a
+    module spec for scangen.compile."""
 
     template: ClassVar[str] = "run_lengths.cu.j2"
-    #: start_t: the starts' C type, a typedef of the module.
     parameters: ClassVar[tuple] = (
-        Argument("starts", "start_t", pointer=True, const=True, restrict=True),
+        Argument("starts", "long long", pointer=True, const=True, restrict=True),
         Argument("counts", "long long", pointer=True, restrict=True),
         Argument("runs", "long long", pointer=True, const=True, restrict=True),
         Argument("end", "long long"))
-    start_dtype: np.dtype
 
     def entry_points(self):
         return (("run_lengths", self.parameters),)
@@ -308,11 +307,10 @@ class RunLengthsModule:
 
     @property
     def description(self) -> str:
-        return f"run lengths from {self.start_dtype} starts"
+        return "run lengths from run starts"
 
     def context(self) -> dict:
-        return dict(start_c=element_type(self.start_dtype).c_name,
-                    block_size=_LENGTHS_BLOCK_SIZE, items_per_thread=_LENGTHS_ITEMS_PER_THREAD,
+        return dict(block_size=_LENGTHS_BLOCK_SIZE, items_per_thread=_LENGTHS_ITEMS_PER_THREAD,
                     parameters=c_parameters(self.parameters))
 
     def launch(self, starts, counts, runs, end: int, stream) -> None:
@@ -325,17 +323,33 @@ class RunLengthsModule:
             runs.ptr, np.int64(end))
 
 
-def _run_heads(c_type: str, start_c: str, scan_options: dict) -> ScanKernel:
-    """RunLengthEncode's first kernel with starts of C type ``start_c``: the counting scan
-    of run heads that writes each run's value and first index, and the number of runs."""
+def _run_lengths(c_type: str, scan_options: dict) -> ScanKernel:
+    """RunLengthEncode's kernel below 2^32 elements: a counting scan of run heads that
+    writes each run's value at its head, the length of the run before it there too (from
+    prev_last_counted, that run's head), the last run's length at the last element, and
+    the number of runs."""
     return _counting_values_scan(
         arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
-                  f"{start_c} *__restrict__ starts, long long *count",
+                  "long long *__restrict__ counts, long long *count",
         input_expr=f"{_RUN_HEAD} ? 1 : 0",
-        output_statement=f"if (item != prev_item) {{ values[prev_item] = x[i];"
-                         f" starts[prev_item] = ({start_c})i; }}"
-                         " if (i == n - 1) *count = item;",
+        output_statement="if (item != prev_item) { values[prev_item] = x[i];"
+                         " if (prev_item > 0) counts[prev_item - 1] = i - prev_last_counted; }"
+                         " if (i == n - 1) { counts[item - 1] = n - last_counted;"
+                         " *count = item; }",
         title="run_length_encode", **scan_options)
+
+
+def _run_heads(c_type: str, scan_options: dict) -> ScanKernel:
+    """The first of RunLengthEncode's two kernels from 2^32 elements: the counting scan of
+    run heads that writes each run's value and first index, and the number of runs."""
+    return _counting_values_scan(
+        arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
+                  "long long *__restrict__ starts, long long *count",
+        input_expr=f"{_RUN_HEAD} ? 1 : 0",
+        output_statement="if (item != prev_item) { values[prev_item] = x[i];"
+                         " starts[prev_item] = i; }"
+                         " if (i == n - 1) *count = item;",
+        title="run_length_encode heads", **scan_options)
 
 
 class RunLengthEncode(_Compaction):
@@ -346,54 +360,52 @@ class RunLengthEncode(_Compaction):
     one-element int64 array of x's kind) are the runs'. ``stream`` defaults to the array
     library's current stream.
 
-    Two kernels, queued together. The first counts run heads (a counting scan, as
-    Unique's) and writes each run's value to ``values[runs before it]``, its first index to
-    an array of starts (int32 below 2^31 elements, else int64) and the number of runs; the
-    second (``lengths``, templates/run_lengths.cu.j2) reads that number on the device and
-    writes ``counts[r] = starts[r + 1] - starts[r]`` (the last run ends at n). Nothing is
-    read on the host between them: without ``count_on_device`` the number of runs is read
-    once both are done, and values and counts are views of their first ``runs`` elements
-    (both arrays are allocated for n). ``kernel`` is the first kernel with int32 starts."""
+    One pass (``kernel``) below 2^32 elements: a counting scan of run heads (as Unique's)
+    that writes each run's value at its head and the length of the run before it there
+    too (the scan's ``prev_last_counted`` is that run's head). From 2^32 elements, where that scan's
+    packed positions would not fit, two kernels queued together (``wide_kernels()``): the
+    counting scan writes each run's value and first index, then ``run_lengths``
+    (templates/run_lengths.cu.j2) reads the number of runs on the device and writes
+    ``counts[r] = starts[r + 1] - starts[r]``. Without ``count_on_device`` the number of
+    runs is read once the work is done, and values and counts are views of their first
+    ``runs`` elements (both arrays are allocated for n)."""
 
     def __init__(self, dtype, **scan_options):
         c = element_type(dtype).c_name
-        self._heads = {np.dtype(np.int32): _run_heads(c, "int", scan_options)}
-        self._wide_heads = functools.partial(_run_heads, c, "long long", scan_options)
-        super().__init__(dtype, self._heads[np.dtype(np.int32)])
-        self.lengths = RunLengthsModule(np.dtype(np.int32))
+        self._wide = functools.partial(_run_heads, c, scan_options)
+        self._wide_kernels = None
+        super().__init__(dtype, _run_lengths(c, scan_options))
 
-    def _kernels_for(self, start_dtype):
-        """``(heads ScanKernel, lengths module)`` for starts of start_dtype."""
-        if start_dtype not in self._heads:
-            self._heads[start_dtype] = self._wide_heads()
-        return self._heads[start_dtype], RunLengthsModule(start_dtype)
-
-    @property
-    def source(self) -> str:
-        """The CUDA of both kernels with int32 starts (no GPU needed)."""
-        return self.kernel.source + "\n" + self.lengths.module_source().text
+    def wide_kernels(self):
+        """``(heads ScanKernel, lengths module)``: the two kernels from 2^32 elements,
+        built on first use."""
+        if self._wide_kernels is None:
+            self._wide_kernels = (self._wide(), RunLengthsModule())
+        return self._wide_kernels
 
     def check_compile(self) -> None:
-        for start_dtype in (np.dtype(np.int32), np.dtype(np.int64)):
-            heads, lengths = self._kernels_for(start_dtype)
-            heads.check_compile()
-            check_with_nvcc(lengths)
+        self.kernel.check_compile()
+        heads, lengths = self.wide_kernels()
+        heads.check_compile()
+        check_with_nvcc(lengths)
 
     def __call__(self, x, *, stream=None, count_on_device=False):
         call = Call(stream, {"x": x})
         check_array("x", call.views["x"], self.dtype)
         n = call.views["x"].size
-        start_dtype = np.dtype(np.int32 if n < _INT32_STARTS_BELOW else np.int64)
-        heads, lengths = self._kernels_for(start_dtype)
         values, values_view = call.empty((n,), self.dtype)
         counts, counts_view = call.empty((n,), np.int64)
-        # A new array each call (pooled): with the count left on the device, a call on
-        # another stream may start before this one's lengths kernel has read its starts.
-        starts_array, starts = call.empty((max(n, 1),), start_dtype)
-        # The count too is the call's own (the lengths kernel reads it after this returns).
-        count, count_view = self._launch(call, [call.views["x"], values_view, starts], n,
-                                         True, heads)
-        if n:
+        if n < _ONE_PASS_BELOW:
+            count, count_view = self._launch(call, [call.views["x"], values_view, counts_view],
+                                             n, count_on_device)
+        else:
+            heads, lengths = self.wide_kernels()
+            # A new array each call (pooled): with the count left on the device, a call on
+            # another stream may start before this one's lengths kernel has read its starts.
+            _, starts = call.empty((n,), np.int64)
+            # The count too is the call's own (the lengths kernel reads it after this returns).
+            count, count_view = self._launch(call, [call.views["x"], values_view, starts], n,
+                                             True, heads)
             lengths.launch(starts, counts_view, count_view, n, call.stream)
         if count_on_device:
             return values, counts, count

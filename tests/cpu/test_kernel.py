@@ -280,6 +280,41 @@ def test_counts_needs_integer_add_without_segments(dtype, operator, segments):
                            is_segment_start_expr=segments, counts=True)
 
 
+def last_counted_kernel(dtype="int64", **options):
+    return scangen.ScanKernel(dtype, "add", arguments="const int *x, long long *lasts",
+                              input_expr="x[i] & 1", output_statement="lasts[i] = last_counted;",
+                              counts=True, **options)
+
+
+def test_last_counted_packs_count_and_index():
+    kernel = last_counted_kernel()
+    assert kernel.kernel_spec.tracks_last_counted
+    assert "typedef unsigned long long acc_t;" in kernel.source
+    assert "const long long last_counted = (long long)(item_acc & LAST_MASK) - 1;" \
+        in kernel.source
+    assert scangen.ScanKernel(
+        np.int64, "add", arguments="const int *x, long long *out", input_expr="x[i] & 1",
+        output_statement="out[i] = prev_last_counted;", counts=True
+    ).kernel_spec.tracks_last_counted
+    plain = compaction(counts=True)
+    assert not plain.kernel_spec.tracks_last_counted and "LAST_MASK" not in plain.source
+    # the name in a comment or a string is no use of it
+    assert not scangen.ScanKernel(
+        np.int64, "add", arguments="const int *x, long long *out", input_expr="x[i] & 1",
+        output_statement='out[i] = item; /* last_counted */', counts=True
+    ).kernel_spec.tracks_last_counted
+    assert kernel.plan(2 ** 32 - 1).n == 2 ** 32 - 1
+    with pytest.raises(ValueError, match=r"last_counted takes at most 4294967295 indices"):
+        kernel.plan(2 ** 32)
+
+
+@pytest.mark.parametrize("dtype,reverse", [("int32", False), ("uint16", False),
+                                           ("int64", True)])
+def test_last_counted_needs_8_byte_counts_in_array_order(dtype, reverse):
+    with pytest.raises(ValueError, match=r"reads \(prev_\)last_counted needs a counting scan of int64"):
+        last_counted_kernel(dtype, reverse=reverse)
+
+
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("strategy", ["auto", "hierarchical", "reduce_then_scan", "chained",
                                       "decoupled_lookback"])
@@ -288,6 +323,8 @@ def test_counting_modules_compile(strategy):
     scangen.ScanKernel(np.uint32, "add", arguments="const int *x, scan_t *out",
                        input_expr="x[i] & 1", output_statement="out[i] = prev_item;",
                        counts=True, reverse=True, initial=3, strategy=strategy).check_compile()
+    last_counted_kernel(strategy=strategy).check_compile()
+    last_counted_kernel(strategy=strategy, section_size=32, items_per_thread=2).check_compile()
 
 
 def test_calls_from_threads_launch_one_at_a_time(monkeypatch):

@@ -44,16 +44,19 @@ def test_kernels_hold_their_hooks(dtype):
     assert scangen.Unique(dtype, strategy="reduce_then_scan").kernel.plan(1 << 26).strategy \
         == "reduce_then_scan"
     assert "x[i] != x[i - 1]" in unique.source
-    # Run-length encoding: heads counted, each run's value and start written; then lengths.
-    assert "starts[prev_item] = (int)i;" in rle.source
-    # the lengths read the number of runs from the device (queued right after the heads)
-    assert "const long long total = *runs;" in rle.source
-    assert "typedef int start_t;" in rle.source
-    assert "run_lengths(const start_t *__restrict__ starts, long long *__restrict__ counts, " \
-        "const long long *__restrict__ runs, long long end)" in rle.source
-    wide_heads, wide_lengths = rle._kernels_for(np.dtype(np.int64))
-    assert "long long *__restrict__ starts" in wide_heads.source
-    assert "typedef long long start_t;" in wide_lengths.module_source().text
+    # Run-length encoding in one pass: heads counted, each run's value written at its head,
+    # with the length of the run before it (whose head is prev_last_counted)
+    assert "counts[prev_item - 1] = i - prev_last_counted;" in rle.source
+    assert rle.kernel.kernel_spec.tracks_last_counted
+    assert "run_lengths" not in rle.source
+    # from 2^32 elements: heads with their starts, then the lengths, which read the number
+    # of runs from the device (queued right after the heads)
+    wide_heads, wide_lengths = rle.wide_kernels()
+    assert "starts[prev_item] = i;" in wide_heads.source
+    lengths = wide_lengths.module_source().text
+    assert "const long long total = *runs;" in lengths
+    assert "run_lengths(const long long *__restrict__ starts, long long *__restrict__ counts, " \
+        "const long long *__restrict__ runs, long long end)" in lengths
     for primitive in (select, flags, rejected, part, unique, rle):
         assert primitive.dtype == np.dtype(dtype)
     for kernel in (p.kernel for p in (select, flags, rejected, part, unique, rle)):

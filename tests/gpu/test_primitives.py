@@ -40,7 +40,8 @@ def _compile_in_parallel():
                        scangen.Partition(dtype, "x > 0"), scangen.Unique(dtype),
                        scangen.RunLengthEncode(dtype)]
     precompile([p.kernel for p in primitives]
-               + [p.lengths for p in primitives if isinstance(p, scangen.RunLengthEncode)])
+               + [k for p in primitives if isinstance(p, scangen.RunLengthEncode)
+                  for k in p.wide_kernels()])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -85,19 +86,24 @@ def test_unique_and_run_length_encode(gpu, rng, dtype, pattern):
         assert counts.dtype == np.int64
 
 
-def test_run_length_encode_with_int64_starts(gpu, rng, monkeypatch):
-    """The kernels with int64 run starts (taken from 2^31 elements) at small sizes."""
+@pytest.mark.parametrize("dtype", [np.int32, np.float64])
+def test_run_length_encode_in_two_kernels(gpu, rng, monkeypatch, dtype):
+    """The two kernels taken from 2^32 elements (heads with their starts, then the
+    lengths), at small sizes; count on the device too."""
     from scangen.primitives import compaction
 
-    monkeypatch.setattr(compaction, "_INT32_STARTS_BELOW", 0)
-    rle = scangen.RunLengthEncode(np.int32)
+    monkeypatch.setattr(compaction, "_ONE_PASS_BELOW", 0)
+    rle = scangen.RunLengthEncode(dtype)
     for n in [1, 4097, 1_000_003]:
-        x = np.repeat(rng.integers(0, 3, n), rng.integers(1, 6, n))[:n].astype(np.int32)
+        x = np.repeat(rng.integers(0, 3, n), rng.integers(1, 6, n))[:n].astype(dtype)
         values, counts = rle(gpu.to_gpu(x))
         want_values, want_counts = run_length_reference(x)
         np.testing.assert_array_equal(values.get(), want_values)
         np.testing.assert_array_equal(counts.get(), want_counts)
-    assert np.dtype(np.int64) in rle._heads  # the wide kernels ran
+        values, counts, count = rle(gpu.to_gpu(x), count_on_device=True)
+        runs = int(count.get()[0])
+        assert runs == want_values.size
+        np.testing.assert_array_equal(counts.get()[:runs], want_counts)
 
 
 def test_nan_is_distinct_in_unique(gpu):
@@ -123,8 +129,8 @@ def test_out_count_on_device_and_stream(gpu, rng):
 
 @pytest.mark.parametrize("n", [0, 1, 4095, 100_003, 1_000_000])
 def test_run_length_encode_count_on_device(gpu, rng, n):
-    """No host read: values and counts have n elements, the first `count` of them the runs';
-    the lengths kernel runs over all n (positions past the runs write nothing)."""
+    """No host read: values and counts have n elements, the first `count` of them the
+    runs'."""
     import pycuda.driver as driver
 
     rle = scangen.RunLengthEncode(np.float32)

@@ -153,34 +153,42 @@ AFFINE_MAPS = dict(arguments="const unsigned int *m, const unsigned int *c, scan
 
 
 def counting_kernel(strategy, dtype, section_size, items_per_thread, reverse=False,
-                    initial=None, tuning=None):
-    """counts=True: the places of the odd elements, every item, prev_item and (where the
-    strategy knows it) last_item written out; check_counting runs it."""
+                    initial=None, last_counted=False, tuning=None):
+    """counts=True: the places of the odd elements, every item, prev_item, (where the
+    strategy knows it) last_item and (with last_counted) last_counted and prev_last_counted
+    written out; check_counting runs it."""
     with_total = strategy in TOTAL_STRATEGIES
     return scangen.ScanKernel(
-        dtype, "add", arguments="const int *x, scan_t *items, scan_t *prev_items, scan_t *last",
+        dtype, "add", arguments="const int *x, scan_t *items, scan_t *prev_items, scan_t *last"
+                                + (", long long *lasts, long long *prev_lasts"
+                                   if last_counted else ""),
         input_expr="(x[i] & 1) ? 1 : 0", counts=True, reverse=reverse, initial=initial,
         output_statement="items[i] = item; prev_items[i] = prev_item;"
-                         + (" if (i == 0) *last = last_item;" if with_total else ""),
+                         + (" if (i == 0) *last = last_item;" if with_total else "")
+                         + (" lasts[i] = last_counted; prev_lasts[i] = prev_last_counted;"
+                            if last_counted else ""),
         strategy=strategy, section_size=section_size, items_per_thread=items_per_thread,
         tuning=tuning)
 
 
 #: Strategies that know the total before their output pass.
 TOTAL_STRATEGIES = ["auto", "hierarchical", "reduce_then_scan"]
-#: counting_kernel's (dtype, section, items per thread, reverse, initial): blocks of one, two
-#: and eight warps; a block of 16 threads (not whole warps: values are scanned, not ballots).
-COUNTING_CASES = [("int64", 64, 2, False, None), ("int64", 64, 1, True, None),
-                  ("uint32", 1024, 4, False, 5), ("int32", 256, 1, True, 3),
-                  ("int64", 32, 2, False, None)]
+#: counting_kernel's (dtype, section, items per thread, reverse, initial, last_counted):
+#: blocks of one, two and eight warps; a block of 16 threads (not whole warps: values are
+#: scanned, not ballots); each way of counting also with last_counted (8-byte counts only).
+COUNTING_CASES = [("int64", 64, 2, False, None, False), ("int64", 64, 1, True, None, False),
+                  ("uint32", 1024, 4, False, 5, False), ("int32", 256, 1, True, 3, False),
+                  ("int64", 32, 2, False, None, False), ("int64", 64, 2, False, None, True),
+                  ("uint64", 1024, 4, False, 5, True), ("int64", 32, 2, False, None, True)]
 
 
 def check_counting(gpuarray, rng, strategy, case, tuning=None):
     """counting_kernel(strategy, *case) against the reference, sizes around its sections,
     long runs of kept and dropped elements, poisoned outputs."""
-    dtype, section, items_per_thread, reverse, initial = case
+    dtype, section, items_per_thread, reverse, initial, last_counted = case
     kernel = counting_kernel(strategy, *case, tuning=tuning)
     assert kernel.kernel_spec.counts_by_ballots == (section // items_per_thread % 32 == 0)
+    assert kernel.kernel_spec.tracks_last_counted == last_counted
     for n in boundary_sizes(section, rng, levels=2) + [section ** 2 * 3 + 7]:
         x = rng.integers(-1000, 1000, n).astype(np.int32)
         if n > 100:  # a long run of each kind, so whole warps and sections agree
@@ -188,7 +196,10 @@ def check_counting(gpuarray, rng, strategy, case, tuning=None):
             x[n // 2: 3 * n // 4] |= 1
         items, prev_items, last = (gpuarray.to_gpu(poison_values(rng, np.dtype(dtype), size))
                                    for size in (n, n, 1))
-        kernel(gpuarray.to_gpu(x), items, prev_items, last)
+        lasts, prev_lasts = (gpuarray.to_gpu(poison_values(rng, np.dtype(np.int64), n))
+                             for _ in range(2))
+        kernel(gpuarray.to_gpu(x), items, prev_items, last,
+               *([lasts, prev_lasts] if last_counted else []))
         odd = (x & 1).astype(dtype)
         if reverse:
             odd = odd[::-1]
@@ -201,6 +212,11 @@ def check_counting(gpuarray, rng, strategy, case, tuning=None):
         np.testing.assert_array_equal(prev_items.get(), want_prev)
         if strategy in TOTAL_STRATEGIES and n:
             assert last.get()[0] == want[-1], n
+        if last_counted:  # the index of the latest odd element so far, -1 before the first
+            latest = np.maximum.accumulate(np.concatenate([[-1], np.where(x & 1, np.arange(n),
+                                                                          -1)]))
+            np.testing.assert_array_equal(lasts.get(), latest[1:])
+            np.testing.assert_array_equal(prev_lasts.get(), latest[:-1])
 
 
 # --- data --------------------------------------------------------------------------------
