@@ -7,7 +7,8 @@
 #
 #   SCANGEN_REQUIRE_GPU=1 bash tests/gpu/run_sharded.sh [N] [more pytest arguments]
 #
-# N defaults to the number of CPU cores (at most 16). Logs: $SHARD_LOGS (default
+# N defaults to the number of CPU cores (at most 16). On a machine of several GPUs the
+# shards take turns (shard K sees GPU K mod GPUs only). Logs: $SHARD_LOGS (default
 # /tmp/scangen-shards)/shard_K.txt. Exits 1 if any shard failed.
 set -u
 cd "$(dirname "$0")/../.."
@@ -21,11 +22,14 @@ start=$(date +%s)
 XDG_CACHE_HOME=$cache python3 -m pytest -q -p no:cacheprovider --compile-only tests/gpu "$@" \
     > "$logs/compile.txt" 2>&1
 echo "compiled in $(( $(date +%s) - start )) s: $(tail -1 "$logs/compile.txt")"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ "$gpus" -ge 1 ] || gpus=1
 pids=()
 for k in $(seq 0 $((n - 1))); do
     rm -rf "$cache$k" && cp -a "$cache" "$cache$k"
     # Each shard reports as it ends, so that a run cut short still says what finished.
     (
+        CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$((k % gpus))} \
         XDG_CACHE_HOME=$cache$k python3 -m pytest -q -p no:cacheprovider --shard "$k/$n" \
             tests/gpu "$@" > "$logs/shard_$k.txt" 2>&1
         shard_status=$?
