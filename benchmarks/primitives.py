@@ -101,9 +101,13 @@ def cases(n, rng, gpuarray, driver, peers):
     unique_passes = scangen.Unique(np.int32, strategy="reduce_then_scan")
     calls = [("scangen.Unique", lambda: unique(rg, out=unique_out)),
              ("scangen.Unique, reduce_then_scan", lambda: unique_passes(rg, out=unique_out))]
+    rle_values, rle_counts = gpuarray.empty(n, np.int32), gpuarray.empty(n, np.int64)
     rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg)),
                  ("scangen.RunLengthEncode, count on device",
-                  lambda: rle(rg, count_on_device=True))]
+                  lambda: rle(rg, count_on_device=True)),
+                 # as CUB's row runs: outputs allocated once, the count left on the device
+                 ("scangen.RunLengthEncode, outputs given, count on device",
+                  lambda: rle(rg, values=rle_values, counts=rle_counts, count_on_device=True))]
     rle_passes = scangen.RunLengthEncode(np.int32, strategy="reduce_then_scan")
     rle_calls.append(("scangen.RunLengthEncode, reduce_then_scan", lambda: rle_passes(rg)))
     if torch is not None:

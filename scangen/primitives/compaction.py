@@ -101,12 +101,14 @@ class _Compaction:
         """Compile with the nvcc on PATH (no GPU needed); errors name the piece."""
         self.kernel.check_compile()
 
-    def _output(self, call, given, n, name="out"):
-        """``(native, view)`` of the output ``name``: ``given``, checked, or a new one."""
+    def _output(self, call, given, n, name="out", dtype=None):
+        """``(native, view)`` of the output ``name`` (of ``dtype``, default the elements'):
+        ``given``, checked, or a new one."""
+        dtype = self.dtype if dtype is None else dtype
         out = call.views[name]
         if out is None:
-            return call.empty((n,), self.dtype)
-        check_array(name, out, self.dtype)
+            return call.empty((n,), dtype)
+        check_array(name, out, dtype)
         if out.size < n:
             raise ValueError(f"{name} has {out.size} elements; it needs room for {n}")
         for source in ("x", "flags"):
@@ -357,8 +359,10 @@ class RunLengthEncode(_Compaction):
     int64. Elements compare with C's ``!=`` (every NaN is a run of its own).
     ``count_on_device=True`` returns ``(values, counts, count)`` with no host
     synchronisation: values and counts have n elements, of which the first ``count`` (a new
-    one-element int64 array of x's kind) are the runs'. ``stream`` defaults to the array
-    library's current stream.
+    one-element int64 array of x's kind) are the runs'. ``values=`` and ``counts=`` (int64)
+    take arrays of x's kind with room for n elements to write into (nothing past the runs
+    is written); then the results are those arrays, or views of their first ``runs``
+    elements. ``stream`` defaults to the array library's current stream.
 
     One pass (``kernel``) below 2^32 elements: a counting scan of run heads (as Unique's)
     that writes each run's value at its head and the length of the run before it there
@@ -389,12 +393,15 @@ class RunLengthEncode(_Compaction):
         heads.check_compile()
         check_with_nvcc(lengths)
 
-    def __call__(self, x, *, stream=None, count_on_device=False):
-        call = Call(stream, {"x": x})
+    def __call__(self, x, *, values=None, counts=None, stream=None, count_on_device=False):
+        call = Call(stream, {"x": x, "values": values, "counts": counts},
+                    writes=("values", "counts"))
         check_array("x", call.views["x"], self.dtype)
         n = call.views["x"].size
-        values, values_view = call.empty((n,), self.dtype)
-        counts, counts_view = call.empty((n,), np.int64)
+        values, values_view = self._output(call, values, n, "values")
+        counts, counts_view = self._output(call, counts, n, "counts", np.dtype(np.int64))
+        if values_view.size and counts_view.size and overlaps(values_view, counts_view):
+            raise ValueError("values overlaps counts; give separate arrays")
         if n < _ONE_PASS_BELOW:
             count, count_view = self._launch(call, [call.views["x"], values_view, counts_view],
                                              n, count_on_device)

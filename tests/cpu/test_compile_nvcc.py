@@ -36,7 +36,8 @@ from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
 from tests.support import (AFFINE, AFFINE_MAPS, BFLOAT16, COMPACTION, DTYPES, OPERATORS,
-                           PARTITION, SATURATING_ADD, TABLE_LOOKUP, type_operator_pairs, valid)
+                           PARTITION, RUN_LENGTHS, SATURATING_ADD, TABLE_LOOKUP,
+                           type_operator_pairs, valid)
 
 NVCC = shutil.which("nvcc")
 ARCH = "sm_90"
@@ -262,6 +263,10 @@ def batch_scan_kernels():
                                    dict(COMPACTION, counts=True), strategy=strategy))
     entries.append(scan_kernel("counting partition", "int32", "add",
                                dict(PARTITION, counts=True), strategy="reduce_then_scan"))
+    # counting that tracks last_counted (run lengths at the next head), every strategy
+    for strategy in STRATEGIES:
+        entries.append(scan_kernel("run lengths", "int64", "add", RUN_LENGTHS,
+                                   strategy=strategy))
     # the defaults, tiny sections, and a last_item kernel with a sub-warp block
     entries.append(scan_kernel("compaction", "int64", "add", COMPACTION))
     entries.append(scan_kernel("compaction", "int32", "add", COMPACTION, algorithm="coarsened",

@@ -127,6 +127,41 @@ def test_out_count_on_device_and_stream(gpu, rng):
     assert np.isnan(out.get()[kept.size:]).all()
 
 
+@pytest.mark.parametrize("n", [0, 1, 4097, 1_000_003])
+def test_run_length_encode_into_given_outputs(gpu, rng, n):
+    """values= and counts= are written up to the number of runs, nothing past them; the
+    results are those arrays (views of their first runs elements without count_on_device)."""
+    rle = scangen.RunLengthEncode(np.int64)
+    x = np.repeat(rng.integers(-5, 5, n), rng.integers(1, 7, n))[:n]
+    want_values, want_counts = run_length_reference(x)
+    runs = want_values.size
+    values = gpu.to_gpu(np.full(n + 3, -7, np.int64))
+    counts = gpu.to_gpu(np.full(n + 3, -7, np.int64))
+    got_values, got_counts = rle(gpu.to_gpu(x), values=values, counts=counts)
+    assert got_values.gpudata == values.gpudata and got_counts.gpudata == counts.gpudata
+    np.testing.assert_array_equal(got_values.get(), want_values)
+    np.testing.assert_array_equal(got_counts.get(), want_counts)
+    assert (values.get()[runs:] == -7).all() and (counts.get()[runs:] == -7).all()
+    same_values, same_counts, count = rle(gpu.to_gpu(x), values=values, counts=counts,
+                                          count_on_device=True)
+    assert same_values is values and same_counts is counts and count.get()[0] == runs
+
+
+def test_run_length_encode_refuses_bad_outputs(gpu):
+    rle = scangen.RunLengthEncode(np.float32)
+    x = gpu.to_gpu(np.arange(10, dtype=np.float32))
+    with pytest.raises(ValueError, match="values has 5 elements; it needs room for 10"):
+        rle(x, values=gpu.empty(5, np.float32))
+    with pytest.raises(TypeError, match="counts"):
+        rle(x, counts=gpu.empty(10, np.int32))
+    with pytest.raises(ValueError, match="values overlaps x"):
+        rle(x, values=x)
+    both = gpu.empty(30, np.int64)
+    with pytest.raises(ValueError, match="values overlaps counts"):
+        scangen.RunLengthEncode(np.int64)(gpu.to_gpu(np.arange(10)), values=both[:10],
+                                          counts=both[5:15])
+
+
 @pytest.mark.parametrize("n", [0, 1, 4095, 100_003, 1_000_000])
 def test_run_length_encode_count_on_device(gpu, rng, n):
     """No host read: values and counts have n elements, the first `count` of them the

@@ -141,6 +141,14 @@ COMPACTION = dict(arguments="const float *x, float *out, long long *count",
                   input_expr="x[i] > 0.5f ? 1 : 0",
                   output_statement="if (prev_item != item) out[prev_item] = x[i]; "
                                    "if (i == n - 1) *count = item;")
+#: Run-length encoding of x (counts=True): each run's value at its head, with the length of
+#: the run before it (prev_last_counted is that run's head); the last run's at the end.
+RUN_LENGTHS = dict(arguments="const int *x, int *values, long long *lengths, long long *runs",
+                   input_expr="(i == 0 || x[i] != x[i - 1]) ? 1 : 0", counts=True,
+                   output_statement="if (item != prev_item) { values[prev_item] = x[i]; "
+                                    "if (prev_item > 0) lengths[prev_item - 1] = "
+                                    "i - prev_last_counted; } if (i == n - 1) { "
+                                    "lengths[item - 1] = n - last_counted; *runs = item; }")
 #: Stable partition: the elements below the pivot first, then the others; needs the total.
 PARTITION = dict(arguments="const int *x, int pivot, int *out",
                  input_expr="x[i] < pivot ? 1 : 0",
