@@ -115,16 +115,16 @@ class KernelSpec:
                     f"{' in segments' if scan.segmented else ''}")
         if self.tracks_last_counted and (scan.etype.dtype.itemsize != 8 or self.hooks.reverse):
             raise ValueError(
-                "an output statement that reads (prev_)last_counted needs a counting scan of int64 "
-                "or uint64 (the count and the index share one 8-byte value) in array order "
-                f"(not reverse); this one scans {scan.etype.name}"
+                "an output statement that reads (prev_)last_counted needs a counting scan of "
+                "int64 or uint64 (the count and the index share one 8-byte value) in array "
+                f"order (not reverse); this one scans {scan.etype.name}"
                 f"{' in reverse' if self.hooks.reverse else ''}")
 
     @property
     def tracks_last_counted(self) -> bool:
         """Whether the module tracks the last counted index (a counting scan whose output
-        statement reads ``last_counted`` or ``prev_last_counted``): its machinery then combines (count, last counted
-        index + 1) pairs packed in 64 bits, not counts."""
+        statement reads ``last_counted`` or ``prev_last_counted``): its machinery then
+        combines (count, last counted index + 1) pairs packed in 64 bits, not counts."""
         return self.hooks.counts and self.hooks.uses_last_counted
 
     @property

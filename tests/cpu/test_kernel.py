@@ -311,7 +311,8 @@ def test_last_counted_packs_count_and_index():
 @pytest.mark.parametrize("dtype,reverse", [("int32", False), ("uint16", False),
                                            ("int64", True)])
 def test_last_counted_needs_8_byte_counts_in_array_order(dtype, reverse):
-    with pytest.raises(ValueError, match=r"reads \(prev_\)last_counted needs a counting scan of int64"):
+    with pytest.raises(ValueError,
+                       match=r"reads \(prev_\)last_counted needs a counting scan of int64"):
         last_counted_kernel(dtype, reverse=reverse)
 
 
