@@ -34,10 +34,23 @@ class TileShape:
 #: 2^26 / 2^28: 256x16 at 1536 threads 50.7/26.8/37.3/37.7/38.5, 256x32 at 1024
 #: 60.4/36.8/40.0/43.0/42.8; reduce_then_scan, auto's choice from 16 MiB before, 256x16
 #: 39.8-41.4 from 2^24, 256x32 28-30).
+#: 2026-11-25 (fourteenth session), once the persistent kernel stopped spilling (slot_sum in
+#: templates/module.cu.j2), 1- to 4-byte values went persistent too (PERSISTENT_TILES_MIN_BYTES),
+#: on tiles that hold two sections in 48 KiB. H100, benchmarks/tune_single_pass.py
+#: --persistent, % of copy at 2^22 / 2^24 / 2^26 / 2^28, classic -> persistent: float32
+#: 256x32 classic 54.6/73.0/79.9/84.6; 128x32 54.4/72.2/80.5/83.5 -> 61.6/78.1/89.2/90.9
+#: (an earlier run 57.9/79.6/86.0/90.8); 256x16 at 1536 threads 50.4/67.0/74.9/78.9 ->
+#: 59.4/81.3/87.4/90.0. int32 256x32 classic 48.4/68.7/81.5/84.1; 128x32 54.5/74.2/81.2/83.3
+#: -> 53.5/79.8/86.5/90.6 (60.1/80.4/87.6/90.7); 256x16 at 1536 51.2/68.2/77.5/80.0 ->
+#: 56.3/78.5/88.6/90.8. int16 256x32 58.9/59.9/64.9 -> 70.0/74.5/77.3 at 2^24 / 2^26 / 2^28
+#: (128x32 66.2/69.1/73.6, 256x16 58.9/59.6/62.7 persistent); int8 at 1024 threads, 256x16
+#: 23.2/34.5/31.8 -> 26.3/36.5/34.5, 128x32 22.7/34.0/32.5 -> 25.8/36.8/37.5; float64 256x8
+#: persistent 86.0/92.5/92.3, 128x16 85.0/91.5/93.7 (kept 256x8). Below 2^22 every
+#: configuration took 10-20 us, launch-bound, in no order that repeats.
 FAST_PATH = {
-    1: TileShape(block_size=256, items_per_thread=16),
+    1: TileShape(block_size=128, items_per_thread=32),
     2: TileShape(block_size=256, items_per_thread=32),
-    4: TileShape(block_size=256, items_per_thread=32),
+    4: TileShape(block_size=128, items_per_thread=32),
     8: TileShape(block_size=256, items_per_thread=8),
 }
 
@@ -111,7 +124,11 @@ LOOKBACK_TILES_PER_LANE = {1: 1, 2: 1, 4: 1, 8: 1}
 #: 59.0/65.1/67.4 vs 61.8/65.2/69.2) and lost at 2^22 (38.8 vs 48.2): 4-byte values stay
 #: classic. A look-ahead warp (one warp more per block finding prefixes while the others
 #: open the next tile) was slower still: float64 2^28 58.8% against 80.9% without it.
-PERSISTENT_TILES_MIN_BYTES = {8: 0}
+#: 2026-11-25 (fourteenth session): those 4-byte persistent tiles spilled 116-532 bytes a
+#: thread (ptxas -v; the loop over tiles hoisted every element's shared-memory address
+#: into registers). Without the spills the persistent kernel wins for 1- to 4-byte values
+#: too (FAST_PATH above has the sweep), so every size takes it past one section.
+PERSISTENT_TILES_MIN_BYTES = {1: 0, 2: 0, 4: 0, 8: 0}
 
 #: Tuning.auto_reduce_then_scan_min_bytes by the size of the value. H200, 2026-11-23, with the
 #: FAST_PATH tiles, decoupled look-back against reduce_then_scan
@@ -121,7 +138,10 @@ PERSISTENT_TILES_MIN_BYTES = {8: 0}
 #: every size, so auto never leaves it (below 1 TiB) for 4- and 8-byte values. 2-byte values
 #: on their 256x32 tiles (2026-11-24, % of copy at 2^24 / 2^26 / 2^28): int16 single pass
 #: 40.0/43.0/42.8, reduce_then_scan at best 40.8/39.3/41.4 (on 256x16 tiles; 29% on 256x32).
-AUTO_REDUCE_THEN_SCAN_MIN_BYTES = {2: 1 << 40, 4: 1 << 40, 8: 1 << 40}
+#: 1-byte values (2026-11-25, H100, the persistent 128x32 tiles of FAST_PATH): int8 auto,
+#: which was reduce_then_scan from 16 MiB, 18.3/26.1/26.5% of copy at 2^24 / 2^26 / 2^28
+#: (python -m scangen bench), the persistent single pass 25.8/36.8/37.5 (tune_single_pass.py).
+AUTO_REDUCE_THEN_SCAN_MIN_BYTES = {1: 1 << 40, 2: 1 << 40, 4: 1 << 40, 8: 1 << 40}
 #: For other value sizes (not measured since 2026-11-21, when float32 and float64 look-back
 #: won at 2^20 and lost from 2^22 or 2^24).
 DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
@@ -130,8 +150,8 @@ DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
 #: default. H200, 2026-11-23, decoupled look-back, warp runs, % of copy at 2^24 / 2^28 for
 #: 1024 and 1536 threads: int8 13.7/17.1, 16.9/20.7; int16 34.4/32.5, 37.0/37.1 (256x16
 #: tiles; its 256x32 tiles measured best at 1024, under FAST_PATH above, as did float32
-#: and float64).
-TILE_MIN_THREADS_PER_SM = {2: 1024, 4: 1024, 8: 1024}
+#: and float64). 1-byte values: 1024 on their persistent 128x32 tiles (FAST_PATH; 2026-11-25).
+TILE_MIN_THREADS_PER_SM = {1: 1024, 2: 1024, 4: 1024, 8: 1024}
 DEFAULT_TILE_MIN_THREADS_PER_SM = 1536
 
 #: The algorithm used when the user names none.

@@ -413,10 +413,12 @@ def batch_persistent_tiles():
 
 
 def batch_tuned_single_pass():
-    """The classic single pass as tuned (scangen/tuning.py: FAST_PATH tiles, one look-back
-    tile a lane, the register bound of TILE_MIN_THREADS_PER_SM) for 1-, 2- and 4-byte values,
-    both modes: these kernels must not spill (a tile's runs held in registers through the
-    look-back once spilled 260 bytes a thread and halved int32's speed)."""
+    """The single pass as tuned (scangen/tuning.py: FAST_PATH tiles, one look-back tile a
+    lane, the register bound of TILE_MIN_THREADS_PER_SM, persistent blocks where
+    PERSISTENT_TILES_MIN_BYTES says) for 1-, 2- and 4-byte values, both modes: these kernels
+    must not spill (a tile's runs held in registers through the look-back once spilled 260
+    bytes a thread and halved int32's speed; the persistent 4-byte kernel spilled 116 bytes
+    while the loop over tiles held every element's shared-memory address)."""
     return [scan(dtype, op, mode, strategy="decoupled_lookback")
             for dtype, op, mode in [("int32", "add", "inclusive"), ("int32", "add", "exclusive"),
                                     ("int32", "max", "exclusive"),
@@ -702,7 +704,8 @@ def test_the_tuned_single_pass_does_not_spill(compiled):
     spilled = []
     for result in results(compiled, "tuned_single_pass"):
         assert result.returncode == 0, f"[{result.label}] did not compile"
-        assert "scan_tiles_user" in result.spills, f"[{result.label}] no ptxas report"
+        assert any(kernel.startswith("scan_tiles") for kernel in result.spills), \
+            f"[{result.label}] no ptxas report of a tile kernel"
         spilled += [f"[{result.label}] {kernel}: {stores} bytes of spill stores"
                     for kernel, stores in result.spills.items() if stores]
     assert not spilled, "\n".join(spilled)

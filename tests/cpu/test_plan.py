@@ -386,7 +386,8 @@ def test_one_section_sizes_take_one_launch_whatever_the_strategy(strategy):
 
 
 def test_auto_choice_per_n():
-    for dtype, segmented in (("float32", False), ("float64", False), ("int8", True)):
+    for dtype, segmented in (("float32", False), ("float64", False), ("int8", True),
+                             ("complex128", False)):
         for tuning in (None, Tuning(auto_reduce_then_scan_min_bytes=3 << 16)):
             kernels = {False: recorder(dtype, "add", last_item=False, segmented=segmented,
                                        tuning=tuning),
@@ -394,7 +395,8 @@ def test_auto_choice_per_n():
             spec = kernels[False].spec
             section, size = spec.section_size, spec.etype.itemsize
             threshold = spec.tuning.reduce_then_scan_min_bytes(size)
-            by_size = {"float32": 1 << 40, "float64": 1 << 40, "int8": 16 << 20}[dtype]
+            by_size = {"float32": 1 << 40, "float64": 1 << 40, "int8": 1 << 40,
+                       "complex128": 16 << 20}[dtype]
             assert threshold == (by_size if tuning is None else 3 << 16)
             first_big = ceil_div(threshold, size)  # the first n with that many input bytes
             assert first_big > section + 1
@@ -417,19 +419,21 @@ def test_auto_choice_per_n():
 
 @pytest.mark.parametrize("strategy", SINGLE_PASS + ("auto",))
 def test_persistent_single_pass_by_size(strategy):
-    """8-byte values take the persistent single pass from scangen.tuning.
-    PERSISTENT_TILES_MIN_BYTES on (or a named threshold), other sizes never unless the
+    """Values of the sizes in scangen.tuning.PERSISTENT_TILES_MIN_BYTES take the persistent
+    single pass from that many bytes on (or a named threshold), other sizes never unless the
     Tuning says; counting modules and sections too large for two never have it; a named
     threshold that cannot fit two sections is refused; bad thresholds are refused."""
-    by_size = scangen.tuning.PERSISTENT_TILES_MIN_BYTES[8]
-    for dtype, segmented in (("float64", False), ("int64", False), ("float32", True)):
-        for tuning, threshold in ((None, by_size), (Tuning(tile_persistent_min_bytes=1 << 20),
-                                                    1 << 20)):
+    by_size = scangen.tuning.PERSISTENT_TILES_MIN_BYTES
+    for dtype, segmented in (("float64", False), ("int64", False), ("float32", True),
+                             ("float32", False), ("int16", False), ("int8", False)):
+        size = 8 if segmented else np.dtype(dtype).itemsize  # a segmented value is a pair
+        for tuning, threshold in ((None, by_size[size]),
+                                  (Tuning(tile_persistent_min_bytes=1 << 20), 1 << 20)):
             kernel = recorder(dtype, "add", last_item=False, segmented=segmented,
                               strategy=strategy, tuning=tuning)
             spec = kernel.spec
-            assert spec.acc_itemsize == 8 and kernel.kernel_spec.persistent_tiles
-            first = max(ceil_div(threshold, 8), spec.section_size + 1)
+            assert spec.acc_itemsize == size and kernel.kernel_spec.persistent_tiles
+            first = max(ceil_div(threshold, size), spec.section_size + 1)
             cases = [(first, True), (3 * first + 7, True)]
             if first > spec.section_size + 1:
                 cases.append((first - 1, False))
@@ -442,15 +446,15 @@ def test_persistent_single_pass_by_size(strategy):
                 # one ticket per tile, and one per block of a persistent launch
                 assert launch.tickets(5) == launch.grid + (5 if want else 0)
             assert "<<<min(" in str(kernel.plan(first))
-    for dtype in ("float32", "int8", "complex128"):
-        kernel = recorder(dtype, "add", last_item=False, strategy=strategy)
-        assert not kernel.kernel_spec.persistent_tiles
-        assert "scan_tiles_persistent" not in kernel.source
-        always = recorder(dtype, "add", last_item=False, strategy=strategy,
-                          section_size=4096 // np.dtype(dtype).itemsize,
-                          tuning=Tuning(tile_persistent_min_bytes=0))
-        (launch,) = always.plan(10**6).launches
-        assert launch.persistent and launch.kernel.name == "scan_tiles_persistent_user"
+    # a size the table does not name (16-byte complex128): only where the Tuning says
+    assert 16 not in by_size
+    kernel = recorder("complex128", "add", last_item=False, strategy=strategy)
+    assert not kernel.kernel_spec.persistent_tiles
+    assert "scan_tiles_persistent" not in kernel.source
+    always = recorder("complex128", "add", last_item=False, strategy=strategy,
+                      section_size=256, tuning=Tuning(tile_persistent_min_bytes=0))
+    (launch,) = always.plan(10**6).launches
+    assert launch.persistent and launch.kernel.name == "scan_tiles_persistent_user"
     # counting modules count ballots: no persistent kernel
     counting = ScanKernel("int64", "add", arguments="const int *x, long long *out",
                           input_expr="x[i] > 0", output_statement="out[i] = item;",
@@ -871,9 +875,10 @@ def test_lookback_first_wait_where_the_tuning_asks(strategy):
     """Tuning.lookback_first_wait_ns: a sleep before the first poll of the tile status, 1100 ns
     by default; 0 renders a constant the compiler drops."""
     waits = re.compile(r"static const unsigned FIRST_WAIT_NS = (\d+);")
-    default = scan("float32", "add", strategy=strategy).kernel
+    classic = {"tile_persistent_min_bytes": 1 << 62}  # float32 is persistent by default
+    default = scan("float32", "add", strategy=strategy, tuning=Tuning(**classic)).kernel
     asked = scan("float32", "add", strategy=strategy,
-                 tuning=Tuning(lookback_first_wait_ns=0)).kernel
+                 tuning=Tuning(lookback_first_wait_ns=0, **classic)).kernel
     assert waits.findall(default.source) == ["1100"]
     assert waits.findall(asked.source) == ["0"]
     # the classic kernel's look-back sleeps that long first; the persistent one polls at once

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from scangen import (ALGORITHMS, BUILTIN_OPERATORS, LAST_NONZERO, MODES, STRATEGIES, Operator,
@@ -165,8 +166,9 @@ def test_every_variant_renders(algorithm, strategy):
 
 
 def test_every_kernel_is_rendered_by_some_strategy():
-    """(float64 for the persistent single pass, which 4-byte values do not have.)"""
-    names = {k.name for s in STRATEGIES for dtype in ("int32", "float64")
+    """(complex128 for the classic single pass: 1- to 8-byte values take the persistent
+    one past one section, so their modules have no other.)"""
+    names = {k.name for s in STRATEGIES for dtype in ("int32", "complex128")
              for k in Scan(dtype, strategy=s).kernel.kernel_spec.kernels}
     assert names == {f"{f.name}_{io}" for f in FAMILIES for io in IOS} - {
         "scan_tiles_totals", "scan_tiles_persistent_totals"}
@@ -221,6 +223,44 @@ def test_largest_sections(algorithm):
                         items_per_thread=items)
             assert scan.spec.block_size == 1024
             check_module(scan)
+
+
+# --- shared-memory slots --------------------------------------------------------------------
+
+def _slot(i, pad):
+    """templates/module.cu.j2's slot(i) (i >= 0), elementwise."""
+    return i + i // pad if pad else i
+
+
+def _slot_sum(a, b, pad):
+    """templates/module.cu.j2's slot_sum(a, b): slot(a) + slot(b) for a period that is a
+    power of two, else slot(a + b)."""
+    if pad and pad & (pad - 1) == 0:
+        return _slot(a, pad) + _slot(b, pad)
+    return _slot(a + b, pad)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if ALGORITHMS[a].padded])
+def test_slot_sum_is_the_slot_of_the_sum_where_the_templates_use_it(algorithm, dtype):
+    """slot_sum(a, b) == slot(a + b) for every (a, b) the templates give it, on every
+    accepted shape: emit_one's element and its predecessor (threadIdx.x or threadIdx.x - 1,
+    k * BLOCK_SIZE), and for whole warps items_to_run's transpose (first + lane, k * 32) and
+    a lane's run (first + lane * ITEMS_PER_THREAD, j), as store_runs reads it too."""
+    for section, items in accepted_shapes(algorithm, dtype):
+        spec = make_spec(dtype, "add", algorithm=algorithm, section_size=section,
+                         items_per_thread=items)
+        pad, block = spec.pad_every, spec.block_size
+        assert pad > 0
+        thread = np.arange(block)[None, :]
+        k = np.arange(items)[:, None]
+        pairs = [(thread, k * block), (thread[:, 1:] - 1, k * block)]
+        if block % 32 == 0:
+            first, lane = thread // 32 * 32 * items, thread % 32
+            pairs += [(first + lane, k * 32), (first + lane * items, k)]
+        for a, b in pairs:
+            np.testing.assert_array_equal(_slot_sum(a, b, pad), _slot(a + b, pad),
+                                          err_msg=f"{spec.block_size}x{items}, pad {pad}")
 
 
 # --- user operators ----------------------------------------------------------------------

@@ -117,10 +117,15 @@ def test_largest_and_smallest_sections_that_fit(build, algorithm, section_size, 
     assert spec.block_size * spec.items_per_thread == section_size
 
 
+#: float32's tuned block (scangen.tuning.FAST_PATH), which a named section keeps.
+TUNED_BLOCK = scangen.tuning.fast_path(4).block_size
+
+
 @pytest.mark.parametrize("algorithm,section_size,block,items", [
-    ("warp_shuffle", 1024, 256, 4), ("warp_shuffle", 8192, 256, 32),
+    ("warp_shuffle", 1024, TUNED_BLOCK, 1024 // TUNED_BLOCK),
+    ("warp_shuffle", 8192, TUNED_BLOCK, 8192 // TUNED_BLOCK),
     ("warp_shuffle", 64, 64, 1), ("warp_shuffle", 2, 2, 1),
-    ("coarsened", 4096, 256, 16), ("coarsened", 128, 128, 1),
+    ("coarsened", 4096, TUNED_BLOCK, 4096 // TUNED_BLOCK), ("coarsened", 128, 128, 1),
 ])
 def test_naming_a_section_keeps_the_tuned_block_size(build, algorithm, section_size, block,
                                                      items):
@@ -307,7 +312,7 @@ def test_unsupported_dtype(build, dtype, message):
 def test_spec_is_frozen_hashable_and_equal_for_equal_requests():
     one = make_spec("int32", "add", algorithm="coarsened", section_size=512)
     two = make_spec(np.int32, scangen.BUILTIN_OPERATORS["add"],
-                    algorithm="coarsened", section_size=512, items_per_thread=2)
+                    algorithm="coarsened", section_size=512, items_per_thread=512 // TUNED_BLOCK)
     assert one == two and hash(one) == hash(two)
     assert one != make_spec("int32", "add", algorithm="coarsened", section_size=1024)
     assert one != make_spec("int32", "add", algorithm="coarsened", section_size=512,

@@ -10,8 +10,8 @@ import scangen
 from scangen.spec import ALGORITHMS, STRATEGIES
 
 from tests.support import (AFFINE, COUNTING_CASES, TOTAL_STRATEGIES, boundary_sizes,
-                           check_counting, counting_kernel, operator, poison_values, precompile,
-                           random_input, segmented_reference)
+                           check_counting, counting_kernel, marked_source_line, operator,
+                           poison_values, precompile, random_input, segmented_reference)
 
 SECTION = 64
 ALL_STRATEGIES = [s for s in STRATEGIES]
@@ -168,7 +168,7 @@ def test_user_code_error_names_the_piece(gpu):
                                 input_expr="x[i]", output_statement="out[i] = itme;")
     with pytest.raises(scangen.ScanCompileError, match="in your output_statement") as info:
         kernel(gpu.to_gpu(np.ones(4, np.int32)), gpu.empty(4, np.int32))
-    assert "> " in str(info.value) and "out[i] = itme;" in str(info.value)
+    assert marked_source_line(str(info.value)) == "out[i] = itme;"
 
 
 def segmented(strategy, algorithm=None, dtype=np.int32, op=scangen.LAST_NONZERO,

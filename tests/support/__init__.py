@@ -413,6 +413,16 @@ def run_length_reference(x):
     return x[starts], np.diff(np.append(starts, x.size))
 
 
+# --- compile errors -----------------------------------------------------------------------
+
+def marked_source_line(message: str) -> str:
+    """The emitted-source line a ScanCompileError marks with '>' (its text after the '|'),
+    whatever the width of the line numbers."""
+    marked = [line for line in message.splitlines() if re.match(r">\s*\d+ \| ", line)]
+    assert len(marked) == 1, f"one line marked with '>' expected in:\n{message}"
+    return marked[0].split(" | ", 1)[1]
+
+
 # --- README blocks ------------------------------------------------------------------------
 
 def readme_python_blocks():
