@@ -100,6 +100,9 @@ def cases(n, rng, gpuarray, driver, peers):
     # the second row of each is the three-pass alternative, on the same tiles.
     unique_passes = scangen.Unique(np.int32, strategy="reduce_then_scan")
     calls = [("scangen.Unique", lambda: unique(rg, out=unique_out)),
+             # as CUB's row runs: the count left on the device
+             ("scangen.Unique, count on device",
+              lambda: unique(rg, out=unique_out, count_on_device=True)),
              ("scangen.Unique, reduce_then_scan", lambda: unique_passes(rg, out=unique_out))]
     rle_values, rle_counts = gpuarray.empty(n, np.int32), gpuarray.empty(n, np.int64)
     rle_calls = [("scangen.RunLengthEncode", lambda: rle(rg)),
@@ -121,7 +124,9 @@ def cases(n, rng, gpuarray, driver, peers):
     part = scangen.Partition(np.float32, "x < 0.5f")
     parted = gpuarray.empty(n, np.float32)
     out.append(("partition float32, half true", 8 * n,
-                [("scangen.Partition", lambda: part(xg, out=parted))]))
+                [("scangen.Partition", lambda: part(xg, out=parted)),
+                 ("scangen.Partition, count on device",
+                  lambda: part(xg, out=parted, count_on_device=True))]))
 
     hist = scangen.Histogram(np.float32)
     calls = [("scangen.Histogram(256 bins)", lambda: hist(xg, 256, (0.0, 1.0)))]

@@ -8,11 +8,9 @@ under a register bound that keeps T threads per multiprocessor, in one pass at e
 (what scangen.tuning.COUNTING_VALUES and COUNTING_VALUES_TUNING choose). Input: int32 runs
 of 4; each Unique is checked against numpy once per size, then both primitives are timed
 with scangen.bench.Timer (CUDA events, median of the trials) beside a copy of 5n bytes.
-``--persistent`` times each shape a second time with the persistent counting kernel
-(Tuning.tile_persistent_counts). Used to choose the values in scangen/tuning.py.
+Used to choose the values in scangen/tuning.py.
 """
 import argparse
-import itertools
 import sys
 from pathlib import Path
 
@@ -41,8 +39,6 @@ def main(argv=None):
     parser.add_argument("--shapes", nargs="+", type=_shape,
                         default=[_shape(s) for s in DEFAULT_SHAPES])
     parser.add_argument("--trials", type=int, default=9)
-    parser.add_argument("--persistent", action="store_true",
-                        help="also each shape on the persistent counting kernel")
     args = parser.parse_args(argv)
 
     driver = scan_compile.require_pycuda()
@@ -50,15 +46,12 @@ def main(argv=None):
     from pycuda import gpuarray
 
     objects = {}
-    for (threads, items, per_sm), persistent in itertools.product(
-            args.shapes, (False, True) if args.persistent else (False,)):
+    for threads, items, per_sm in args.shapes:
         options = dict(section_size=threads * items, items_per_thread=items,
                        tuning=scangen.Tuning(tile_min_threads_per_sm=per_sm,
-                                             auto_reduce_then_scan_min_bytes=1 << 62,
-                                             tile_persistent_counts=persistent))
-        name = f"{threads}x{items}@{per_sm}{' persistent' if persistent else ''}"
-        objects[name] = (scangen.Unique(np.int32, **options),
-                         scangen.RunLengthEncode(np.int32, **options))
+                                             auto_reduce_then_scan_min_bytes=1 << 62))
+        objects[threads, items, per_sm] = (scangen.Unique(np.int32, **options),
+                                           scangen.RunLengthEncode(np.int32, **options))
     scan_compile.precompile([p.kernel.kernel_spec for pair in objects.values() for p in pair],
                             workers=16)
     timer = bench.Timer(driver, args.trials, 3)
@@ -73,13 +66,13 @@ def main(argv=None):
             lambda: driver.memcpy_dtod_async(target.gpudata, source.gpudata, source.nbytes),
             5 * n)
         print(f"\nn = {n:,}: copy of 5n bytes {copy * 1e6:.1f} us", flush=True)
-        for name, (unique, rle) in objects.items():
+        for (threads, items, per_sm), (unique, rle) in objects.items():
             got = unique(x, out=out).get()
             if not np.array_equal(got, want):
-                sys.exit(f"{name}: Unique differs from numpy")
+                sys.exit(f"{threads}x{items}@{per_sm}: Unique differs from numpy")
             unique_s = timer.seconds_per_call(lambda: unique(x, out=out), 5 * n)
             rle_s = timer.seconds_per_call(lambda: rle(x), 7 * n)
-            print(f"{name}: Unique {unique_s * 1e6:.1f} us, "
+            print(f"{threads}x{items}@{per_sm}: Unique {unique_s * 1e6:.1f} us, "
                   f"RunLengthEncode {rle_s * 1e6:.1f} us", flush=True)
     return 0
 

@@ -142,11 +142,10 @@ class KernelSpec:
     @property
     def persistent_tiles(self) -> bool:
         """Whether the module has the persistent single-pass kernel (ScanSpec.
-        has_persistent_tiles, where values move warp by warp; for a counting module by
-        ballots, Tuning.tile_persistent_counts), which the single pass takes from
-        Tuning.tile_persistent_min_bytes on."""
-        if self.counts_by_ballots:
-            return self.scan.tuning.tile_persistent_counts
+        has_persistent_tiles, where values move warp by warp), which the single pass takes
+        from Tuning.tile_persistent_min_bytes on. Not a counting module by ballots: one that
+        held only its tiles' ballots was measured slower (its output statements re-read the
+        values, by then out of L2: docs/performance.md, fifteenth session)."""
         return self.scan.has_persistent_tiles and self.moves_warp_runs
 
     @property

@@ -220,13 +220,6 @@ class Tuning:
     #: earlier instead of still loading. The module then holds a second section in shared
     #: memory. None: by value size, from PERSISTENT_TILES_MIN_BYTES (absent: never).
     tile_persistent_min_bytes: int | None = None
-    #: Counting scans (ScanKernel counts=True, by ballots) run that persistent single pass
-    #: too, from tile_persistent_min_bytes of counts on: a held tile is then its warps'
-    #: ballots and its pieces' counts (a word or two a piece), so it needs no second section.
-    #: Experimental and off: written in the fourteenth session after its GPU time was spent,
-    #: so neither its GPU tests (tests/gpu/test_persistent_tiles.py) nor its timing against
-    #: the classic counting kernel (benchmarks/tune_counting.py --persistent) have run yet.
-    tile_persistent_counts: bool = False
 
     def __post_init__(self):
         width = self.lookback_tiles_per_lane

@@ -391,8 +391,7 @@ def batch_wide_lookback():
 def batch_persistent_tiles():
     """The persistent single pass (Tuning.tile_persistent_min_bytes=0), both protocols: 1- to
     16-byte values (packed and split status), both modes, a reverse scan, tiny and 16 KiB
-    tiles, a segmented ScanKernel and one with a preamble (user input and output hooks), and
-    counting ScanKernels by ballots (Tuning.tile_persistent_counts)."""
+    tiles, a segmented ScanKernel and one with a preamble (user input and output hooks)."""
     always = Tuning(tile_persistent_min_bytes=0)
     entries = []
     for strategy in SINGLE_PASS:
@@ -409,14 +408,6 @@ def batch_persistent_tiles():
                                    strategy=strategy, tuning=always))
         entries.append(scan_kernel("preamble", "float32", "add", CLAMPED, strategy=strategy,
                                    tuning=always, section_size=4096))
-        # counting by ballots (Tuning.tile_persistent_counts): counts, and counts with the
-        # last counted index
-        counting = Tuning(tile_persistent_counts=True)
-        entries.append(scan_kernel("counting compaction", "int64", "add",
-                                   dict(COMPACTION, counts=True), strategy=strategy,
-                                   tuning=counting))
-        entries.append(scan_kernel("run lengths", "int64", "add", RUN_LENGTHS,
-                                   strategy=strategy, tuning=counting))
     assert all(e.kernel_spec.persistent_tiles for e in entries)
     return entries
 

@@ -455,19 +455,11 @@ def test_persistent_single_pass_by_size(strategy):
                       section_size=256, tuning=Tuning(tile_persistent_min_bytes=0))
     (launch,) = always.plan(10**6).launches
     assert launch.persistent and launch.kernel.name == "scan_tiles_persistent_user"
-    # counting modules count ballots: a persistent kernel only where the Tuning asks
-    # (tile_persistent_counts), which needs no room for sections
-    def counting(tuning=None):
-        return ScanKernel("int64", "add", arguments="const int *x, long long *out",
+    # counting modules count ballots: no persistent kernel
+    counting = ScanKernel("int64", "add", arguments="const int *x, long long *out",
                           input_expr="x[i] > 0", output_statement="out[i] = item;",
-                          counts=True, strategy=strategy, section_size=4096,
-                          items_per_thread=32, tuning=tuning)
-    assert not counting().kernel_spec.persistent_tiles
-    asked = counting(Tuning(tile_persistent_counts=True))
-    assert asked.kernel_spec.persistent_tiles and asked.kernel_spec.counts_by_ballots
-    (launch,) = asked.plan(10**6).launches
-    assert launch.persistent and launch.kernel.name == "scan_tiles_persistent_user"
-    assert "scan_tiles_user" not in asked.source
+                          counts=True, strategy=strategy)
+    assert not counting.kernel_spec.persistent_tiles
     # a named float64 section of 4096 keeps the classic kernel by default ...
     big = recorder("float64", "add", last_item=False, section_size=4096, strategy=strategy)
     assert not big.kernel_spec.persistent_tiles

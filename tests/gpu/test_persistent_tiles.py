@@ -2,9 +2,7 @@
 in-order reference: both protocols, both modes, non-commutative operators, 1- to 16-byte
 values, tiny tiles (each block scans many), in place, call after call of other sizes (each
 call takes one ticket more per block than it has tiles) through an epoch wrap-around,
-segmented scans (forward and reverse) and a ScanKernel's own input and output hooks; and
-counting scans by ballots (Tuning.tile_persistent_counts), the compactions among them."""
-import dataclasses
+segmented scans (forward and reverse) and a ScanKernel's own input and output hooks."""
 import itertools
 
 import numpy as np
@@ -13,10 +11,8 @@ import pytest
 import scangen
 from scangen.spec import MODES
 
-from tests.support import (AFFINE, AFFINE_MAPS, COUNTING_CASES, assert_scan_equal,
-                           check_counting, check_single_pass, counting_kernel, expected,
-                           operator, poisoned, precompile, random_input, run_length_reference,
-                           segmented_reference)
+from tests.support import (AFFINE, AFFINE_MAPS, assert_scan_equal, check_single_pass, expected,
+                           operator, poisoned, precompile, random_input, segmented_reference)
 
 PROTOCOLS = ["decoupled_lookback", "chained"]
 #: (dtype, operator): 1-, 4-, 8- and 16-byte values, commutative or not.
@@ -25,10 +21,6 @@ CASES = [("float32", "add"), ("int32", "last_nonzero"), ("int64", "last_nonzero"
          ("float64", "add")]
 #: Persistent at every size.
 PERSISTENT = scangen.Tuning(tile_persistent_min_bytes=0)
-#: Counting scans persistent too (the compactions' own tuning otherwise).
-COUNTING_PERSISTENT = scangen.Tuning(tile_persistent_counts=True)
-COMPACTIONS_PERSISTENT = dataclasses.replace(scangen.tuning.COUNTING_VALUES_TUNING,
-                                             tile_persistent_counts=True)
 
 
 def persistent_scans(protocol, case):
@@ -51,9 +43,6 @@ def _compile_in_parallel():
         kernels += [seg.kernel("flags", np.dtype(np.uint8))
                     for seg, *_ in segmented_scans(protocol)]
         kernels.append(affine_kernel(protocol))
-        kernels += [counting_kernel(protocol, *case, tuning=COUNTING_PERSISTENT)
-                    for case in COUNTING_CASES]
-    kernels += [p.kernel for p in compactions()]
     precompile(kernels)
 
 
@@ -104,41 +93,3 @@ def test_persistent_segmented_and_hooks(gpu, rng, protocol):
         kernel(gpu.to_gpu(m), gpu.to_gpu(c), out)
         packed = (m.astype(np.uint64) << np.uint64(32)) | c.astype(np.uint64)
         assert_scan_equal(out.get(), expected(packed, AFFINE, "inclusive"), "uint64", n)
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("case", COUNTING_CASES, ids=str)
-def test_persistent_counting(gpu, rng, protocol, case):
-    """Every counting case (ballots in blocks of one to eight warps, with and without
-    last_counted, reverse, initial; values in blocks of 16 threads, which stay classic)."""
-    kernel = counting_kernel(protocol, *case, tuning=COUNTING_PERSISTENT)
-    spec = kernel.kernel_spec
-    assert spec.persistent_tiles == spec.counts_by_ballots
-    if spec.persistent_tiles:
-        assert "scan_tiles_persistent_user" in kernel.source
-    check_counting(gpu, rng, protocol, case, tuning=COUNTING_PERSISTENT)
-
-
-def compactions():
-    """Select (flags), Unique and RunLengthEncode on persistent counting tiles."""
-    return [scangen.Select(np.float32, flags=np.bool_, strategy="decoupled_lookback",
-                           tuning=COUNTING_PERSISTENT),
-            scangen.Unique(np.int32, tuning=COMPACTIONS_PERSISTENT),
-            scangen.RunLengthEncode(np.int32, tuning=COMPACTIONS_PERSISTENT)]
-
-
-def test_persistent_compactions(gpu, rng):
-    select, unique, rle = compactions()
-    assert all(p.kernel.kernel_spec.persistent_tiles for p in (select, unique, rle))
-    for n in (1, 4095, 4097, 3 * 4096 * 37 + 5, (1 << 22) + 3):
-        x = rng.random(n, dtype=np.float32)
-        mask = rng.random(n) < rng.choice([0.0, 0.01, 0.5, 1.0])
-        np.testing.assert_array_equal(select(gpu.to_gpu(x), gpu.to_gpu(mask)).get(), x[mask],
-                                      err_msg=f"select n={n}")
-        runs = np.repeat(rng.integers(0, 5, n), rng.integers(1, 9, n))[:n].astype(np.int32)
-        values, counts = run_length_reference(runs)
-        np.testing.assert_array_equal(unique(gpu.to_gpu(runs)).get(), values,
-                                      err_msg=f"unique n={n}")
-        got_values, got_counts = rle(gpu.to_gpu(runs))
-        np.testing.assert_array_equal(got_values.get(), values, err_msg=f"rle n={n}")
-        np.testing.assert_array_equal(got_counts.get(), counts, err_msg=f"rle n={n}")
