@@ -325,33 +325,39 @@ class RunLengthsModule:
             runs.ptr, np.int64(end))
 
 
+def _run_heads_scan(c_type: str, third: str, output_statement: str, title: str,
+                    scan_options: dict) -> ScanKernel:
+    """A counting scan of run heads over x, writing each run's value to ``values`` and what
+    ``output_statement`` writes to the int64 array named ``third``, and the number of runs
+    to ``count``."""
+    return _counting_values_scan(
+        arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
+                  f"long long *__restrict__ {third}, long long *count",
+        input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=output_statement, title=title,
+        **scan_options)
+
+
 def _run_lengths(c_type: str, scan_options: dict) -> ScanKernel:
     """RunLengthEncode's kernel below 2^32 elements: a counting scan of run heads that
     writes each run's value at its head, the length of the run before it there too (from
     prev_last_counted, that run's head), the last run's length at the last element, and
     the number of runs."""
-    return _counting_values_scan(
-        arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
-                  "long long *__restrict__ counts, long long *count",
-        input_expr=f"{_RUN_HEAD} ? 1 : 0",
-        output_statement="if (item != prev_item) { values[prev_item] = x[i];"
-                         " if (prev_item > 0) counts[prev_item - 1] = i - prev_last_counted; }"
-                         " if (i == n - 1) { counts[item - 1] = n - last_counted;"
-                         " *count = item; }",
-        title="run_length_encode", **scan_options)
+    return _run_heads_scan(
+        c_type, "counts",
+        "if (item != prev_item) { values[prev_item] = x[i];"
+        " if (prev_item > 0) counts[prev_item - 1] = i - prev_last_counted; }"
+        " if (i == n - 1) { counts[item - 1] = n - last_counted; *count = item; }",
+        "run_length_encode", scan_options)
 
 
 def _run_heads(c_type: str, scan_options: dict) -> ScanKernel:
     """The first of RunLengthEncode's two kernels from 2^32 elements: the counting scan of
     run heads that writes each run's value and first index, and the number of runs."""
-    return _counting_values_scan(
-        arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
-                  "long long *__restrict__ starts, long long *count",
-        input_expr=f"{_RUN_HEAD} ? 1 : 0",
-        output_statement="if (item != prev_item) { values[prev_item] = x[i];"
-                         " starts[prev_item] = i; }"
-                         " if (i == n - 1) *count = item;",
-        title="run_length_encode heads", **scan_options)
+    return _run_heads_scan(
+        c_type, "starts",
+        "if (item != prev_item) { values[prev_item] = x[i]; starts[prev_item] = i; }"
+        " if (i == n - 1) *count = item;",
+        "run_length_encode heads", scan_options)
 
 
 class RunLengthEncode(_Compaction):
