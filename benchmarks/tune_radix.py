@@ -4,9 +4,11 @@
 
 Each shape is THREADSxITEMS@T[/W]: blocks of THREADS threads ranking up to ITEMS keys each,
 compiled under a register bound that keeps T threads per multiprocessor, each digit's
-look-back reading W predecessors a poll (scangen.primitives.radix._TILE,
-ONESWEEP_MIN_THREADS_PER_SM and ONESWEEP_LOOKBACK_TILES). For each it sorts uint32
-keys (checked against numpy once) and runs radix_digit_offsets over 8 bits, timed with
+look-back reading W predecessors a poll (RadixModule's block_size, max_items,
+min_threads_per_sm and lookback_tiles; defaults in scangen/primitives/radix.py: _TILE,
+ONESWEEP_MIN_THREADS_PER_SM, ONESWEEP_LOOKBACK_TILES, and _DIGIT_PLACES_TILE for the digit
+offsets). For each it sorts uint32 keys (checked against numpy once) and runs
+radix_digit_offsets over 8 bits on the same tile (which has no look-back), timed with
 scangen.bench.Timer (CUDA events, median of the trials) beside cupy.sort in the same process.
 Used to choose the values in scangen/primitives/radix.py.
 """
@@ -55,15 +57,13 @@ def main(argv=None):
         peer = timer.seconds_per_call(lambda: cupy.sort(for_cupy), 8 * n)
         print(f"2^{n.bit_length() - 1}: cupy.sort {peer * 1e6:.0f} us", flush=True)
         for threads, items, per_sm, width in args.shapes:
-            radix.ONESWEEP_MIN_THREADS_PER_SM = per_sm
+            tile = dict(block_size=threads, max_items=items, min_threads_per_sm=per_sm)
             sort = scangen.RadixSort(np.uint32)
             sort._passes = radix._RadixPasses(radix.RadixModule(
-                np.dtype(np.uint32), block_size=threads, max_items=items,
-                lookback_tiles=width))
+                np.dtype(np.uint32), lookback_tiles=width, **tile))
             offsets = scangen.RadixDigitOffsets(np.uint32)
-            offsets._passes = radix._RadixPasses(radix.RadixModule(
-                np.dtype(np.uint32), output="dest", block_size=threads, max_items=items,
-                lookback_tiles=width))
+            offsets._passes = radix._DigitPlaces(radix.RadixModule(
+                np.dtype(np.uint32), output="dest", **tile))
             correct = np.array_equal(sort(on_device).get(), np.sort(keys))
             sorted_in = timer.seconds_per_call(lambda: sort(on_device), 8 * n)
             placed_in = timer.seconds_per_call(lambda: offsets(on_device, 8), 12 * n)

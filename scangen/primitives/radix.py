@@ -1,16 +1,19 @@
 """Radix-sort building blocks: digit offsets, radix sort and argsort.
 
-A sort (or one digit's offsets) starts with ``radix_digit_counts``, which counts the digits
-of every pass in one read of the keys. Then each pass over a digit is one
-``radix_onesweep`` launch per portion of the keys (onesweep, Adinets & Merrill 2022): a
-block takes the next tile by ticket, ranks its keys stably among the tile's keys of the
-same digit, publishes the tile's digit counts and looks back over earlier tiles' counts
-(decoupled look-back, one status word per (tile, digit), the single-pass scan's tile state
-of scangen.strategies.tile_state), then writes every key (or, for radix_digit_offsets, its
-destination) to its place. A sort is one pass per digit, least significant first; each pass
-is stable, so the whole sort is. radix_digit_offsets with a digit wider than a pass sorts
-the keys' indices by it that way, then turns the order into destinations and digit starts
-(kernels/radix_places.cuh.j2).
+A sort starts with ``radix_digit_counts``, which counts the digits of every pass in one
+read of the keys. Then each pass over a digit is one ``radix_onesweep`` launch per portion
+of the keys (onesweep, Adinets & Merrill 2022): a block takes the next tile by ticket, ranks
+its keys stably among the tile's keys of the same digit, publishes the tile's digit counts
+and looks back over earlier tiles' counts (decoupled look-back, one status word per (tile,
+digit), the single-pass scan's tile state of scangen.strategies.tile_state), then writes
+every key to its place. A sort is one pass per digit, least significant first; each pass
+is stable, so the whole sort is.
+
+radix_digit_offsets of a digit up to 8 bits wide is a reduce, a scan and a place
+(kernels/radix_tile_places.cuh.j2): each tile's count of every digit, an exclusive
+ScanKernel over those counts in digit-major order, then each key's rank in its tile added
+to its tile's base. Wider digits sort the keys' indices by the digit in passes as above,
+then turn the order into destinations and digit starts (kernels/radix_places.cuh.j2).
 
 Keys are ordered by an order-preserving bit pattern (templates/radix.cu.j2, ``ordered_bits``):
 unsigned integers as they are; signed integers with the sign bit flipped; floats with the
@@ -60,6 +63,15 @@ _BITS_C_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
 #: 581 (cupy.sort 1745 us in the same runs). Earlier, on an H100 with the ballot ranking:
 #: 256 x 16 2.66-2.72 ms, 384 x 16 2.69, 512 x 8 3.60.
 _TILE = (256, 24)
+#: radix_digit_offsets' tile (threads, keys each) and register bound (threads a
+#: multiprocessor holds, at least). H100, 2026-11-25, uint32 keys, 8 bits, us at 2^24 /
+#: 2^26 / 2^28 in one run, two rounds (.gpu/s16_dest3.py; a copy of 12n bytes takes 77 /
+#: 274 / 1077): 512 x 12 at 1536 139-192 / 458-460 / 1730-1733 (no spills), 512 x 16 at
+#: 1536 144-146 / 464-465 / 1730-1740, 384 x 16 at 1536 144-145 / 469-472 / 1751-1761,
+#: 384 x 12 at 1536 143-145 / 487-490 / 1846-1860, 640 x 12 at 1920 146-148 / 485 /
+#: 1800-1807, 256 x 32 at 1024 154-157 / 488-491 / 1791-1815, 384 x 16 at 1152 151 / 497 /
+#: 1880. Fewer threads a multiprocessor lose more: 256 x 24 at 1024 158 / 533 / 1933.
+_DIGIT_PLACES_TILE = (512, 12, 1536)
 _STATIC_SHARED_BYTES = 48 * 1024
 
 #: Blocks of a grid-stride launch (the places kernels): enough to fill any GPU.
@@ -107,9 +119,10 @@ class RadixModule:
     """The module of radix passes for one key type (and value type): a module spec for
     scangen.compile, hashable, rendered from templates/radix.cu.j2.
 
-    ``output`` is "keys" (keys, and values if any, move to their places), "dest" (each
-    key's place is written to ``dest``: radix_digit_offsets) or "places" (no passes: the
-    two kernels that finish a digit wider than a pass, see RadixDigitOffsets).
+    ``output`` is "keys" (keys, and values if any, move to their places), "dest" (no
+    passes: the tile counts and tile places kernels of radix_digit_offsets, see
+    _DigitPlaces) or "places" (no passes: the two kernels that finish a digit wider than a
+    pass, see RadixDigitOffsets).
     ``index_values``: the value array may be NULL, and each key then carries its index
     (argsort's first pass)."""
 
@@ -119,11 +132,15 @@ class RadixModule:
     output: str = "keys"
     index_values: bool = False
     radix_bits: int = MAX_RADIX_BITS
-    #: The tile: block_size threads, up to max_items keys each (None: _TILE's).
+    #: The tile: block_size threads, up to max_items keys each (None: _TILE's, or
+    #: _DIGIT_PLACES_TILE's for "dest").
     block_size: int | None = None
     max_items: int | None = None
     #: Predecessors a digit's look-back reads per poll.
     lookback_tiles: int = ONESWEEP_LOOKBACK_TILES
+    #: The register bound of the ranking kernels: a multiprocessor holds this many threads
+    #: (None: ONESWEEP_MIN_THREADS_PER_SM, or _DIGIT_PLACES_TILE's for "dest").
+    min_threads_per_sm: int | None = None
 
     def __post_init__(self):
         key_type(self.key_dtype)
@@ -137,10 +154,11 @@ class RadixModule:
             raise ValueError(f"a pass takes digits of 1..{MAX_RADIX_BITS} bits")
         if not 1 <= self.lookback_tiles <= 32:
             raise ValueError("lookback_tiles must be 1..32")
-        if self.block_size is None:
-            object.__setattr__(self, "block_size", _TILE[0])
-        if self.max_items is None:
-            object.__setattr__(self, "max_items", _TILE[1])
+        tile = _DIGIT_PLACES_TILE if self.output == "dest" else \
+            (*_TILE, ONESWEEP_MIN_THREADS_PER_SM)
+        for field, default in zip(("block_size", "max_items", "min_threads_per_sm"), tile):
+            if getattr(self, field) is None:
+                object.__setattr__(self, field, default)
 
     @property
     def moved_itemsize(self) -> int:
@@ -174,10 +192,7 @@ class RadixModule:
 
     @property
     def max_passes(self) -> int:
-        """Passes one digit count serves: every digit of the key for a sort, one for
-        radix_digit_offsets."""
-        if self.output == "dest":
-            return 1
+        """Passes one digit count serves: every digit of the key."""
         return ceil_div(8 * self.key_dtype.itemsize, self.radix_bits)
 
     @property
@@ -203,21 +218,27 @@ class RadixModule:
                       Argument("digit_start", "long long", pointer=True))
                      + _PASS_PARAMETERS))
         keys = Argument("keys", "radix_key_t", pointer=True, const=True)
+        if self.output == "dest":
+            return (("radix_tile_counts",
+                     (keys, Argument("tile_counts", "long long", pointer=True),
+                      Argument("digits", "unsigned char", pointer=True))
+                     + _PASS_PARAMETERS),
+                    ("radix_tile_places",
+                     (Argument("digits", "unsigned char", pointer=True, const=True),
+                      Argument("tile_bases", "long long", pointer=True, const=True),
+                      Argument("dest", "long long", pointer=True),
+                      Argument("digit_start", "long long", pointer=True), _N)))
         counts = (keys, Argument("counts", "unsigned long long", pointer=True), _N,
                   Argument("first_shift", "int"), Argument("passes", "int"),
                   Argument("end_bit", "int"), _FLIP)
-        if self.output == "dest":
-            moved = (Argument("dest", "long long", pointer=True),)
-        else:
-            moved = (Argument("keys_out", "radix_key_t", pointer=True),)
-            if self.value_dtype is not None:
-                moved += (Argument("values", "radix_value_t", pointer=True, const=True),
-                          Argument("values_out", "radix_value_t", pointer=True))
+        moved = (Argument("keys_out", "radix_key_t", pointer=True),)
+        if self.value_dtype is not None:
+            moved += (Argument("values", "radix_value_t", pointer=True, const=True),
+                      Argument("values_out", "radix_value_t", pointer=True))
         onesweep = (keys, *moved,
                     Argument("digit_counts", "unsigned long long", pointer=True, const=True),
                     Argument("portion_in", "long long", pointer=True, const=True),
                     Argument("portion_out", "long long", pointer=True),
-                    Argument("digit_start", "long long", pointer=True),
                     Argument("ticket", "unsigned long long", pointer=True),
                     Argument("ticket_base", "unsigned long long"),
                     Argument("status", "void", pointer=True),
@@ -234,6 +255,8 @@ class RadixModule:
     def description(self) -> str:
         if self.output == "places":
             return f"radix places and digit starts of {self.key_dtype} keys"
+        if self.output == "dest":
+            return f"radix digit offsets of {self.key_dtype} keys"
         values = "" if self.value_dtype is None else f" with {self.value_dtype} values"
         return f"radix passes over {self.key_dtype} keys{values}"
 
@@ -253,10 +276,11 @@ class RadixModule:
             value_c=None if value is None else value.c_name,
             includes=list(dict.fromkeys(includes)), type_declarations=declarations,
             radix_bits=self.radix_bits, max_passes=self.max_passes,
-            min_blocks=max(1, ONESWEEP_MIN_THREADS_PER_SM // self.block_size),
+            min_blocks=max(1, self.min_threads_per_sm // self.block_size),
             block_size=self.block_size,
             items_per_thread=self.items_per_thread, tile_size=self.tile_size,
             output=self.output, index_values=self.index_values,
+
             lookback_tiles=self.lookback_tiles,
             backoff_min_ns=Tuning.backoff_min_ns, backoff_max_ns=Tuning.backoff_max_ns,
             **DIGIT_STATUS.template_context(),
@@ -289,9 +313,8 @@ def _thread_and_stream(stream) -> tuple:
     return threading.get_ident(), 0 if stream is None else stream.handle
 
 
-class _RadixPasses:
-    """Runs a module's launches on a stream: the digit counts of all passes, then each pass
-    as one onesweep launch per portion of the keys."""
+class _ModuleLaunches:
+    """A module and the scratch its launches use, per calling thread and stream."""
 
     def __init__(self, module: RadixModule):
         self.module = module
@@ -304,6 +327,19 @@ class _RadixPasses:
     def release_device_memory(self) -> None:
         self._scratch.clear()
 
+    def scratch(self, stream) -> _Scratch:
+        """The calling thread's scratch for ``stream``."""
+        key = _thread_and_stream(stream)
+        scratch = self._scratch.get(key)
+        if scratch is None:
+            scratch = self._scratch[key] = _Scratch()
+        return scratch
+
+
+class _RadixPasses(_ModuleLaunches):
+    """Runs a module's launches on a stream: the digit counts of all passes, then each pass
+    as one onesweep launch per portion of the keys."""
+
     @property
     def source(self) -> str:
         """The CUDA of the radix kernels."""
@@ -313,14 +349,6 @@ class _RadixPasses:
         from ..compile import check_with_nvcc
 
         check_with_nvcc(self.module)
-
-    def scratch(self, stream) -> _Scratch:
-        """The calling thread's scratch for ``stream``."""
-        key = _thread_and_stream(stream)
-        scratch = self._scratch.get(key)
-        if scratch is None:
-            scratch = self._scratch[key] = _Scratch()
-        return scratch
 
     def count(self, keys, n, passes, descending, stream) -> None:
         """Count the digits of ``passes`` ((shift, bits) of each, consecutive) over the n
@@ -338,11 +366,9 @@ class _RadixPasses:
             np.int64(n), np.int32(passes[0][0]), np.int32(len(passes)), np.int32(end_bit),
             _flip(descending))
 
-    def run(self, keys, moved, n, number, shift, bits, descending, stream, digit_start=None):
+    def run(self, keys, moved, n, number, shift, bits, descending, stream):
         """Pass ``number`` of those count() counted, over the digit at ``shift`` (``bits``
-        wide): ``moved`` is the arguments after the keys (the outputs, and values if any).
-        Where each digit starts (2**radix_bits int64; digits past ``bits`` start at n) goes
-        to ``digit_start`` if given."""
+        wide): ``moved`` is the arguments after the keys (the outputs, and values if any)."""
         from ..compile import compile_module
 
         module = self.module
@@ -361,9 +387,56 @@ class _RadixPasses:
             ticket_base, epoch = state.next_single_pass_call(grid, stream)
             launch((grid, 1, 1), (module.block_size, 1, 1), stream, _ptr(keys),
                    *(_ptr(a) for a in moved), counts.ptr + 8 * number * module.radix,
-                   bases[0].ptr, bases[1].ptr, _ptr(digit_start), addresses["ticket"],
+                   bases[0].ptr, bases[1].ptr, addresses["ticket"],
                    ticket_base, addresses["status"], epoch, first_tile, *pass_args)
             bases.reverse()
+
+
+class _DigitPlaces(_ModuleLaunches):
+    """radix_digit_offsets of a digit up to a pass wide: the tile counts of every digit, an
+    exclusive scan of them in digit-major order (in place: each becomes the base of its tile
+    and digit), and each key's place from its tile's bases."""
+
+    @property
+    def source(self) -> str:
+        """The CUDA of the tile kernels and of the scan between them."""
+        return self.module.module_source().text + "\n" + _tile_bases_scan().source
+
+    def check_compile(self) -> None:
+        from ..compile import check_with_nvcc
+
+        check_with_nvcc(self.module)
+        _tile_bases_scan().check_compile()
+
+    def run(self, keys, dest, digit_start, n, shift, descending, stream) -> None:
+        """dest and digit_start of the n keys for the module's digit at ``shift``."""
+        from ..compile import compile_module
+
+        module = self.module
+        compiled = compile_module(module)
+        scratch = self.scratch(stream)
+        tiles = module.tiles(n)
+        bases = scratch.get("tile_bases", module.radix * tiles, np.int64)
+        grid, block = (tiles, 1, 1), (module.block_size, 1, 1)
+        pass_args = _pass_arguments(n, shift, module.radix_bits, descending)
+        digits = scratch.get("digits", n, np.uint8)
+        launch_function(compiled, "radix_tile_counts", stream)(
+            grid, block, stream, _ptr(keys), bases.ptr, digits.ptr, *pass_args)
+        _tile_bases_scan().launch_converted((bases.ptr,), module.radix * tiles, stream)
+        launch_function(compiled, "radix_tile_places", stream)(
+            grid, block, stream, digits.ptr, bases.ptr, _ptr(dest), _ptr(digit_start),
+            np.int64(n))
+
+
+@functools.cache
+def _tile_bases_scan():
+    """The scan between the tile kernels of radix_digit_offsets: tile_counts[j] becomes the
+    sum of the counts before it (the counts of tile t's digit d sit at d * tiles + t)."""
+    from ..kernel import ScanKernel
+
+    return ScanKernel(np.int64, "add", arguments="long long *tile_counts",
+                      input_expr="tile_counts[i]", output_statement="tile_counts[i] = prev_item;",
+                      title="radix digit offsets: tile bases")
 
 
 def _flip(descending) -> np.uint64:
@@ -425,10 +498,11 @@ class RadixDigitOffsets(_RadixPrimitive):
     sign bit flipped for signed ones, and for floats the negatives' bits flipped and the
     positives' sign bit set (-0.0 as +0.0, NaN as all ones). Bits past the key's width
     read as zero. ``descending=True`` orders by the flipped pattern. ``bits`` is 1 to 16:
-    up to 8, one pass (a count and a onesweep launch); wider, a stable argsort by the digit
-    in passes of 8 bits and then two launches that give each key's place and each digit's
-    start.
-    """
+    up to 8, three launches (each tile's digit counts, an exclusive ScanKernel over them,
+    each key's rank in its tile added to its tile's base; see _DigitPlaces); wider, a
+    stable argsort by the digit in passes of 8 bits and then two launches that give each
+    key's place and each digit's start. Scratch: n bytes (each key's digit) and 8 bytes
+    per digit and tile of 6144 keys, kept between calls."""
 
     def __init__(self, key_dtype, bits=8):
         self.key_dtype = key_type(key_dtype)
@@ -437,8 +511,8 @@ class RadixDigitOffsets(_RadixPrimitive):
             raise ValueError(f"bits={bits}: a digit has 1..{MAX_DIGIT_BITS} bits")
         self.bits = bits
         self._order = None
-        if bits <= MAX_RADIX_BITS:  # one pass writes each key's place
-            self._passes = _RadixPasses(RadixModule(self.key_dtype, output="dest",
+        if bits <= MAX_RADIX_BITS:  # tile counts, their scan, each key's place
+            self._passes = _DigitPlaces(RadixModule(self.key_dtype, output="dest",
                                                     radix_bits=self.bits))
         else:
             # Wider than one pass: a stable argsort by the digit's bits (passes of at most 8
@@ -476,9 +550,8 @@ class RadixDigitOffsets(_RadixPrimitive):
         if n == 0:
             _zero(digit_start_view, call.stream)
         elif self._order is None:
-            self._passes.count(view, n, [(shift, self.bits)], descending, call.stream)
-            self._passes.run(view, (dest_view,), n, 0, shift, self.bits, descending,
-                             call.stream, digit_start_view)
+            self._passes.run(view, dest_view, digit_start_view, n, shift, descending,
+                             call.stream)
         else:
             scratch = self._passes.scratch(call.stream)
             sorted_keys = scratch.get("sorted", n, self.key_dtype)

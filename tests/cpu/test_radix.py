@@ -34,7 +34,11 @@ def test_tiles_shrink_as_keys_and_values_widen():
     assert shapes == {("uint32", None): (256, 24), ("uint16", "uint16"): (256, 24),
                       ("uint32", "uint32"): (256, 17), ("float64", "int64"): (256, 8),
                       ("uint64", "complex128"): (256, 5)}
-    assert RadixModule(np.dtype("float64"), output="dest").tile_size == 256 * 24
+    # radix_digit_offsets stages nothing: every key type takes its tile, and its bound
+    dest = RadixModule(np.dtype("float64"), output="dest")
+    assert (dest.block_size, dest.items_per_thread, dest.min_threads_per_sm) == \
+        radix._DIGIT_PLACES_TILE
+    assert f"static const int MIN_BLOCKS = {1536 // 512};" in dest.module_source().text
     big = np.dtype([("a", np.float64, (32,))])
     with pytest.raises(TypeError, match="too large to stage"):
         RadixModule(np.dtype("uint32"), big).items_per_thread
@@ -64,6 +68,12 @@ def test_sources_show_the_passes():
     assert "digit_look_back(status, tile, digit, epoch)" in source
     wide = scangen.RadixDigitOffsets(np.uint32, 12).source
     assert "radix_onesweep(" in wide and "radix_places_from_order(" in wide
+    # one pass wide: tile counts, the scan of them (a ScanKernel), tile places; no look-back
+    narrow = scangen.RadixDigitOffsets(np.uint32, 8).source
+    for kernel in ("radix_tile_counts(", "radix_tile_places(", "radix digit offsets: tile bases",
+                   "tile_counts[i] = prev_item;"):
+        assert kernel in narrow
+    assert "radix_onesweep(" not in narrow and "digit_look_back" not in narrow
 
 
 @pytest.mark.parametrize("make,error,message", [

@@ -60,16 +60,13 @@ def memory(monkeypatch):
 
     def run(self, keys, moved, n, number, shift, bits, descending, stream, digit_start=None):
         """What one pass computes: a stable order by the digit; keys (and values, or the
-        indices where there are none) to their places, or each key's place to dest. The
-        pass must be the next one counted."""
+        indices where there are none) to their places. The pass must be the next one
+        counted."""
         assert counted and counted[-1][1][number] == (shift, bits)
         assert number == 0 or passes[-1][:2] == counted[-1][1][number - 1]
         host = memory.at(keys)
         order = np.argsort(digits(host, shift, bits, descending), kind="stable")
         passes.append((shift, bits, keys.ptr, [None if a is None else a.ptr for a in moved]))
-        if self.module.output == "dest":
-            memory.at(moved[0])[order] = np.arange(n)
-            return
         memory.at(moved[0])[:] = host[order]
         if len(moved) > 1:
             values = memory.at(moved[1])
@@ -194,3 +191,79 @@ def test_wide_digits_of_no_keys(memory):
         memory.array(np.zeros(0, np.uint16)), 0)
     assert dest.host.size == 0 and not memory.passes and not memory.finished
     assert memory.zeroed == [digit_start.address] and digit_start.host.size == 1 << 12
+
+
+@pytest.fixture
+def tile_kernels(memory, monkeypatch):
+    """numpy models of radix_digit_offsets' launches, from what their comments promise:
+    radix_tile_counts (each tile's count of every digit, digit-major, and each key's
+    digit), the in-place exclusive scan of those counts, and radix_tile_places (each key's
+    tile base plus its rank among its tile's keys of its digit; tile 0's bases to
+    digit_start)."""
+    launches = []
+
+    def launch_function(compiled, name, stream):
+        module = compiled
+
+        def launch(grid, block, stream, *args):
+            assert block == (module.block_size, 1, 1)
+            launches.append(name)
+            tiles = grid[0]
+            if name == "radix_tile_counts":
+                keys, counts, digit_out, n, shift, mask, flip = args
+                assert tiles == -(-int(n) // module.tile_size)
+                assert int(mask) == (1 << module.radix_bits) - 1
+                digit = digits(memory.arrays[keys][:int(n)], int(shift), module.radix_bits,
+                               int(flip) != 0)
+                tile = np.arange(int(n)) // module.tile_size
+                counts = memory.arrays[counts]
+                counts[:module.radix * tiles] = np.bincount(
+                    digit.astype(np.int64) * tiles + tile, minlength=module.radix * tiles)
+                memory.arrays[digit_out][:int(n)] = digit
+                return
+            assert name == "radix_tile_places"
+            digit_in, bases, dest, digit_start, n = args
+            n = int(n)
+            assert tiles == -(-n // module.tile_size)
+            digit = memory.arrays[digit_in][:n].astype(np.int64)
+            tile = np.arange(n) // module.tile_size
+            bases = memory.arrays[bases]
+            rank = np.empty(n, np.int64)
+            for t in range(tiles):
+                for d in np.unique(digit[tile == t]):
+                    mine = np.flatnonzero((tile == t) & (digit == d))
+                    rank[mine] = np.arange(mine.size)
+            memory.arrays[dest][:n] = bases[digit * tiles + tile] + rank
+            memory.arrays[digit_start][:] = bases[np.arange(module.radix) * tiles]
+        return launch
+
+    class Scan:
+        def launch_converted(self, values, n, stream):
+            counts = memory.arrays[values[0]]
+            launches.append(("scan", n))
+            counts[:n] = np.concatenate([[0], np.cumsum(counts[:n])[:-1]])
+
+    monkeypatch.setattr(radix, "launch_function", launch_function)
+    monkeypatch.setattr(scangen.compile, "compile_module", lambda module: module)
+    monkeypatch.setattr(radix, "_tile_bases_scan", lambda: Scan())
+    return launches
+
+
+@pytest.mark.parametrize("dtype,shift,bits", [("uint32", 0, 8), ("int32", 28, 4),
+                                              ("uint8", 0, 1), ("float64", 52, 8),
+                                              ("int64", 60, 8)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_digit_offsets_of_one_pass(memory, tile_kernels, rng, dtype, shift, bits, descending):
+    """A digit up to 8 bits: tile counts, their scan over every (digit, tile), tile places;
+    the result is the definition's, on sizes around the tile."""
+    offsets = scangen.RadixDigitOffsets(dtype, bits)
+    tile = offsets._passes.module.tile_size
+    for n in [1, tile - 1, tile, 2 * tile + 1]:
+        del tile_kernels[:]
+        keys = keys_of(rng, dtype, n)
+        dest, digit_start = offsets(memory.array(keys), shift, descending=descending)
+        want_dest, want_start = digit_offsets(keys, shift, bits, descending)
+        np.testing.assert_array_equal(dest.host, want_dest)
+        np.testing.assert_array_equal(digit_start.host, want_start)
+        assert tile_kernels == ["radix_tile_counts", ("scan", (1 << bits) * -(-n // tile)),
+                                "radix_tile_places"]
