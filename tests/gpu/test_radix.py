@@ -138,8 +138,13 @@ def test_bit_range(gpu, rng, begin, end):
                                               ("float64", 50, 14), ("int64", 60, 10)])
 @pytest.mark.parametrize("descending", [False, True])
 def test_radix_digit_offsets(gpu, rng, dtype, shift, bits, descending):
-    for n in SIZES:
-        keys = keys_for(rng, dtype, n, "random")
+    # and either side of the tile of the digit offsets' tile kernels (digits up to 8 bits),
+    # with few distinct keys too (many keys of one digit in a warp's round)
+    tile = RadixModule(np.dtype(dtype), output="dest").tile_size
+    edges = [tile - 1, tile, tile + 1, 2 * tile - 1, 2 * tile, 2 * tile + 1]
+    cases = [(n, "random") for n in SIZES + edges] + [(n, "duplicates") for n in edges]
+    for n, pattern in cases:
+        keys = keys_for(rng, dtype, n, pattern)
         dest, digit_start = scangen.radix_digit_offsets(gpu.to_gpu(keys), shift, bits,
                                                         descending=descending)
         want_dest, want_start = digit_offsets(keys, shift, bits, descending)
