@@ -280,7 +280,6 @@ class RadixModule:
             block_size=self.block_size,
             items_per_thread=self.items_per_thread, tile_size=self.tile_size,
             output=self.output, index_values=self.index_values,
-
             lookback_tiles=self.lookback_tiles,
             backoff_min_ns=Tuning.backoff_min_ns, backoff_max_ns=Tuning.backoff_max_ns,
             **DIGIT_STATUS.template_context(),
@@ -335,20 +334,20 @@ class _ModuleLaunches:
             scratch = self._scratch[key] = _Scratch()
         return scratch
 
-
-class _RadixPasses(_ModuleLaunches):
-    """Runs a module's launches on a stream: the digit counts of all passes, then each pass
-    as one onesweep launch per portion of the keys."""
-
     @property
     def source(self) -> str:
-        """The CUDA of the radix kernels."""
+        """The CUDA of the module's kernels."""
         return self.module.module_source().text
 
     def check_compile(self) -> None:
         from ..compile import check_with_nvcc
 
         check_with_nvcc(self.module)
+
+
+class _RadixPasses(_ModuleLaunches):
+    """Runs a module's launches on a stream: the digit counts of all passes, then each pass
+    as one onesweep launch per portion of the keys."""
 
     def count(self, keys, n, passes, descending, stream) -> None:
         """Count the digits of ``passes`` ((shift, bits) of each, consecutive) over the n
@@ -400,12 +399,10 @@ class _DigitPlaces(_ModuleLaunches):
     @property
     def source(self) -> str:
         """The CUDA of the tile kernels and of the scan between them."""
-        return self.module.module_source().text + "\n" + _tile_bases_scan().source
+        return super().source + "\n" + _tile_bases_scan().source
 
     def check_compile(self) -> None:
-        from ..compile import check_with_nvcc
-
-        check_with_nvcc(self.module)
+        super().check_compile()
         _tile_bases_scan().check_compile()
 
     def run(self, keys, dest, digit_start, n, shift, descending, stream) -> None:
@@ -475,7 +472,7 @@ def _check_bits(name, value, width) -> int:
 class _RadixPrimitive:
     """What the radix classes share: their passes' source and compile check."""
 
-    _passes: _RadixPasses
+    _passes: _ModuleLaunches
 
     @property
     def source(self) -> str:
@@ -502,7 +499,7 @@ class RadixDigitOffsets(_RadixPrimitive):
     each key's rank in its tile added to its tile's base; see _DigitPlaces); wider, a
     stable argsort by the digit in passes of 8 bits and then two launches that give each
     key's place and each digit's start. Scratch: n bytes (each key's digit) and 8 bytes
-    per digit and tile of 6144 keys, kept between calls."""
+    per digit and tile (_DIGIT_PLACES_TILE), kept between calls."""
 
     def __init__(self, key_dtype, bits=8):
         self.key_dtype = key_type(key_dtype)
