@@ -155,8 +155,15 @@ def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
         return f"nvcc could not compile {what}:\n{log.strip()}\n--- emitted source ---\n" \
                f"{source.numbered()}"
     line = int(match.group(1))
-    piece = source.user_piece_at(line)
-    where = f"in your {piece}" if piece else "in scangen's generated code (please report it)"
+    # Past the end of a piece before inside another: a piece cut short, not the enclosing
+    # one (a primitive's predicate inside the preamble it is wrapped in).
+    cut_short, piece = source.user_piece_before(line), source.user_piece_at(line)
+    if cut_short:
+        where = f"at the end of your {cut_short} (cut short?)"
+    elif piece:
+        where = f"in your {piece}"
+    else:
+        where = "in scangen's generated code (please report it)"
     return (f"nvcc could not compile {what}: the first error is {where}, line {line}:\n"
             f"{log.strip()}\n--- emitted source around line {line} ---\n"
             f"{source.numbered(around=line)}")

@@ -78,6 +78,15 @@ class ModuleSource:
                    if first <= line <= last]
         return min(holding)[1] if holding else None
 
+    def user_piece_before(self, line: int) -> str | None:
+        """The user code whose end marker is the line just before ``line``: nvcc reports an
+        expression or statement cut short (``x[i] +``, a missing ``;``) at the first token
+        after it, which is on the line scangen closes the piece's wrapping with."""
+        for piece, (_, last) in self.user_spans.items():
+            if last + 2 == line:
+                return piece
+        return None
+
 
 def _kernel_context(kernel, hooks, spec) -> dict:
     parameters = kernel.parameters(hooks.arguments)

@@ -193,7 +193,9 @@ class Select(_Compaction):
     def __init__(self, dtype, predicate=None, *, flags=None, keep=True, **scan_options):
         etype = element_type(dtype)
         if (predicate is None) == (flags is None):
-            raise ValueError("give a predicate or the dtype of a flags mask (flags=), not both")
+            given = "neither" if predicate is None else "both"
+            raise ValueError(f"give a predicate or the dtype of a flags mask (flags=), one of "
+                             f"them, not {given}")
         c = etype.c_name
         preamble = ""
         if predicate is not None:

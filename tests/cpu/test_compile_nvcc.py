@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from scangen import (ALGORITHMS, LAST_NONZERO, MODES, STRATEGIES, Operator, Scan,
-                     ScanCompileError, ScanKernel, Tuning, make_spec)
+                     ScanCompileError, ScanKernel, Select, Tuning, make_spec)
 from scangen.kernel import KernelSpec
 from scangen.kernels import FAMILIES
 from scangen.render import render
@@ -766,6 +766,32 @@ def test_check_compile_names_the_piece_with_a_typo(piece, typo):
     source = render(kernel.kernel_spec)
     assert source.user_piece_at(number) == piece
     assert typo in marked.group(2) and typo in source.text.splitlines()[number - 1]
+
+
+@pytest.mark.parametrize("piece,make,text", [
+    ("input_expr", lambda: ScanKernel("int64", "add", **dict(COMPACTION, input_expr="x[i] +")),
+     "x[i] +"),
+    ("output_statement",
+     lambda: ScanKernel("int64", "add", **dict(COMPACTION, output_statement="out[i] = item")),
+     "out[i] = item"),
+    ("operator", lambda: ScanKernel("int64", Operator("a +", 0, name="cut"), **COMPACTION),
+     "a +"),
+    ("predicate", lambda: Select(np.float32, "x >"), "x >"),
+])
+def test_check_compile_names_the_piece_cut_short(piece, make, text):
+    """nvcc reports an expression or statement cut short at the token after it, on the line
+    that closes scangen's wrapping of the piece: the error names the piece it ends, not the
+    enclosing code (scangen's, or a primitive's preamble around its predicate)."""
+    with pytest.raises(ScanCompileError) as caught:
+        make().check_compile()
+    message = str(caught.value)
+    assert f"at the end of your {piece} (cut short?), line" in message, message
+    assert "please report" not in message and "in your preamble" not in message
+    # the user's text is shown in the numbered source just above the marked line
+    marked = re.search(r"^>\s*(\d+) \|", message, re.M)
+    assert marked, message
+    before = message[:marked.start()].splitlines()
+    assert any(line.endswith(f"| {text}") for line in before[-3:]), message
 
 
 def test_check_compile_accepts_the_examples():

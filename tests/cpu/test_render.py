@@ -417,6 +417,9 @@ def test_user_pieces_are_found_by_line():
         # the marker lines around a piece are scangen's
         assert module.user_piece_at(first - 1) is None
         assert module.user_piece_at(last + 1) is None
+        # the line after its end marker is where nvcc reports the piece cut short
+        assert module.user_piece_before(last + 2) == piece
+        assert module.user_piece_before(last + 1) != piece
     first, last = module.user_spans["operator preamble"]
     assert last - first + 1 == len(AFFINE.preamble.strip().splitlines()) > 1
     assert module.user_spans["input_expr"][0] == module.user_spans["input_expr"][1]
