@@ -585,8 +585,10 @@ class RadixSort(_RadixPrimitive):
     def __init__(self, key_dtype, value_dtype=None, *, _index_values=False):
         self.key_dtype = key_type(key_dtype)
         self.value_dtype = None if value_dtype is None else element_type(value_dtype).dtype
-        self._passes = _RadixPasses(RadixModule(self.key_dtype, self.value_dtype,
-                                                index_values=_index_values))
+        module = RadixModule(self.key_dtype, self.value_dtype, index_values=_index_values)
+        # Values too wide to stage in shared memory are refused here, not at the first call.
+        _ = module.items_per_thread
+        self._passes = _RadixPasses(module)
 
     def __call__(self, keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                  stream=None):

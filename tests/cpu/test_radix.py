@@ -42,6 +42,8 @@ def test_tiles_shrink_as_keys_and_values_widen():
     big = np.dtype([("a", np.float64, (32,))])
     with pytest.raises(TypeError, match="too large to stage"):
         RadixModule(np.dtype("uint32"), big).items_per_thread
+    with pytest.raises(TypeError, match="too large to stage"):  # when made, not when called
+        scangen.RadixSort(np.uint32, big)
 
 
 def test_entry_points_match_the_source():
