@@ -155,8 +155,8 @@ def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
         return f"nvcc could not compile {what}:\n{log.strip()}\n--- emitted source ---\n" \
                f"{source.numbered()}"
     line = int(match.group(1))
-    # Past the end of a piece before inside another: a piece cut short, not the enclosing
-    # one (a primitive's predicate inside the preamble it is wrapped in).
+    # An error on the line right after a piece's end marker is that piece cut short; it
+    # wins over a piece enclosing the line (a primitive's predicate sits in a preamble).
     cut_short, piece = source.user_piece_before(line), source.user_piece_at(line)
     if cut_short:
         where = f"at the end of your {cut_short} (cut short?)"

@@ -159,6 +159,9 @@ class RadixModule:
         for field, default in zip(("block_size", "max_items", "min_threads_per_sm"), tile):
             if getattr(self, field) is None:
                 object.__setattr__(self, field, default)
+        # Values too wide to stage in shared memory: a TypeError when the module is made
+        # (and with it the sort), not at its first call.
+        _ = self.items_per_thread
 
     @property
     def moved_itemsize(self) -> int:
@@ -585,10 +588,8 @@ class RadixSort(_RadixPrimitive):
     def __init__(self, key_dtype, value_dtype=None, *, _index_values=False):
         self.key_dtype = key_type(key_dtype)
         self.value_dtype = None if value_dtype is None else element_type(value_dtype).dtype
-        module = RadixModule(self.key_dtype, self.value_dtype, index_values=_index_values)
-        # Values too wide to stage in shared memory are refused here, not at the first call.
-        _ = module.items_per_thread
-        self._passes = _RadixPasses(module)
+        self._passes = _RadixPasses(RadixModule(self.key_dtype, self.value_dtype,
+                                                index_values=_index_values))
 
     def __call__(self, keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                  stream=None):
