@@ -1,14 +1,18 @@
-"""Tile-shape sweep for the counting scans that read values: Unique and RunLengthEncode
+"""Tile-shape sweep for the counting scans: Unique and RunLengthEncode, or Select(flags)
 (run on the GPU host; results to stdout).
 
     python benchmarks/tune_counting.py [--sizes 2^24 2^26 2^28] [--shapes 128x16@1536 ...]
+    python benchmarks/tune_counting.py --select [--sizes ...] [--shapes ...]
 
 Each shape is THREADSxITEMS@T: counting tiles of THREADS threads x ITEMS elements, compiled
 under a register bound that keeps T threads per multiprocessor, in one pass at every size
 (what scangen.tuning.COUNTING_VALUES and COUNTING_VALUES_TUNING choose). Input: int32 runs
 of 4; each Unique is checked against numpy once per size, then both primitives are timed
 with scangen.bench.Timer (CUDA events, median of the trials) beside a copy of 5n bytes.
-Used to choose the values in scangen/tuning.py.
+``--select`` times Select(flags) of float32, half kept, its count read on the host (as the
+primitives bench does), in one pass and as reduce_then_scan on each shape, beside a copy of
+the bytes it moves (5n + 4 x kept).
+Used to choose the values in scangen/tuning.py (COUNTING, COUNTING_VALUES and their tunings).
 """
 import argparse
 import sys
@@ -39,10 +43,14 @@ def main(argv=None):
     parser.add_argument("--shapes", nargs="+", type=_shape,
                         default=[_shape(s) for s in DEFAULT_SHAPES])
     parser.add_argument("--trials", type=int, default=9)
+    parser.add_argument("--select", action="store_true",
+                        help="Select(flags) in one pass and as reduce_then_scan")
     args = parser.parse_args(argv)
 
     driver = scan_compile.require_pycuda()
     scan_compile.current_context()
+    if args.select:
+        return _sweep_select(driver, args)
     from pycuda import gpuarray
 
     objects = {}
@@ -74,6 +82,42 @@ def main(argv=None):
             rle_s = timer.seconds_per_call(lambda: rle(x), 7 * n)
             print(f"{threads}x{items}@{per_sm}: Unique {unique_s * 1e6:.1f} us, "
                   f"RunLengthEncode {rle_s * 1e6:.1f} us", flush=True)
+    return 0
+
+
+def _sweep_select(driver, args):
+    """Select(flags) on each shape, in one pass and as reduce_then_scan."""
+    from pycuda import gpuarray
+
+    objects = {}
+    for threads, items, per_sm in args.shapes:
+        for strategy in ("decoupled_lookback", "reduce_then_scan"):
+            objects[threads, items, per_sm, strategy] = scangen.Select(
+                np.float32, flags=np.bool_, section_size=threads * items,
+                items_per_thread=items, strategy=strategy,
+                tuning=scangen.Tuning(tile_min_threads_per_sm=per_sm))
+    scan_compile.precompile([s.kernel.kernel_spec for s in objects.values()], workers=16)
+    timer = bench.Timer(driver, args.trials, 3)
+    rng = np.random.default_rng(2026)
+    for n in args.sizes:
+        host = rng.random(n, dtype=np.float32)
+        mask = rng.random(n) < 0.5
+        x, flags = gpuarray.to_gpu(host), gpuarray.to_gpu(mask)
+        out = gpuarray.empty(n, np.float32)
+        want = host[mask]
+        moved = 5 * n + 4 * want.size
+        source = gpuarray.empty(moved // 2, np.uint8)
+        target = gpuarray.empty_like(source)
+        copy = timer.seconds_per_call(
+            lambda: driver.memcpy_dtod_async(target.gpudata, source.gpudata, source.nbytes),
+            moved)
+        print(f"\nn = {n:,}: copy of 5n + 4 x kept bytes {copy * 1e6:.1f} us", flush=True)
+        for (threads, items, per_sm, strategy), select in objects.items():
+            if not np.array_equal(select(x, flags, out=out).get(), want):
+                sys.exit(f"{threads}x{items}@{per_sm} {strategy}: Select differs from numpy")
+            seconds = timer.seconds_per_call(lambda: select(x, flags, out=out), moved)
+            print(f"{threads}x{items}@{per_sm} {strategy}: {seconds * 1e6:.1f} us, "
+                  f"{100 * copy / seconds:.1f}% of copy", flush=True)
     return 0
 
 

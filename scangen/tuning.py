@@ -265,11 +265,16 @@ def _by_size(named, table: dict, itemsize: int, default):
 DEFAULT_TUNING = Tuning()
 
 #: Counting scans (ScanKernel counts=True) when the user names no tuning: auto leaves the
-#: single pass from 16 MiB of counts on, and the single-pass kernel is bound for 1536
-#: threads per multiprocessor, as they were measured (H200, 2026-11-23, Select(flags) of
-#: 2^26 float32 on COUNTING tiles: reduce_then_scan 67.7% of copy, decoupled look-back at
-#: best 53.4%). The plain scans' tables above were measured on values, not ballots.
-COUNTING_TUNING = Tuning(auto_reduce_then_scan_min_bytes=16 << 20, tile_min_threads_per_sm=1536)
+#: single pass from 256 MiB of counts (n = 2^25) on, and the single-pass kernel is bound for
+#: 1536 threads per multiprocessor. Select(flags) of float32, half kept, on COUNTING tiles,
+#: single pass against reduce_then_scan, us: H200 (2026-11-25) 90.0 / 111.6 at 2^24, 231.3 /
+#: 199.7 at 2^26; H100 (2026-11-26, benchmarks/tune_counting.py --select) 83.3 / 86.1 at
+#: 2^24, 243.2 / 228.4 at 2^26, 862.3 / 774.5 at 2^28 (2^22: 36.1 / 37.0; on 128x32@1024
+#: tiles 82.2 / 84.2, 230.4 / 234.8, 812.8 / 793.4). It had switched from 16 MiB (n = 2^21),
+#: chosen from one H200 run at 2^26. The plain scans' tables above were measured on values,
+#: not ballots.
+COUNTING_TUNING = Tuning(auto_reduce_then_scan_min_bytes=256 << 20,
+                         tile_min_threads_per_sm=1536)
 
 #: Counting scans whose condition reads the values themselves (Unique and RunLengthEncode:
 #: x[i] != x[i - 1]): auto keeps the single pass at every size. reduce_then_scan evaluates

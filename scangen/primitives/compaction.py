@@ -22,7 +22,7 @@ from ..compile import check_with_nvcc, compile_module, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
-from ..runtime.streams import copy_to_host, memset_d8_async
+from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N
 from ..strategies.base import ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
@@ -33,6 +33,23 @@ from ..usercode import check_code
 _SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
                  " if (i == n - 1) *count = item;")
 
+
+
+class _HostCount:
+    """A count the kernel writes straight into page-locked host memory mapped into the
+    device's address space (portable: every context may write it), so reading it takes
+    a stream synchronisation and no copy: a synchronous copy of its 8 bytes from device
+    memory costs microseconds a call, which small compactions pay in full."""
+
+    nbytes = 8
+
+    def __init__(self):
+        import pycuda.driver as driver
+
+        flags = driver.host_alloc_flags.DEVICEMAP | driver.host_alloc_flags.PORTABLE
+        self.host = driver.pagelocked_empty(1, np.int64, mem_flags=flags)
+        self.host[0] = 0
+        self.ptr = self.host.base.get_device_pointer()
 
 
 def _leading(array, count):
@@ -78,10 +95,9 @@ class _Compaction:
     def __init__(self, dtype, kernel: ScanKernel):
         self.etype = element_type(dtype)
         self.kernel = kernel
-        # thread ident -> (one-element int64 GPUArray, its host copy): a call that reads its
-        # count on the host writes and reads them before it returns, so one thread's calls
-        # take turns with them; a call from another thread (the one-shot functions share
-        # their objects) has its own.
+        # thread ident -> _HostCount: a call that reads its count on the host writes and
+        # reads it before it returns, so one thread's calls take turns with it; a call from
+        # another thread (the one-shot functions share their objects) has its own.
         self._counts = {}
         release_at_exit(self)
 
@@ -119,36 +135,41 @@ class _Compaction:
                 raise ValueError(f"{name} overlaps {source}; compaction cannot work in place")
         return given, out
 
-    def _thread_counts(self):
-        """The calling thread's count buffers: (device, host)."""
+    def _thread_count(self) -> "_HostCount":
+        """The calling thread's count, for calls that read it on the host."""
         thread = threading.get_ident()
-        counts = self._counts.get(thread)
-        if counts is None:
-            counts = self._counts[thread] = (_gpuarray().zeros(1, np.int64),
-                                             np.zeros(1, np.int64))
-        return counts
+        count = self._counts.get(thread)
+        if count is None:
+            count = self._counts[thread] = _HostCount()
+        return count
 
     def _launch(self, call, arrays, n, count_on_device, kernel=None):
         """Run ``kernel`` (default: this one's) over n elements of ``arrays`` (views of its
         array arguments before the count) on the call's stream. Returns the count and its
         view: a new one-element int64 array of the call's kind with ``count_on_device``,
-        else the calling thread's buffer, to be read with ``_read``. When n is 0 nothing is
-        launched (an empty GPUArray has no address) and the count is set to 0."""
+        else the calling thread's _HostCount, to be read with ``_read``. When n is 0 nothing
+        is launched (an empty GPUArray has no address) and the count is set to 0."""
         if count_on_device:
             count, count_view = call.empty((1,), np.int64)
         else:
-            count = count_view = self._thread_counts()[0]
-        if n == 0:
+            count = count_view = self._thread_count()
+        if n == 0 and count_on_device:
             memset_d8_async(count_view.ptr, 0, count_view.nbytes, call.stream)
+        elif n == 0:
+            count.host[0] = 0  # no work of this thread's writes it: each call read it back
         else:
             (kernel or self.kernel).launch_converted(
                 tuple(a.ptr for a in (*arrays, count_view)), n, call.stream)
         return count, count_view
 
-    def _read(self, count, stream) -> int:
-        """The count, after the work queued on ``stream``; pycuda's ``.get()`` costs
-        several microseconds more than a copy into an array kept for it."""
-        host = self._thread_counts()[1]
+    @staticmethod
+    def _read(count, stream) -> int:
+        """The count (a _HostCount or a one-element int64 device array), after the work
+        queued on ``stream``."""
+        if isinstance(count, _HostCount):
+            synchronize(stream)
+            return int(count.host[0])
+        host = np.empty(1, np.int64)
         copy_to_host(host, count.ptr, stream)
         return int(host[0])
 

@@ -120,6 +120,14 @@ def before_host_read(stream) -> None:
         stream.synchronize()
 
 
+def synchronize(stream) -> None:
+    """Wait for the work queued on ``stream`` (None: the legacy default stream)."""
+    if stream is None:
+        _check(_lib().cuStreamSynchronize(ctypes.c_void_p(0)), "cuStreamSynchronize")
+    else:
+        stream.synchronize()
+
+
 def copy_to_host(host, address: int, stream) -> None:
     """Copy device memory at ``address`` into the numpy array ``host``, after the work
     queued on ``stream``."""

@@ -260,10 +260,12 @@ def test_counting_kernels_count_with_ballots_in_every_user_body():
     assert (kernel.spec.block_size, kernel.spec.items_per_thread) == \
         (shape.block_size, shape.items_per_thread)
     assert compaction(counts=True, section_size=1024).spec.section_size == 1024
-    # auto takes reduce_then_scan from 16 MiB of counts (COUNTING_TUNING), unless told
+    # auto takes reduce_then_scan from COUNTING_TUNING's bytes of int64 counts, unless told
     assert kernel.spec.tuning == scangen.tuning.COUNTING_TUNING
-    assert kernel.plan(2 << 20).strategy == "reduce_then_scan"
-    assert kernel.plan((2 << 20) - 1).strategy == "decoupled_lookback"
+    switch = scangen.tuning.COUNTING_TUNING.auto_reduce_then_scan_min_bytes // 8
+    assert switch == 1 << 25
+    assert kernel.plan(switch).strategy == "reduce_then_scan"
+    assert kernel.plan(switch - 1).strategy == "decoupled_lookback"
     told = compaction(counts=True, tuning=scangen.Tuning(auto_reduce_then_scan_min_bytes=64))
     assert told.plan(10_000).strategy == "reduce_then_scan"
     # Blocks of less than a warp scan the 0s and 1s as values.

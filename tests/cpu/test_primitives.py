@@ -101,18 +101,17 @@ def test_bad_requests_are_refused_before_any_gpu_work(make, error, message):
 
 def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
     """The one-shot primitives share their objects between threads, which may queue work on
-    one stream at once: a compaction's count buffers and a radix sort's scratch (per
+    one stream at once: a compaction's count and a radix sort's scratch (per
     stream) are kept per calling thread, and kept between one thread's calls."""
     from scangen.primitives import compaction
 
-    monkeypatch.setattr(compaction, "_gpuarray",
-                        lambda: types.SimpleNamespace(zeros=lambda n, dtype: object()))
+    monkeypatch.setattr(compaction, "_HostCount", object)  # no page-locked memory here
     select = scangen.Select("float32", "x > 0")
     passes = scangen.RadixSort("uint32")._passes
     stream = types.SimpleNamespace(handle=0x55)
 
     def buffers():
-        return select._thread_counts(), passes.scratch(None), passes.scratch(stream)
+        return select._thread_count(), passes.scratch(None), passes.scratch(stream)
 
     here = buffers()
     assert all(a is b for a, b in zip(here, buffers()))
@@ -121,4 +120,4 @@ def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
         there = pool.submit(buffers).result()
     assert all(a is not b for a, b in zip(here, there))
     select.release_device_memory()
-    assert select._thread_counts() is not here[0]
+    assert select._thread_count() is not here[0]
