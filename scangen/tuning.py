@@ -268,7 +268,7 @@ DEFAULT_TUNING = Tuning()
 #: single pass from 256 MiB of counts (n = 2^25) on, and the single-pass kernel is bound for
 #: 1536 threads per multiprocessor. Select(flags) of float32, half kept, on COUNTING tiles,
 #: single pass against reduce_then_scan, us: H200 (2026-11-25) 90.0 / 111.6 at 2^24, 231.3 /
-#: 199.7 at 2^26; H100 (2026-11-26, benchmarks/tune_counting.py --select) 83.3 / 86.1 at
+#: 199.7 at 2^26; H100 (2026-11-25, benchmarks/tune_counting.py --select) 83.3 / 86.1 at
 #: 2^24, 243.2 / 228.4 at 2^26, 862.3 / 774.5 at 2^28 (2^22: 36.1 / 37.0; on 128x32@1024
 #: tiles 82.2 / 84.2, 230.4 / 234.8, 812.8 / 793.4). It had switched from 16 MiB (n = 2^21),
 #: chosen from one H200 run at 2^26. The plain scans' tables above were measured on values,
