@@ -99,6 +99,38 @@ def test_bad_requests_are_refused_before_any_gpu_work(make, error, message):
         make()
 
 
+def test_a_count_read_on_the_host_waits_for_its_stream_and_copies_nothing(monkeypatch):
+    """The kernel writes a host-read count straight into mapped page-locked memory
+    (_HostCount): reading it synchronises the call's stream and reads the host array; an
+    empty input sets it on the host, with nothing queued. A count left on the device is
+    copied after the stream's work."""
+    from scangen.primitives import compaction
+
+    events = []
+
+    def no_page_locked_memory(count):
+        count.host, count.ptr = np.array([-1], np.int64), 0x1000
+
+    monkeypatch.setattr(compaction._HostCount, "__init__", no_page_locked_memory)
+    monkeypatch.setattr(compaction, "synchronize", lambda stream: events.append(("sync", stream)))
+    monkeypatch.setattr(compaction, "memset_d8_async", lambda *a: events.append(("memset",)))
+    monkeypatch.setattr(compaction, "copy_to_host",
+                        lambda host, address, stream: events.append(("copy", address, stream)))
+    select = scangen.Select("float32", "x > 0")
+    stream = types.SimpleNamespace(handle=0x55)
+    call = types.SimpleNamespace(stream=stream)
+
+    count, view = select._launch(call, [], 0, count_on_device=False)
+    assert count is view is select._thread_count() and events == []
+    assert count.host[0] == 0
+    count.host[0] = 123  # as the kernel would write it
+    assert select._read(count, stream) == 123
+    assert events == [("sync", stream)]
+    events.clear()
+    select._read(types.SimpleNamespace(ptr=0x2000), stream)
+    assert events == [("copy", 0x2000, stream)]
+
+
 def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
     """The one-shot primitives share their objects between threads, which may queue work on
     one stream at once: a compaction's count and a radix sort's scratch (per
