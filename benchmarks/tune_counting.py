@@ -68,11 +68,7 @@ def main(argv=None):
         host = np.repeat(rng.integers(0, 1000, n // 4 + 1), 4)[:n].astype(np.int32)
         x, out = gpuarray.to_gpu(host), gpuarray.empty(n, np.int32)
         want = host[np.concatenate(([True], host[1:] != host[:-1]))]
-        source = gpuarray.empty(5 * n // 2, np.uint8)
-        target = gpuarray.empty_like(source)
-        copy = timer.seconds_per_call(
-            lambda: driver.memcpy_dtod_async(target.gpudata, source.gpudata, source.nbytes),
-            5 * n)
+        copy = _copy_seconds(timer, driver, gpuarray, 5 * n)
         print(f"\nn = {n:,}: copy of 5n bytes {copy * 1e6:.1f} us", flush=True)
         for (threads, items, per_sm), (unique, rle) in objects.items():
             got = unique(x, out=out).get()
@@ -83,6 +79,14 @@ def main(argv=None):
             print(f"{threads}x{items}@{per_sm}: Unique {unique_s * 1e6:.1f} us, "
                   f"RunLengthEncode {rle_s * 1e6:.1f} us", flush=True)
     return 0
+
+
+def _copy_seconds(timer, driver, gpuarray, moved):
+    """A device-to-device copy that reads and writes ``moved`` bytes in all, timed."""
+    source = gpuarray.empty(moved // 2, np.uint8)
+    target = gpuarray.empty_like(source)
+    return timer.seconds_per_call(
+        lambda: driver.memcpy_dtod_async(target.gpudata, source.gpudata, source.nbytes), moved)
 
 
 def _sweep_select(driver, args):
@@ -106,11 +110,7 @@ def _sweep_select(driver, args):
         out = gpuarray.empty(n, np.float32)
         want = host[mask]
         moved = 5 * n + 4 * want.size
-        source = gpuarray.empty(moved // 2, np.uint8)
-        target = gpuarray.empty_like(source)
-        copy = timer.seconds_per_call(
-            lambda: driver.memcpy_dtod_async(target.gpudata, source.gpudata, source.nbytes),
-            moved)
+        copy = _copy_seconds(timer, driver, gpuarray, moved)
         print(f"\nn = {n:,}: copy of 5n + 4 x kept bytes {copy * 1e6:.1f} us", flush=True)
         for (threads, items, per_sm, strategy), select in objects.items():
             if not np.array_equal(select(x, flags, out=out).get(), want):

@@ -41,14 +41,12 @@ class _HostCount:
     a stream synchronisation and no copy: a synchronous copy of its 8 bytes from device
     memory costs microseconds a call, which small compactions pay in full."""
 
-    nbytes = 8
-
     def __init__(self):
         import pycuda.driver as driver
 
         flags = driver.host_alloc_flags.DEVICEMAP | driver.host_alloc_flags.PORTABLE
+        # Never read before a launch or an empty call writes it (_launch).
         self.host = driver.pagelocked_empty(1, np.int64, mem_flags=flags)
-        self.host[0] = 0
         self.ptr = self.host.base.get_device_pointer()
 
 
