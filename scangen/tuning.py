@@ -46,7 +46,10 @@ class TileShape:
 #: (128x32 66.2/69.1/73.6, 256x16 58.9/59.6/62.7 persistent); int8 at 1024 threads, 256x16
 #: 23.2/34.5/31.8 -> 26.3/36.5/34.5, 128x32 22.7/34.0/32.5 -> 25.8/36.8/37.5; float64 256x8
 #: persistent 86.0/92.5/92.3, 128x16 85.0/91.5/93.7 (kept 256x8). Below 2^22 every
-#: configuration took 10-20 us, launch-bound, in no order that repeats.
+#: configuration took 10-20 us, launch-bound, in no order that repeats. H200, 2026-11-26
+#: (nineteenth session), persistent, three rounds, % of copy at 2^26 / 2^28: float32 128x32
+#: 77.9-81.2/82.3-83.1, 256x16 at 1536 threads 77.8-79.9/80.0-82.7; int32 77.8-81.4/
+#: 80.6-83.0 and 79.4-81.1/81.8-82.8; 128x16 and 256x8 tiles 4-20 points lower (kept 128x32).
 FAST_PATH = {
     1: TileShape(block_size=128, items_per_thread=32),
     2: TileShape(block_size=256, items_per_thread=32),
