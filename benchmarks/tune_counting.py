@@ -10,8 +10,9 @@ under a register bound that keeps T threads per multiprocessor, in one pass at e
 of 4; each Unique is checked against numpy once per size, then both primitives are timed
 with scangen.bench.Timer (CUDA events, median of the trials) beside a copy of 5n bytes.
 ``--select`` times Select(flags) of float32, half kept, its count read on the host (as the
-primitives bench does), in one pass and as reduce_then_scan on each shape, beside a copy of
-the bytes it moves (5n + 4 x kept).
+primitives bench does), in one pass and as reduce_then_scan on each shape (the latter for
+each of ``--mask-sections``: Tuning.mask_sections_per_block, the sections a block of its
+first pass counts), beside a copy of the bytes it moves (5n + 4 x kept).
 Used to choose the values in scangen/tuning.py (COUNTING, COUNTING_VALUES and their tunings).
 """
 import argparse
@@ -45,6 +46,9 @@ def main(argv=None):
     parser.add_argument("--trials", type=int, default=9)
     parser.add_argument("--select", action="store_true",
                         help="Select(flags) in one pass and as reduce_then_scan")
+    parser.add_argument("--mask-sections", nargs="+", type=int, default=[4],
+                        help="--select: Tuning.mask_sections_per_block values for "
+                             "reduce_then_scan (default: 4)")
     args = parser.parse_args(argv)
 
     driver = scan_compile.require_pycuda()
@@ -95,11 +99,16 @@ def _sweep_select(driver, args):
 
     objects = {}
     for threads, items, per_sm in args.shapes:
-        for strategy in ("decoupled_lookback", "reduce_then_scan"):
-            objects[threads, items, per_sm, strategy] = scangen.Select(
+        configs = [("decoupled_lookback", 1)] + [
+            ("reduce_then_scan", k) for k in args.mask_sections]
+        for strategy, per_block in configs:
+            label = strategy if strategy != "reduce_then_scan" else \
+                f"{strategy}, {per_block} mask section(s) a block"
+            objects[threads, items, per_sm, label] = scangen.Select(
                 np.float32, flags=np.bool_, section_size=threads * items,
                 items_per_thread=items, strategy=strategy,
-                tuning=scangen.Tuning(tile_min_threads_per_sm=per_sm))
+                tuning=scangen.Tuning(tile_min_threads_per_sm=per_sm,
+                                      mask_sections_per_block=per_block))
     scan_compile.precompile([s.kernel.kernel_spec for s in objects.values()], workers=16)
     timer = bench.Timer(driver, args.trials, 3)
     rng = np.random.default_rng(2026)

@@ -54,6 +54,19 @@ class Hooks:
         return bool(_LAST_COUNTED.search(strip_literals_and_comments(self.output_statement)))
 
 
+def mask_condition(mask: str, keep: bool = True) -> str:
+    """A counting ScanKernel's ``input_expr`` that counts where the integer array ``mask`` is
+    nonzero (``keep``) or zero: written this way, KernelSpec.counted_mask recognises it, and
+    reduce_then_scan's first pass counts whole sections with 16-byte loads of the mask."""
+    test = f"{mask}[i] != 0"
+    return f"({test if keep else f'!({test})'}) ? 1 : 0"
+
+
+#: Unsigned C types of a mask element's size, which the first pass counts in (16 / size a load).
+_MASK_WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
+               8: "unsigned long long"}
+
+
 #: The argument that carries ``initial=`` (the scangen_ prefix is refused in user arguments).
 INITIAL_ARGUMENT = "scangen_initial"
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
@@ -132,6 +145,35 @@ class KernelSpec:
         """Whether the user-io kernels count with warp ballots (counts=True, blocks of whole
         warps); otherwise the 0s and 1s are scanned as values, with the same results."""
         return self.hooks.counts and self.scan.block_size % WARP_SIZE == 0
+
+    @property
+    def counted_mask(self) -> tuple[str, str, bool] | None:
+        """(mask argument, unsigned C type of its elements' size, keep) where a module that
+        counts by ballots, in array order and without last_counted, has ``input_expr`` =
+        mask_condition(mask, keep) for an integer array ``mask`` whose elements pack whole
+        into 16 bytes and a section into its threads' 16-byte loads (Select's flags): its
+        reduce_then_scan first pass then counts whole, aligned sections from those loads,
+        16 bytes a lane at a time instead of one element. None otherwise."""
+        if not self.counts_by_ballots or self.tracks_last_counted or self.hooks.reverse:
+            return None
+        for argument in self.hooks.arguments:
+            dtype = argument.scalar_dtype
+            if not argument.pointer or dtype is None or dtype.kind not in "biu":
+                continue
+            per_load = 16 // dtype.itemsize
+            if self.scan.section_size % (per_load * self.scan.block_size):
+                continue
+            for keep in (True, False):
+                if self.hooks.input_expr == mask_condition(argument.name, keep):
+                    return argument.name, _MASK_WORDS[dtype.itemsize], keep
+        return None
+
+    @property
+    def counted_sections_per_block(self) -> int:
+        """Sections each block of reduce_then_scan's first pass counts over the user's
+        input: Tuning.mask_sections_per_block where the input is a mask (counted_mask),
+        else one."""
+        return self.scan.tuning.mask_sections_per_block if self.counted_mask else 1
 
     @property
     def moves_warp_runs(self) -> bool:

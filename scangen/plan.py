@@ -140,7 +140,8 @@ def make_plan(kernel_spec, n) -> Plan:
                          f"{LAST_COUNTED_MAX_N} indices (2^32 - 1) per call")
     needs_last_item = kernel_spec.hooks.uses_last_item
     strategy = resolve(spec.strategy, needs_last_item, spec, n)
-    builder = PlanBuilder(spec, needs_last_item, kernel_spec.persistent_tiles)
+    builder = PlanBuilder(spec, needs_last_item, kernel_spec.persistent_tiles,
+                          kernel_spec.counted_sections_per_block)
     if n > 0:
         strategy.build(builder, n, USER_ARGS, 0)
     return Plan(kernel_spec, n, strategy.name, tuple(builder.launches),

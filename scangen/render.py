@@ -134,6 +134,8 @@ def template_context(kernel_spec) -> dict:
         strategy=spec.strategy,
         protocol=strategy.protocol,
         warp_runs=kernel_spec.moves_warp_runs,
+        counted_mask=kernel_spec.counted_mask,
+        counted_sections_per_block=kernel_spec.counted_sections_per_block,
         **state.template_context(),
         backoff_min_ns=spec.tuning.backoff_min_ns,
         backoff_max_ns=spec.tuning.backoff_max_ns,

@@ -223,12 +223,28 @@ class Tuning:
     #: earlier instead of still loading. The module then holds a second section in shared
     #: memory. None: by value size, from PERSISTENT_TILES_MIN_BYTES (absent: never).
     tile_persistent_min_bytes: int | None = None
+    #: reduce_then_scan's first pass over a mask (a counting module whose input is
+    #: kernel.mask_condition, as Select's flags: KernelSpec.counted_mask): consecutive
+    #: sections each block counts from 16-byte loads of the mask, all in flight together.
+    #: H200, 2026-11-26 (benchmarks/tune_counting.py --select --mask-sections), Select(flags)
+    #: of float32, half kept, reduce_then_scan, us at 2^26 / 2^28 in two rounds: by ballots
+    #: (before) 191.4, 193.2 / 654.2, 631.3; 16-byte loads, 1 section a block 194.7, 189.5 /
+    #: 651.0, 649.9; 2: 192.6, 181.6 / 616.9, 643.5; 4: 188.5, 182.0 / 620.8, 609.5; 8: 193.5,
+    #: 185.6 / 596.6, 620.1; 16: 192.7, 187.1 / 597.2, 618.9. Nsight Compute, the first pass
+    #: alone at 2^26: by ballots 31.9 us, 1 section a block 28.1, 4 sections 21.2 (68% of
+    #: DRAM peak, from 46%).
+    mask_sections_per_block: int = 4
 
     def __post_init__(self):
         width = self.lookback_tiles_per_lane
         if width is not None and (not isinstance(width, int) or not 1 <= width <= 32):
             raise ValueError(f"Tuning.lookback_tiles_per_lane must be None or an int from 1 "
                              f"to 32, not {width!r}")
+        per_block = self.mask_sections_per_block
+        if not isinstance(per_block, int) or isinstance(per_block, bool) or \
+                not 1 <= per_block <= 16:
+            raise ValueError(f"Tuning.mask_sections_per_block must be an int from 1 to 16, "
+                             f"not {per_block!r}")
         persistent = self.tile_persistent_min_bytes
         if persistent is not None and (not isinstance(persistent, int)
                                        or isinstance(persistent, bool) or persistent < 0):

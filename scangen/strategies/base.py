@@ -80,8 +80,12 @@ class Temporary:
 class PlanBuilder:
     """Collects launches and temporaries while a strategy plans."""
 
-    def __init__(self, spec, needs_last_item: bool = False, persistent_tiles: bool = False):
+    def __init__(self, spec, needs_last_item: bool = False, persistent_tiles: bool = False,
+                 counted_sections_per_block: int = 1):
         self.spec = spec
+        #: Sections each block of reduce_then_scan's first pass counts over the user's input
+        #: (KernelSpec.counted_sections_per_block).
+        self.counted_sections_per_block = counted_sections_per_block
         #: Whether the module has the persistent single-pass kernel (KernelSpec.
         #: persistent_tiles).
         self.persistent_tiles = persistent_tiles

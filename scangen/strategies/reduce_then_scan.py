@@ -3,6 +3,7 @@ prefix. About 3n of traffic; each pass streams at high bandwidth."""
 from __future__ import annotations
 
 from ..kernels import REDUCE_SECTIONS, SCAN_SEEDED
+from .base import ceil_div
 from .sections_then_totals import SectionsThenTotals
 
 
@@ -13,6 +14,13 @@ class ReduceThenScan(SectionsThenTotals):
 
     def first_traffic(self, n, sections):
         return n, sections + 1
+
+    def first_grid(self, builder, sections, io):
+        """A block counts several sections of a mask (KernelSpec.counted_sections_per_block);
+        one level down, and otherwise, a block reduces one."""
+        if io != "user":
+            return sections
+        return ceil_div(sections, builder.counted_sections_per_block)
 
 
 REDUCE_THEN_SCAN = ReduceThenScan()

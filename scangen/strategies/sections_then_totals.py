@@ -31,6 +31,10 @@ class SectionsThenTotals(Strategy):
         """(elements read, elements written) by the first pass."""
         raise NotImplementedError
 
+    def first_grid(self, builder: PlanBuilder, sections: int, io: str) -> int:
+        """Blocks of the first pass: one a section by default."""
+        return sections
+
     def build(self, builder: PlanBuilder, n: int, io_arg, level: int) -> None:
         if n <= builder.spec.section_size:
             return ONE_SECTION_STRATEGY.build(builder, n, io_arg, level)
@@ -44,9 +48,11 @@ class SectionsThenTotals(Strategy):
                                    f"{sections} section totals, then the grand total"
                                    if grand_total else f"{sections} section totals")
         reads, writes = self.first_traffic(n, sections)
-        builder.launch(Kernel(self.first, io), sections, io_arg, buffers + (totals, n),
+        blocks = self.first_grid(builder, sections, io)
+        by = f" in {blocks} blocks" if blocks != sections else ""
+        builder.launch(Kernel(self.first, io), blocks, io_arg, buffers + (totals, n),
                        reads=reads, writes=writes, level=level,
-                       why=f"{self.first.summary.split(': ', 1)[1]} ({sections} sections)")
+                       why=f"{self.first.summary.split(': ', 1)[1]} ({sections} sections{by})")
         below = sections + 1 if grand_total else sections
         self.build(builder, below, totals, level + 1)
         builder.launch(Kernel(self.second, io), sections, io_arg, buffers + (totals, n),

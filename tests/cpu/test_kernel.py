@@ -273,6 +273,57 @@ def test_counting_kernels_count_with_ballots_in_every_user_body():
     assert not narrow.kernel_spec.counts_by_ballots and "load_ballots" not in narrow.source
 
 
+def test_a_mask_condition_is_counted_from_16_byte_loads():
+    from scangen.kernel import mask_condition
+
+    for flags, word in ((np.bool_, "unsigned char"), (np.int16, "unsigned short"),
+                        (np.int64, "unsigned long long")):
+        for keep in (True, False):
+            select = scangen.Select(np.float32, flags=flags, keep=keep)
+            assert select.kernel.kernel_spec.counted_mask == ("flags", word, keep)
+            assert "count_mask_sections(io.flags, first, totals)" in select.kernel.source
+    # a ScanKernel that writes the condition the same way is recognised too
+    kernel = compaction(counts=True, arguments="const int *keep, long long *out",
+                        input_expr=mask_condition("keep"), output_statement="out[i] = item;")
+    assert kernel.kernel_spec.counted_mask == ("keep", "unsigned int", True)
+    # no mask: a predicate, a float array, reverse, last_counted, sections the loads don't fill
+    assert scangen.Select(np.float32, "x > 0").kernel.kernel_spec.counted_mask is None
+    unrecognised = [
+        dict(arguments="const float *keep, long long *out", input_expr=mask_condition("keep"),
+             output_statement="out[i] = item;"),
+        dict(arguments="const int *keep, long long *out", input_expr=mask_condition("keep"),
+             output_statement="out[i] = item;", reverse=True),
+        dict(arguments="const int *keep, long long *out", input_expr=mask_condition("keep"),
+             output_statement="out[i] = last_counted;"),
+        dict(arguments="const int *keep, long long *out", input_expr=mask_condition("keep"),
+             output_statement="out[i] = item;", section_size=64, items_per_thread=2)]
+    for options in unrecognised:
+        kernel = compaction(counts=True, **options)
+        assert kernel.kernel_spec.counted_mask is None, options
+        assert "count_mask_section" not in kernel.source
+
+
+@pytest.mark.parametrize("per_block", [1, 3, 16])
+def test_a_mask_first_pass_block_counts_several_sections(per_block):
+    tuning = scangen.Tuning(mask_sections_per_block=per_block)
+    select = scangen.Select(np.float32, flags=np.bool_, strategy="reduce_then_scan",
+                            tuning=tuning)
+    assert select.kernel.kernel_spec.counted_sections_per_block == per_block
+    assert f"static const int COUNTED_SECTIONS = {per_block};" in select.kernel.source
+    sections = 301
+    section = select.kernel.spec.section_size
+    first, *inner, last = select.kernel.plan(section * sections - 5).launches
+    assert (first.kernel.name, first.grid) == ("reduce_sections_user", -(-sections // per_block))
+    assert last.grid == sections and all(launch.grid <= sections for launch in inner)
+    # a predicate is counted by ballots, a section a block, whatever the tuning
+    predicate = scangen.Select(np.float32, "x > 0", strategy="reduce_then_scan", tuning=tuning)
+    assert predicate.kernel.kernel_spec.counted_sections_per_block == 1
+    assert predicate.kernel.plan(section * sections).launches[0].grid == sections
+    for wrong in (0, 17, 2.0, True):
+        with pytest.raises(ValueError, match="mask_sections_per_block must be an int"):
+            scangen.Tuning(mask_sections_per_block=wrong)
+
+
 @pytest.mark.parametrize("dtype,operator,segments", [
     (np.float32, "add", None), (np.int64, "max", None), (np.int64, "add", "i % 7 == 0")])
 def test_counts_needs_integer_add_without_segments(dtype, operator, segments):
@@ -328,6 +379,8 @@ def test_counting_modules_compile(strategy):
                        counts=True, reverse=True, initial=3, strategy=strategy).check_compile()
     last_counted_kernel(strategy=strategy).check_compile()
     last_counted_kernel(strategy=strategy, section_size=32, items_per_thread=2).check_compile()
+    for flags, keep in ((np.bool_, True), (np.int64, False)):
+        scangen.Select(np.float32, flags=flags, keep=keep, strategy=strategy).check_compile()
 
 
 def test_calls_from_threads_launch_one_at_a_time(monkeypatch):

@@ -31,6 +31,18 @@ def data(rng, dtype, n, pattern):
     return rng.integers(max(info.min, -1000), min(info.max, 1000), n).astype(dtype)
 
 
+#: Selects by masks of each width, through reduce_then_scan, whose first pass counts a
+#: block's sections (Tuning.mask_sections_per_block of them) from 16-byte loads where they
+#: are whole and the mask 16-byte aligned (KernelSpec.counted_mask), any other by ballots.
+MASK_SELECTS = [(np.bool_, True, 4), (np.uint8, False, 1), (np.int16, True, 3),
+                (np.int32, False, 4), (np.int64, True, 16)]
+
+
+def mask_select(flags, keep, per_block):
+    return scangen.Select(np.float32, flags=flags, keep=keep, strategy="reduce_then_scan",
+                          tuning=scangen.Tuning(mask_sections_per_block=per_block))
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _compile_in_parallel():
     primitives = []
@@ -39,6 +51,7 @@ def _compile_in_parallel():
                        scangen.Select(dtype, flags=np.bool_), scangen.Select(dtype, flags=np.int32),
                        scangen.Partition(dtype, "x > 0"), scangen.Unique(dtype),
                        scangen.RunLengthEncode(dtype)]
+    primitives += [mask_select(*case) for case in MASK_SELECTS]
     precompile([p.kernel for p in primitives]
                + [k for p in primitives if isinstance(p, scangen.RunLengthEncode)
                   for k in p.wide_kernels()])
@@ -58,6 +71,30 @@ def test_select_remove_if_and_flags(gpu, rng, dtype, pattern):
         counts = rng.integers(-2, 3, n).astype(np.int32)  # nonzero keeps
         np.testing.assert_array_equal(scangen.select(x_gpu, flags=gpu.to_gpu(counts)).get(),
                                       x[counts != 0])
+
+
+@pytest.mark.parametrize("flags,keep,per_block", MASK_SELECTS, ids=str)
+def test_select_by_masks_through_reduce_then_scan(gpu, rng, flags, keep, per_block):
+    select = mask_select(flags, keep, per_block)
+    assert select.kernel.kernel_spec.counted_mask[::2] == ("flags", keep)
+    assert select.kernel.kernel_spec.counted_sections_per_block == per_block
+    for n in SIZES + [2048 * 301 + 17]:
+        x = rng.random(n + 1).astype(np.float32)
+        share = rng.choice([0.0, 0.5, 1.0])  # none, half or all of the mask nonzero
+        if np.dtype(flags) == np.bool_:
+            mask = rng.random(n + 1) < share
+        else:  # any nonzero value counts, the type's extremes too
+            info = np.iinfo(flags)
+            nonzero = rng.choice([1, 2, info.min or 255, info.max], n + 1).astype(flags)
+            mask = np.where(rng.random(n + 1) < share, nonzero, 0).astype(flags)
+        x_gpu, mask_gpu = gpu.to_gpu(x), gpu.to_gpu(mask)
+        # a view one element in is not 16-byte aligned: its sections are counted by ballots
+        for offset in (0, 1):
+            kept = x[offset:offset + n][(mask[offset:offset + n] != 0) == keep]
+            out = gpu.to_gpu(np.full(n, np.nan, np.float32))
+            got = select(x_gpu[offset:offset + n], mask_gpu[offset:offset + n], out=out)
+            np.testing.assert_array_equal(got.get(), kept, err_msg=f"n={n} offset={offset}")
+            assert np.isnan(out.get()[kept.size:]).all(), f"wrote past the kept, n={n}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
