@@ -55,8 +55,8 @@ class Hooks:
 
 
 def mask_condition(mask: str, keep: bool = True) -> str:
-    """A counting ScanKernel's ``input_expr`` that counts where the integer array ``mask`` is
-    nonzero (``keep``) or zero: written this way, KernelSpec.counted_mask recognises it, and
+    """A counting ScanKernel's ``input_expr`` that counts where the integer or bool array
+    ``mask`` is nonzero (``keep``) or zero: written this way, KernelSpec.counted_mask recognises it, and
     reduce_then_scan's first pass counts whole sections with 16-byte loads of the mask."""
     test = f"{mask}[i] != 0"
     return f"({test if keep else f'!({test})'}) ? 1 : 0"
