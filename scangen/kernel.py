@@ -54,12 +54,17 @@ class Hooks:
         return bool(_LAST_COUNTED.search(strip_literals_and_comments(self.output_statement)))
 
 
-def mask_condition(mask: str, keep: bool = True) -> str:
-    """A counting ScanKernel's ``input_expr`` that counts where the integer or bool array
-    ``mask`` is nonzero (``keep``) or zero: written this way, KernelSpec.counted_mask recognises it, and
-    reduce_then_scan's first pass counts whole sections with 16-byte loads of the mask."""
-    test = f"{mask}[i] != 0"
+def counting_condition(test: str, keep: bool = True) -> str:
+    """A counting ScanKernel's ``input_expr``: 1 where the C condition ``test`` holds
+    (``keep``), or where it does not, else 0."""
     return f"({test if keep else f'!({test})'}) ? 1 : 0"
+
+
+def mask_condition(mask: str, keep: bool = True) -> str:
+    """counting_condition of the integer or bool array ``mask`` being nonzero at ``i``:
+    written this way, KernelSpec.counted_mask recognises it, and reduce_then_scan's first
+    pass counts whole sections with 16-byte loads of the mask."""
+    return counting_condition(f"{mask}[i] != 0", keep)
 
 
 #: Unsigned C types of a mask element's size, which the first pass counts in (16 / size a load).

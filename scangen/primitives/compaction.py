@@ -20,7 +20,7 @@ import numpy as np
 from ..args import Argument, c_parameters
 from ..compile import check_with_nvcc, compile_module, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..kernel import ScanKernel, mask_condition
+from ..kernel import ScanKernel, counting_condition, mask_condition
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N
@@ -219,18 +219,16 @@ class Select(_Compaction):
         preamble = ""
         if predicate is not None:
             preamble = _predicate_preamble(c, predicate)
-            test, mask_argument = "scangen_keep(x[i], i)", ""
+            condition, mask_argument = counting_condition("scangen_keep(x[i], i)", keep), ""
             self.flags_dtype = None
         else:
             self.flags_dtype = np.dtype(flags)
             if self.flags_dtype not in MASK_C_TYPES:
                 raise TypeError(f"flags must be bool or an integer dtype, not {self.flags_dtype}")
-            test = None
+            # in the form KernelSpec.counted_mask knows (its first pass loads 16 bytes)
+            condition = mask_condition("flags", keep)
             mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *__restrict__ flags, "
         self.predicate = predicate
-        # a mask in the form KernelSpec.counted_mask knows (its first pass loads 16 bytes)
-        condition = mask_condition("flags", keep) if test is None else \
-            f"({test if keep else f'!({test})'}) ? 1 : 0"
         super().__init__(dtype, _counting_scan(
             arguments=f"const {c} *__restrict__ x, {mask_argument}{c} *__restrict__ out, "
                       "long long *count",
