@@ -5,7 +5,8 @@ family and primitive on random sizes for a while, every result checked on the ho
 
 Prints calls made, elements scanned and device memory in use (cuMemGetInfo) as it goes, and
 exits non-zero on a wrong result, an exception in any thread, or device memory still growing
-after the warm-up (the first fifth of the run, when pools and scratch reach their sizes). Run
+after the warm-up (the first 40% of the run, which compiles every kernel and lets
+pools and scratch reach their sizes). Run
 it with stderr kept: a clean run also ends without a warning (a leaked or out-of-thread
 device allocation, a context error at exit).
 """
@@ -158,7 +159,7 @@ def main() -> int:
     scangen.current_context()
     start = time.monotonic()
     deadline = start + args.minutes * 60
-    warm = start + args.minutes * 60 / 5
+    warm = start + args.minutes * 60 * 0.4
     tally = Tally()
     threads = [threading.Thread(target=_worker, args=(seed, deadline, tally))
                for seed in range(args.threads)]

@@ -58,9 +58,9 @@ def _scan_case(gpu, rng, where):
         dtype, op = AFFINE_PAIR, AFFINE_PAIRS
     else:
         dtype, op = np.dtype(dtype_name), operator(op_name)
-    mode = str(rng.choice(MODES))
-    strategy = str(rng.choice(STRATEGIES))
-    algorithm = str(rng.choice(ALGORITHMS))
+    mode = str(rng.choice(list(MODES)))
+    strategy = str(rng.choice(list(STRATEGIES)))
+    algorithm = str(rng.choice(list(ALGORITHMS)))
     section_size = int(rng.choice([64, 128, 256]))
     reverse = bool(rng.random() < 0.3)
     segmented = bool(rng.random() < 0.3)
