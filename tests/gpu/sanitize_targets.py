@@ -8,7 +8,8 @@ Sizes are small (the sanitizers slow kernels down a hundredfold) but span severa
 so every kernel of every strategy runs, tail sections included. Exits non-zero on a wrong
 result too. Name parts to run only those (each compiles its own modules; "scans" compiles
 120): ``python3 tests/gpu/sanitize_targets.py hooks radix``; the parts are scans, hooks
-(hooks, segments and struct values) and radix (radix passes and histograms).
+(hooks, segments and struct values), primitives (every compaction primitive, segments by
+flags, offsets and keys, on their default tiles) and radix (radix passes and histograms).
 """
 import itertools
 import sys
@@ -21,7 +22,7 @@ import numpy as np
 import scangen
 from scangen.spec import ALGORITHMS, MODES, STRATEGIES
 
-PARTS = ("scans", "hooks", "radix")
+PARTS = ("scans", "hooks", "primitives", "radix")
 
 
 def main() -> int:
@@ -51,6 +52,8 @@ def main() -> int:
                     print(f"MISMATCH {strategy} {algorithm} {mode} {dtype} {op_name} n={n}")
     if "hooks" in parts:
         failures += hooks_and_values(rng, gpuarray)
+    if "primitives" in parts:
+        failures += primitives(rng, gpuarray)
     if "radix" in parts:
         failures += sorting_and_histograms(rng, gpuarray)
     print(f"sanitize_targets ({', '.join(p for p in PARTS if p in parts)}): {failures} "
@@ -91,6 +94,43 @@ def hooks_and_values(rng, gpuarray) -> int:
         got = seg(gpuarray.to_gpu(maps), flags=gpuarray.to_gpu(heads)).get()
         want = segmented_reference(maps, heads, AFFINE_PAIRS, "inclusive", initial=start)
         failures += not np.array_equal(got, want)
+    return failures
+
+
+def primitives(rng, gpuarray) -> int:
+    """Select (by predicate and by mask), remove_if, Partition, Unique, RunLengthEncode and
+    segmented scans by flags, offsets and keys, on their default tiles (the counting scans'
+    ballots, warp runs and last counted offsets), at sizes of one section, several and a
+    partial one."""
+    failures = 0
+    for n in (1000, 3 * 4096 + 7, 70001):
+        x = rng.normal(size=n).astype(np.float32)
+        x_gpu = gpuarray.to_gpu(x)
+        failures += not np.array_equal(scangen.select(x_gpu, "x > 0.1f").get(), x[x > 0.1])
+        failures += not np.array_equal(scangen.remove_if(x_gpu, "x > 0.1f").get(),
+                                       x[~(x > 0.1)])
+        mask = rng.random(n) < 0.5
+        failures += not np.array_equal(
+            scangen.select(x_gpu, flags=gpuarray.to_gpu(mask)).get(), x[mask])
+        parted, count = scangen.partition(x_gpu, "x > 0.0f")
+        failures += count != (x > 0).sum() or not np.array_equal(
+            parted.get(), np.concatenate([x[x > 0], x[~(x > 0)]]))
+        ints = rng.integers(0, 3, n).astype(np.int32)
+        ints_gpu = gpuarray.to_gpu(ints)
+        heads = np.flatnonzero(np.r_[True, ints[1:] != ints[:-1]])
+        failures += not np.array_equal(scangen.unique(ints_gpu).get(), ints[heads])
+        values, counts = scangen.run_length_encode(ints_gpu)
+        failures += not np.array_equal(values.get(), ints[heads])
+        failures += not np.array_equal(counts.get(), np.diff(np.r_[heads, n]))
+        seg = scangen.SegmentedScan(np.int32, "add")
+        want = np.concatenate([np.cumsum(ints[a:b]) for a, b in zip(heads, np.r_[heads[1:], n])])
+        failures += not np.array_equal(seg(ints_gpu, keys=ints_gpu).get(), want)
+        flags = np.zeros(n, np.uint8)
+        flags[heads] = 1
+        failures += not np.array_equal(seg(ints_gpu, flags=gpuarray.to_gpu(flags)).get(), want)
+        offsets = np.r_[heads, n].astype(np.int64)
+        failures += not np.array_equal(seg(ints_gpu, offsets=gpuarray.to_gpu(offsets)).get(),
+                                       want)
     return failures
 
 
