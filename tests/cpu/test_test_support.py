@@ -283,3 +283,22 @@ def test_missing_nvcc_fails_when_required(monkeypatch):
     monkeypatch.setenv("SCANGEN_REQUIRE_NVCC", "1")
     with pytest.raises(pytest.fail.Exception, match="SCANGEN_REQUIRE_NVCC=1 but nvcc"):
         require_nvcc()
+
+
+def test_only_a_missing_gpu_skips(monkeypatch):
+    """No PyCUDA or no device: a reason to skip. Any other error making a context current
+    propagates, so the test errors instead of skipping."""
+    from scangen import compile as scan_compile
+    from tests.conftest import _gpu_unavailable_reason
+
+    def missing():
+        raise scan_compile.GPUUnavailableError("no usable CUDA device")
+
+    def broken():
+        raise RuntimeError("cuInit failed in a way nobody expected")
+
+    monkeypatch.setattr(scan_compile, "current_context", missing)
+    assert _gpu_unavailable_reason() == "no GPU: no usable CUDA device"
+    monkeypatch.setattr(scan_compile, "current_context", broken)
+    with pytest.raises(RuntimeError, match="nobody expected"):
+        _gpu_unavailable_reason()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.support import readme_python_blocks, run_readme_block
+from tests.support import require_module
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -95,7 +96,7 @@ def test_examples_run_with_their_defaults(gpu, capsys):
 
 
 def test_readme_quick_start_runs(gpu, capsys):
-    pytest.importorskip("cupy")  # the quick start scans CuPy arrays
+    require_module("cupy")  # the quick start scans CuPy arrays
     blocks = readme_python_blocks()
     assert blocks, "README.md has no python block"
     namespace = {}
@@ -168,8 +169,8 @@ def test_every_readme_python_block_runs(gpu, capsys, index, tmp_path, monkeypatc
     imported = _top_level_imports(block)
     for library in ("cupy", "torch", "dask", "dask_cuda", "distributed"):
         if library in imported:
-            pytest.importorskip(library)
+            require_module(library)
     if "gpu_cluster(" in block:  # a dask.distributed cluster, imported by scangen.dask
-        pytest.importorskip("distributed")
+        require_module("distributed")
     monkeypatch.chdir(tmp_path)  # blocks that write files (a memmap) write them there
     exec(compile(block, f"README.md python block {index}", "exec"), {})

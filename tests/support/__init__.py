@@ -389,7 +389,7 @@ def skip_or_fail(reason, *, required_by="SCANGEN_REQUIRE_GPU", allow=None):
     if _env_set(required_by) and (allow is None or allow not in allowed_skips()):
         hint = f" (SCANGEN_ALLOW_SKIP={allow} lets it skip)" if allow else ""
         pytest.fail(f"{required_by}=1 but {reason}{hint}", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)
 
 
 def require_module(name, *, allow=None):
@@ -421,6 +421,15 @@ def require_nvcc():
     return nvcc
 
 
+def optional_nvcc():
+    """The path of nvcc, or None for a test that does less without it; a failure under
+    SCANGEN_REQUIRE_NVCC=1."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None and _env_set("SCANGEN_REQUIRE_NVCC"):
+        pytest.fail("SCANGEN_REQUIRE_NVCC=1 but nvcc is not on PATH", pytrace=False)
+    return nvcc
+
+
 #: Mark for tests that compile with nvcc: through the ``nvcc`` fixture (tests/conftest.py),
 #: so they skip without it, or fail under SCANGEN_REQUIRE_NVCC=1.
 needs_nvcc = pytest.mark.usefixtures("nvcc")
@@ -437,7 +446,7 @@ def precompile(kernels):
 
     try:
         scan_compile.current_context()
-    except Exception:
+    except scan_compile.GPUUnavailableError:
         return
     specs = [k if hasattr(k, "entry_points") else getattr(k, "kernel", k).kernel_spec
              for k in kernels]
@@ -864,7 +873,7 @@ def assert_scan_equal(got, want, dtype, n, *, op=None, reverse=False):
 
 __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "allowed_skips", "assert_guard_untouched", "assert_scan_equal", "GUARD",
-           "guarded_output", "left_fold", "multiplies_exactly", "needs_nvcc", "reference",
+           "guarded_output", "left_fold", "multiplies_exactly", "needs_nvcc", "optional_nvcc", "reference",
            "reference_fold", "require_gpus", "require_module", "require_nvcc", "skip_or_fail",
            "sums_exactly", "twin", "twin_identity", "TWINS", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
            "exact_affine_pairs", "expected", "FakeDeviceArray", "flipped", "kind", "MODES",
