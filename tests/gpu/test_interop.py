@@ -183,9 +183,15 @@ def test_compaction_primitives(kind, rng):
                                                                          n)))
     # The reusable classes, with out= (no copy) and the count left on the device.
     out = poison(rng, kind, n, np.float32)
+    before = kind.to_host(out).copy()
     got, count = scangen.Select(np.float32, "x > 0.0f")(on(x), out=out, count_on_device=True)
     assert got is out and isinstance(count, kind.type)
-    assert assert_kind(count)[0] == int((x > 0).sum())
+    kept = x[x > 0]
+    assert assert_kind(count)[0] == kept.size
+    written = kind.to_host(out)
+    np.testing.assert_array_equal(written[:kept.size], kept)
+    np.testing.assert_array_equal(written[kept.size:], before[kept.size:],
+                                  err_msg="wrote past the kept elements")
     for empty in (scangen.unique(on(x[:0])), scangen.select(on(x[:0]), "x > 0.0f")):
         assert assert_kind(empty).size == 0
 
