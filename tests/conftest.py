@@ -2,7 +2,8 @@
 
 GPU tests use the ``gpu`` fixture: it skips with a visible reason when PyCUDA or a CUDA
 device is missing, and with SCANGEN_REQUIRE_GPU=1 it fails instead, so a GPU run cannot
-pass by skipping.
+pass by skipping. Tests that compile with nvcc use the ``nvcc`` fixture (through
+tests.support.needs_nvcc): they skip without it, and fail under SCANGEN_REQUIRE_NVCC=1.
 """
 import os
 import zlib
@@ -14,10 +15,13 @@ REQUIRE_GPU = os.environ.get("SCANGEN_REQUIRE_GPU") == "1"
 
 
 def _gpu_unavailable_reason():
+    """Why there is no GPU (no PyCUDA, or no usable device), or None. Any other error
+    while making a context current is a bug and propagates: the test errors, not skips."""
+    from scangen.compile import GPUUnavailableError, current_context
+
     try:
-        from scangen.compile import current_context
         current_context()
-    except Exception as err:  # GPUUnavailableError, or a driver that fails to load
+    except GPUUnavailableError as err:
         return f"no GPU: {err}"
     return None
 
@@ -32,6 +36,14 @@ def gpu():
         pytest.skip(reason)
     from pycuda import gpuarray
     return gpuarray
+
+
+@pytest.fixture(scope="session")
+def nvcc():
+    """The path of nvcc; skips without it, or fails under SCANGEN_REQUIRE_NVCC=1
+    (tests.support.needs_nvcc marks a test that needs it)."""
+    from tests.support import require_nvcc
+    return require_nvcc()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ peer programs compiling and joining the tables."""
 import argparse
 import contextlib
 import importlib.util
-import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +11,8 @@ import numpy as np
 import pytest
 
 import scangen
+
+from tests.support import needs_nvcc
 from scangen import bench
 from scangen.strategies.tile_state import TileState
 
@@ -38,7 +39,7 @@ def load_primitives_script():
     return module
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("source", [bench.CUB_SOURCE, PRIMITIVES_SCRIPT.with_name(
     "cub_primitives.cu")], ids=lambda source: source.name)
 def test_a_cub_peer_compiles_without_warnings(tmp_path, source):

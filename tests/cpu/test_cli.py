@@ -10,7 +10,7 @@ import pytest
 import scangen
 from scangen.cli import main
 
-from tests.support import marked_source_line
+from tests.support import marked_source_line, require_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,10 +104,7 @@ def test_plan_takes_the_bench_size_syntax(capsys, text):
 
 
 def test_source_check_compiles_or_points_at_the_operator(capsys):
-    import shutil
-
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc is not on PATH")
+    require_nvcc()
     code, out, err = run(capsys, "source", "--check", "--dtype", "int32")
     assert code == 0 and "compiled this module without errors" in err
     code, out, err = run(capsys, "source", "--check", "--expr", "a +* b", "--identity", "0")

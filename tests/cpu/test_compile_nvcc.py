@@ -36,15 +36,15 @@ from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
 from tests.support import (AFFINE, AFFINE_MAPS, BFLOAT16, COMPACTION, DTYPES, OPERATORS,
-                           PARTITION, RUN_LENGTHS, SATURATING_ADD, TABLE_LOOKUP,
-                           type_operator_pairs, valid)
+                           PARTITION, RUN_LENGTHS, SATURATING_ADD, TABLE_LOOKUP, needs_nvcc,
+                           skip_or_fail, type_operator_pairs, valid)
 
 NVCC = shutil.which("nvcc")
 ARCH = "sm_90"
 
-pytestmark = pytest.mark.skipif(
-    NVCC is None, reason="nvcc is not on PATH: the rendered CUDA is compiled only where the "
-                         "CUDA toolkit is installed (rendering itself is tested in test_render)")
+# The rendered CUDA is compiled only where the CUDA toolkit is installed (rendering itself is
+# tested in test_render); SCANGEN_REQUIRE_NVCC=1 makes a missing nvcc a failure.
+pytestmark = needs_nvcc
 
 #: Every strategy; each renders different kernels (auto: one section, decoupled look-back
 #: and reduce_then_scan together; chained and decoupled_lookback differ in the protocol).
@@ -584,7 +584,8 @@ def compiled(tmp_path_factory):
     directory = tmp_path_factory.mktemp("nvcc")
     problem = _probe(directory)
     if problem:
-        pytest.skip(f"nvcc cannot build {ARCH} code here:\n{problem}")
+        skip_or_fail(f"nvcc cannot build {ARCH} code here:\n{problem}",
+                     required_by="SCANGEN_REQUIRE_NVCC")
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
     batches = {name: build() for name, build in BATCHES.items()}
     batches["harness"] = harness_entries()

@@ -2,7 +2,6 @@
 import ast
 import re
 import shlex
-import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 import scangen
 from scangen.cli import build_parser, main
 from scangen.types import OPTIONAL_TYPES
-from tests.support import BFLOAT16
+from tests.support import BFLOAT16, optional_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
@@ -85,7 +84,7 @@ def readme_cli_commands():
 
 @pytest.mark.parametrize("argv", readme_cli_commands(), ids=" ".join)
 def test_readme_cli_commands_run(argv, capsys):
-    if "--check" in argv and shutil.which("nvcc") is None:
+    if "--check" in argv and optional_nvcc() is None:
         argv = [a for a in argv if a != "--check"]  # compiling needs nvcc; the rest runs
     args = build_parser().parse_args(argv)
     if args.command in ("source", "plan"):  # the others need a GPU

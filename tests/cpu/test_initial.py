@@ -5,7 +5,6 @@ initial value. The kernels render and compile, and their plans, interpreted in n
 (tests/support/plan_machine.py), agree with the reference."""
 import concurrent.futures
 import os
-import shutil
 import struct
 
 import numpy as np
@@ -16,12 +15,12 @@ from scangen.args import launch_format
 from scangen.runtime.launcher import convert_scalar
 from scangen.spec import MODES, STRATEGIES
 from scangen.types import element_type
-from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, ARGMAX, BFLOAT16, VALUE_INDEX,
+from tests.support import (AFFINE, AFFINE_PAIR, AFFINE_PAIRS, ARGMAX, BFLOAT16, VALUE_INDEX,
                            assert_scan_equal, exact_affine_pairs, needs_bfloat16, operator,
                            random_input, scan_reference, segmented_reference)
+from tests.support import needs_nvcc
 from tests.support.plan_machine import PlanMachine, ScanHooks
 
-NVCC = shutil.which("nvcc")
 
 #: (dtype, operator, an initial value) passed as bytes: no struct-module code fits them.
 BY_BYTES = [(AFFINE_PAIR, AFFINE_PAIRS, (2.0, -1.5)),
@@ -176,17 +175,21 @@ def test_interpreted_rows_start_from_initial(strategy, dtype, op_name, rng):
 
 
 def test_the_interpreter_notices_an_initial_value_left_out(rng):
-    """The comparison above sees the difference: the plan without the initial value."""
-    op = operator("last_nonzero")
-    seg = scangen.SegmentedScan(np.int32, op, initial=0, section_size=4,
+    """The comparison above sees the difference: a non-identity initial value under a
+    non-commutative operator changes every segment's start, so a plan run without it
+    disagrees with the reference at each of them."""
+    initial = random_input(rng, "uint64", "affine_then", 1)[0]
+    seg = scangen.SegmentedScan(np.uint64, AFFINE, initial=initial, section_size=4,
                                 algorithm="kogge_stone")
-    x = random_input(rng, np.int32, "last_nonzero", 50)
-    x[0] = 0  # the first segment's first value does not overwrite the initial value
-    heads = np.zeros(50, np.uint8)
-    got = PlanMachine(rng).run(seg.kernel("flags", np.dtype(np.uint8)).plan(50),
-                               ScanHooks(x, "inclusive", heads=heads))
-    want = segmented_reference(x, heads, op, "inclusive", initial=np.int32(-9))
-    assert got[0] == 0 and want[0] == -9
+    x = random_input(rng, "uint64", "affine_then", 50)
+    heads = (rng.random(50) < 0.2).astype(np.uint8)
+    plan = seg.kernel("flags", np.dtype(np.uint8)).plan(50)
+    want = segmented_reference(x, heads, AFFINE, "inclusive", initial=initial)
+    got = PlanMachine(rng).run(plan, ScanHooks(x, "inclusive", heads=heads, initial=initial))
+    np.testing.assert_array_equal(got, want)
+    left_out = PlanMachine(rng).run(plan, ScanHooks(x, "inclusive", heads=heads))
+    starts = np.union1d([0], np.flatnonzero(heads))
+    assert starts.size > 3 and np.all(left_out[starts] != want[starts])
 
 
 def test_float_initial_in_segments_is_within_tolerance(rng):
@@ -201,7 +204,7 @@ def test_float_initial_in_segments_is_within_tolerance(rng):
                                                "inclusive", initial=0.25), np.float64, 333)
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_initial_modules_compile():
     kernels = [scangen.SegmentedScan(AFFINE_PAIR, AFFINE_PAIRS, mode="exclusive",
                                      initial=(1.0, 0.0), reverse=True, strategy=strategy)

@@ -9,6 +9,7 @@ from scangen.args import ArgumentError, c_parameters, launch_format, parse_argum
 from scangen import UserCodeError
 from scangen.runtime import launcher
 from tests.support import COMPACTION, FakeDeviceArray, simulate_device
+from tests.support import needs_nvcc
 
 
 def compaction(**kwargs):
@@ -213,14 +214,14 @@ def test_segment_start_must_be_an_expression():
                            output_statement="out[i] = item;")
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("strategy", ["auto", "hierarchical", "reduce_then_scan"])
 @pytest.mark.parametrize("dtype", ["int8", "float64"])
 def test_segmented_modules_compile(strategy, dtype):
     segmented(dtype, strategy=strategy).check_compile()
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_segmented_single_pass_compiles_and_errors_name_the_piece():
     scangen.ScanKernel(np.float32, "max", arguments="const float *x, float *out",
                        input_expr="x[i]", is_segment_start_expr="i % 100 == 0",
@@ -369,7 +370,7 @@ def test_last_counted_needs_8_byte_counts_in_array_order(dtype, reverse):
         last_counted_kernel(dtype, reverse=reverse)
 
 
-@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("strategy", ["auto", "hierarchical", "reduce_then_scan", "chained",
                                       "decoupled_lookback"])
 def test_counting_modules_compile(strategy):

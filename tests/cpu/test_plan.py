@@ -784,6 +784,16 @@ def _mutants(plan):
                 plan.launches[:i] + (short,) + plan.launches[i + 1:]
 
 
+#: What the interpreter says of a plan missing (part of) the launch of the output statement.
+REFUSALS = re.compile(r"the output statement ran 0 times for i=\d+|\d+ tiles, but "
+                      r"plan.single_pass_tiles says \d+")
+
+
+def _launch_of(what, plan):
+    """The launch a mutant from _mutants changed, from its description."""
+    return plan.launches[int(re.search(r"launch (\d+)", what).group(1))]
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_interpreter_notices_a_missing_or_short_launch(strategy, rng):
     """Every launch of a deep plan matters, and every block of it: a mutant gives another
@@ -803,7 +813,12 @@ def test_interpreter_notices_a_missing_or_short_launch(strategy, rng):
             mutant = dataclasses.replace(plan, launches=launches)
             try:
                 got = run_plan(mutant, RecordHooks(x, last_item=last), rng)
-            except AssertionError:
+            except AssertionError as err:
+                # Only the launch that runs the output statement may be refused, and only
+                # for what it leaves undone; any other assertion is a bug to report.
+                user_launch = _launch_of(what, plan).args[0] is USER_ARGS
+                if not (user_launch and REFUSALS.search(str(err))):
+                    raise
                 refused += 1
                 continue
             assert any(np.any(got[k] != want[k]) for k in want), \

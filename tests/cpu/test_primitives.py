@@ -2,7 +2,6 @@
 nvcc compiling them (where nvcc is on PATH), and errors that name the predicate."""
 import concurrent.futures
 import os
-import shutil
 import types
 
 import numpy as np
@@ -11,8 +10,8 @@ import pytest
 import scangen
 
 from tests.support import marked_source_line
+from tests.support import needs_nvcc
 
-NVCC = shutil.which("nvcc")
 
 
 def every_primitive(dtype):
@@ -66,7 +65,7 @@ def test_kernels_hold_their_hooks(dtype):
         assert kernel.kernel_spec.counts_by_ballots  # counted with ballots
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_every_primitive_compiles():
     primitives = [p for dtype in ("int8", "uint64", "float32", "float64")
                   for p in every_primitive(dtype)]
@@ -74,7 +73,7 @@ def test_every_primitive_compiles():
         list(pool.map(lambda p: p.check_compile(), primitives))
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_a_predicate_that_does_not_compile_is_named():
     with pytest.raises(scangen.ScanCompileError, match="in your predicate") as caught:
         scangen.Select(np.float32, "x > undefined_name").check_compile()

@@ -1,6 +1,5 @@
 """Scan's result_dtype, reverse, initial and 2-D rows, without a GPU: validation, the kernels
 they render, nvcc compiling them, and the references the GPU tests use."""
-import shutil
 
 import numpy as np
 import pytest
@@ -8,8 +7,8 @@ import pytest
 import scangen
 from tests.support import (AFFINE, BFLOAT16, flipped, needs_bfloat16, random_input,
                            scan_reference)
+from tests.support import needs_nvcc
 
-NVCC = shutil.which("nvcc")
 
 
 def test_result_dtype_converts_each_input():
@@ -60,7 +59,7 @@ def test_rows_kernel_segments_by_row():
     assert scangen.Scan(np.int32, "add", initial=1).rows_kernel.initial == 1
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 @pytest.mark.parametrize("strategy", ["auto", "hierarchical", "chained"])
 def test_option_modules_compile(strategy):
     for scan in (scangen.Scan(np.uint8, "add", result_dtype=np.int64, reverse=True, initial=3,
@@ -164,7 +163,7 @@ def test_bfloat16_conversions(dtype, result, spelled):
         scangen.Scan(BFLOAT16, "add", result_dtype=np.float16)
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_conversion_modules_compile():
     for dtype, result, _ in CONVERSIONS:
         scangen.Scan(dtype, "add", result_dtype=result, strategy="hierarchical").check_compile()

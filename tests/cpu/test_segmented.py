@@ -1,10 +1,11 @@
 """SegmentedScan without a GPU: the kernel of each form, offsets validation, nvcc."""
-import shutil
 
 import numpy as np
 import pytest
 
 import scangen
+
+from tests.support import needs_nvcc
 from scangen.segmented import _check_offsets
 
 
@@ -21,7 +22,7 @@ def test_each_form_is_a_segmented_scan_kernel():
     assert seg.kernel("keys", np.dtype(np.int32)) is seg.kernel("keys", np.dtype(np.int32))
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_every_form_compiles():
     seg = scangen.SegmentedScan(np.uint64, "max", reverse=True, strategy="hierarchical")
     for form, dtype in (("flags", np.uint8), ("keys", np.int64), ("offsets", np.int32)):

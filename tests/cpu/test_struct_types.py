@@ -3,7 +3,6 @@ CPU reference over structured arrays, and nvcc compiling struct scans on every s
 (including the static_asserts that pin the C layout to numpy's)."""
 import concurrent.futures
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -12,8 +11,8 @@ import scangen
 from scangen.types import element_type
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, ARGMAX, RUNNING_STATS, STATS,
                            VALUE_INDEX)
+from tests.support import needs_nvcc
 
-NVCC = shutil.which("nvcc")
 
 NESTED = np.dtype([("flag", np.uint8), ("v", np.float64), ("idx", np.int32, (2,)),
                    ("inner", [("a", np.int16), ("b", np.float32)])], align=True)
@@ -89,7 +88,7 @@ def test_reference_scans_structs_in_order(rng):
     assert argmax["index"].tolist() == [0, 1, 1, 1, 4, 4]  # ties keep the first
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@needs_nvcc
 def test_struct_scans_compile_on_every_strategy():
     kernels = []
     for strategy in scangen.STRATEGIES:

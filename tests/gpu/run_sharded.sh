@@ -5,7 +5,9 @@
 # (--shard K/N) run, each from its own copy of that cache (PyCUDA's cache files are
 # written in place, so shards that share one could read a half-written file).
 #
-#   SCANGEN_REQUIRE_GPU=1 bash tests/gpu/run_sharded.sh [N] [more pytest arguments]
+#   SCANGEN_REQUIRE_GPU=1 SCANGEN_ALLOW_SKIP=numba,multi_gpu bash tests/gpu/run_sharded.sh [N] [...]
+#
+# (SCANGEN_ALLOW_SKIP: what this machine genuinely lacks may skip; anything else missing fails)
 #
 # N defaults to the number of CPU cores (at most 16). On a machine of several GPUs the
 # shards take turns (shard K sees GPU K mod GPUs only). Logs: $SHARD_LOGS (default

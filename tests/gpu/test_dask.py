@@ -10,9 +10,10 @@ import scangen
 from scangen.chunked import CarryScan, ChunkTotal, GPUBackend
 from tests.support import (AFFINE, assert_scan_equal, operator, random_chunks, random_input,
                            run_readme_block, scan_reference)
+from tests.support import require_gpus, require_module
 
-dask = pytest.importorskip("dask")
-da = pytest.importorskip("dask.array")
+dask = require_module("dask")
+da = require_module("dask.array")
 import scangen.dask as sd  # noqa: E402
 
 CASES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float32", "add")]
@@ -22,7 +23,7 @@ CASES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float32", "add"
 @pytest.mark.parametrize("mode", scangen.MODES)
 @pytest.mark.parametrize("dtype,op_name", CASES)
 def test_cupy_chunks_equal_the_single_gpu_scan(gpu, rng, scheduler, mode, dtype, op_name):
-    cp = pytest.importorskip("cupy")
+    cp = require_module("cupy")
     n = int(rng.integers(100_000, 3_000_000))
     x = random_input(rng, dtype, op_name, n)
     chunks = random_chunks(rng, n, most=n // 3)
@@ -54,7 +55,7 @@ def test_numpy_chunks_go_through_the_gpu(gpu, rng, mode):
 
 
 def test_select_on_cupy_chunks(gpu, rng):
-    cp = pytest.importorskip("cupy")
+    cp = require_module("cupy")
     x = rng.normal(size=500_000).astype(np.float32)
     darr = da.from_array(cp.asarray(x), chunks=(random_chunks(rng, x.size),), asarray=False)
     got = sd.select(darr, "x > 0.25f").compute(scheduler="synchronous")
@@ -78,7 +79,7 @@ def test_carry_scan_reads_and_writes_its_carry(gpu, rng, mode):
 
 
 def test_readme_dask_block_runs(gpu):
-    pytest.importorskip("cupy")
+    require_module("cupy")
     namespace = run_readme_block("scangen.dask.inclusive_scan", "More than one GPU (Dask)")
     values = namespace["values"]
     np.testing.assert_array_equal(namespace["y"].compute().get(),
@@ -106,12 +107,9 @@ def _device_of(block):
 def test_two_gpus_equal_one(gpu, rng, dtype, op_name):
     """Chunks on two GPUs (one worker each, scangen.dask.gpu_cluster): the scan equals the
     single-GPU scan of the whole array, for operators that are not commutative."""
-    cp = pytest.importorskip("cupy")
-    pytest.importorskip("distributed")
-    import pycuda.driver as driver
-
-    if driver.Device.count() < 2:
-        pytest.skip("one GPU here: the two-GPU scan needs two")
+    require_gpus(2)
+    cp = require_module("cupy")
+    require_module("distributed")
     from distributed import wait
 
     n, chunk = 3_000_017, 250_000

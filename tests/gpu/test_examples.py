@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import readme_python_blocks, run_readme_block
+from tests.support import (AFFINE_PAIRS, exact_affine_pairs, readme_python_blocks, reference,
+                           require_module, run_readme_block)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -95,7 +96,7 @@ def test_examples_run_with_their_defaults(gpu, capsys):
 
 
 def test_readme_quick_start_runs(gpu, capsys):
-    pytest.importorskip("cupy")  # the quick start scans CuPy arrays
+    require_module("cupy")  # the quick start scans CuPy arrays
     blocks = readme_python_blocks()
     assert blocks, "README.md has no python block"
     namespace = {}
@@ -159,17 +160,57 @@ def _top_level_imports(code):
     return names
 
 
+def _check_torch_streams(namespace):
+    x = namespace["x"].cpu().numpy()
+    np.testing.assert_array_equal(namespace["y"].cpu().numpy(), reference(x, "add"))
+    np.testing.assert_array_equal(namespace["kept"].cpu().numpy(), x[x > 4])
+    assert namespace["total"] == int(x.sum())
+
+
+def _check_dask_scans(namespace):
+    values = namespace["values"]
+    np.testing.assert_array_equal(namespace["y"].compute().get(),
+                                  reference(values, "last_nonzero"))
+    np.testing.assert_array_equal(namespace["z"].compute().get(),
+                                  reference(values, "add", "exclusive"))
+    np.testing.assert_array_equal(namespace["kept"].compute().get(), values[values > 0])
+
+
+def _check_struct_scan(namespace):
+    rng = np.random.default_rng(5)
+    maps = exact_affine_pairs(rng, 10_001).astype(namespace["pair"])
+    from pycuda import gpuarray
+    got = namespace["maps"](gpuarray.to_gpu(maps)).get()
+    np.testing.assert_array_equal(got, reference(maps, AFFINE_PAIRS))
+
+
+#: What each README block computes, checked after it runs, by a text the block contains.
+#: Blocks checked by a test above, or by assert statements of their own, are named in
+#: CHECKED_ELSEWHERE.
+README_CHECKS = {"torch.cuda.Stream()": _check_torch_streams,
+                 "scangen.dask.inclusive_scan(x, scangen.LAST_NONZERO)": _check_dask_scans,
+                 "scan_t{b.m * a.m, b.m * a.c + b.c}": _check_struct_scan}
+CHECKED_ELSEWHERE = ["scan(x, out=y)", "ScanKernel(", "scangen.radix_sort(", "SegmentedScan(",
+                     'scangen.select(x, "x > 0.0f")', "assert "]
+
+
 @pytest.mark.parametrize("index", range(len(readme_python_blocks())))
 def test_every_readme_python_block_runs(gpu, capsys, index, tmp_path, monkeypatch):
-    """Each README block runs as written (the tests above also check what the main ones
-    compute); a block that imports an optional library (CuPy, torch, Dask, dask-cuda) skips
-    where that library is missing."""
+    """Each README block runs as written, and what it computes is checked: here, by a test
+    above, or by its own asserts; a block that imports an optional library (CuPy, torch,
+    Dask, dask-cuda) needs that library (tests.support.require_module)."""
     block = readme_python_blocks()[index]
     imported = _top_level_imports(block)
     for library in ("cupy", "torch", "dask", "dask_cuda", "distributed"):
         if library in imported:
-            pytest.importorskip(library)
+            require_module(library)
     if "gpu_cluster(" in block:  # a dask.distributed cluster, imported by scangen.dask
-        pytest.importorskip("distributed")
+        require_module("distributed")
     monkeypatch.chdir(tmp_path)  # blocks that write files (a memmap) write them there
-    exec(compile(block, f"README.md python block {index}", "exec"), {})
+    namespace = {}
+    exec(compile(block, f"README.md python block {index}", "exec"), namespace)
+    checks = [check for marker, check in README_CHECKS.items() if marker in block]
+    for check in checks:
+        check(namespace)
+    assert checks or any(marker in block for marker in CHECKED_ELSEWHERE), \
+        f"nothing checks what README python block {index} computes: add to README_CHECKS"

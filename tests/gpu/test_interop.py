@@ -14,6 +14,7 @@ from scangen import LAST_NONZERO
 
 from tests.support import (AFFINE, COMPACTION, assert_scan_equal, expected, random_input,
                            run_readme_block, scan_reference, segmented_reference)
+from tests.support import require_module
 
 SIZES = [0, 1, 1000, 100_003]
 KINDS = ["pycuda", "cupy", "torch"]
@@ -30,10 +31,10 @@ class Kind:
         if name == "pycuda":
             self.module, self.type = gpu, gpu.GPUArray
         elif name == "cupy":
-            self.module = pytest.importorskip("cupy")
+            self.module = require_module("cupy")
             self.type = self.module.ndarray
         else:
-            self.module = pytest.importorskip("torch")
+            self.module = require_module("torch")
             self.type = self.module.Tensor
 
     def to_device(self, host):
@@ -182,9 +183,15 @@ def test_compaction_primitives(kind, rng):
                                                                          n)))
     # The reusable classes, with out= (no copy) and the count left on the device.
     out = poison(rng, kind, n, np.float32)
+    before = kind.to_host(out).copy()
     got, count = scangen.Select(np.float32, "x > 0.0f")(on(x), out=out, count_on_device=True)
     assert got is out and isinstance(count, kind.type)
-    assert assert_kind(count)[0] == int((x > 0).sum())
+    kept = x[x > 0]
+    assert assert_kind(count)[0] == kept.size
+    written = kind.to_host(out)
+    np.testing.assert_array_equal(written[:kept.size], kept)
+    np.testing.assert_array_equal(written[kept.size:], before[kept.size:],
+                                  err_msg="wrote past the kept elements")
     for empty in (scangen.unique(on(x[:0])), scangen.select(on(x[:0]), "x > 0.0f")):
         assert assert_kind(empty).size == 0
 
@@ -212,7 +219,7 @@ def _delayed_copy_torch(torch, source, stream):
 
 
 def test_torch_current_stream_orders_the_work(gpu, rng):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     stream = torch.cuda.Stream()  # non-blocking towards the legacy default stream
     x = random_input(rng, np.int64, "last_nonzero", 1_000_003)
     want = expected(x, LAST_NONZERO, "inclusive")
@@ -233,7 +240,7 @@ def test_torch_current_stream_orders_the_work(gpu, rng):
 
 
 def test_torch_explicit_stream_objects_and_handles(gpu, rng):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     x = random_input(rng, np.int32, "last_nonzero", 500_001)
     want = expected(x, LAST_NONZERO, "exclusive")
     scan = scangen.Scan(np.int32, LAST_NONZERO, mode="exclusive")
@@ -267,7 +274,7 @@ def _delayed_copy_cupy(cupy, source, stream):
 
 
 def test_cupy_current_stream_orders_the_work(gpu, rng):
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     stream = cupy.cuda.Stream(non_blocking=True)
     x = random_input(rng, np.float64, "last_nonzero", 1_000_003)
     want = expected(x, LAST_NONZERO, "inclusive")
@@ -290,7 +297,7 @@ def test_cupy_current_stream_orders_the_work(gpu, rng):
 def test_cupy_explicit_streams_and_two_at_once(gpu, rng):
     """Two non-default streams given as a CuPy stream and as a raw handle, both in flight:
     each gets its own scratch (keyed by handle)."""
-    cupy = pytest.importorskip("cupy")
+    cupy = require_module("cupy")
     scan = scangen.Scan(np.int64, LAST_NONZERO, strategy="decoupled_lookback")
     inputs = [random_input(rng, np.int64, "last_nonzero", 2_000_003 + k) for k in range(2)]
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in inputs]
@@ -305,7 +312,7 @@ def test_cupy_explicit_streams_and_two_at_once(gpu, rng):
 
 
 def test_readme_streams_block_runs(gpu):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     namespace = run_readme_block("torch.cuda.Stream()", "'Array kinds and streams'")
     with torch.cuda.stream(namespace["side"]):
         x = namespace["x"].cpu().numpy()
@@ -339,7 +346,7 @@ class DLPackOnly:
 
 @pytest.mark.parametrize("wrap", [ArrayInterfaceOnly, DLPackOnly])
 def test_other_producers_get_gpuarrays(gpu, rng, wrap):
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     x = random_input(rng, np.int32, "last_nonzero", 100_003)
     got = scangen.inclusive_scan(wrap(torch.from_numpy(x).cuda()), LAST_NONZERO)
     assert isinstance(got, gpu.GPUArray)
@@ -350,7 +357,7 @@ def test_other_producers_get_gpuarrays(gpu, rng, wrap):
 
 
 def test_numba_arrays(gpu, rng):
-    cuda = pytest.importorskip("numba.cuda")
+    cuda = require_module("numba.cuda")
     x = random_input(rng, np.int32, "last_nonzero", 10_001)
     got = scangen.inclusive_scan(cuda.to_device(x), LAST_NONZERO)
     np.testing.assert_array_equal(got.get(), expected(x, LAST_NONZERO, "inclusive"))
@@ -359,8 +366,8 @@ def test_numba_arrays(gpu, rng):
 # --- bad input on real arrays ----------------------------------------------------------------
 
 def test_errors_before_launch(gpu):
-    torch = pytest.importorskip("torch")
-    cupy = pytest.importorskip("cupy")
+    torch = require_module("torch")
+    cupy = require_module("cupy")
     scan = scangen.Scan(np.float32, "add")
     with pytest.raises(TypeError, match=r"torch tensor on cpu.*x.cuda\(\)"):
         scan(torch.zeros(10))

@@ -9,9 +9,10 @@ import pytest
 import scangen
 from scangen.spec import ALGORITHMS, STRATEGIES
 
-from tests.support import (AFFINE, COUNTING_CASES, TOTAL_STRATEGIES, boundary_sizes,
-                           check_counting, counting_kernel, marked_source_line, operator,
-                           poison_values, precompile, random_input, segmented_reference)
+from tests.support import (AFFINE, COUNTING_CASES, TOTAL_STRATEGIES, assert_guard_untouched,
+                           boundary_sizes, check_counting, counting_kernel, guarded_output,
+                           marked_source_line, operator, poison_values, precompile,
+                           random_input, reference, segmented_reference)
 
 SECTION = 64
 ALL_STRATEGIES = [s for s in STRATEGIES]
@@ -94,13 +95,15 @@ def test_non_commutative_items_and_prev_items(gpu, rng, strategy, algorithm):
         c = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         values = (m.astype(np.uint64) << np.uint64(32)) | c.astype(np.uint64)
         stride = 2
-        inclusive = gpu.to_gpu(poison_values(rng, np.uint64, max(1, stride * n)))
-        exclusive = gpu.to_gpu(poison_values(rng, np.uint64, n))
-        kernel(gpu.to_gpu(m), gpu.to_gpu(c), inclusive, exclusive, stride)
-        want_inclusive = scangen.reference_scan(values, AFFINE, "inclusive")
-        want_exclusive = scangen.reference_scan(values, AFFINE, "exclusive")
-        np.testing.assert_array_equal(inclusive.get()[: stride * n: stride], want_inclusive)
-        np.testing.assert_array_equal(exclusive.get(), want_exclusive)
+        inclusive = guarded_output(gpu, rng, stride * n, np.uint64)
+        exclusive = guarded_output(gpu, rng, n, np.uint64)
+        kernel(gpu.to_gpu(m), gpu.to_gpu(c), inclusive.out, exclusive.out, stride, n=n)
+        strided = assert_guard_untouched(inclusive, "inclusive")
+        np.testing.assert_array_equal(strided[::stride], reference(values, AFFINE, "inclusive"))
+        np.testing.assert_array_equal(strided[1::stride], inclusive.poison[1:stride * n:stride],
+                                      err_msg="wrote between the strided slots")
+        np.testing.assert_array_equal(assert_guard_untouched(exclusive, "exclusive"),
+                                      reference(values, AFFINE, "exclusive"))
 
 
 @pytest.mark.parametrize("strategy,algorithm",
@@ -109,10 +112,11 @@ def test_last_item_partition(gpu, rng, strategy, algorithm):
     kernel = partition(strategy, algorithm)
     for n in boundary_sizes(SECTION, rng):
         x = rng.integers(-1000, 1000, n).astype(np.int32)
-        out = gpu.to_gpu(poison_values(rng, np.int32, n))
-        kernel(gpu.to_gpu(x), out)
+        out = guarded_output(gpu, rng, n, np.int32)
+        kernel(gpu.to_gpu(x), out.out)
         odd = (x & 1).astype(bool)
-        np.testing.assert_array_equal(out.get(), np.concatenate([x[odd], x[~odd]]))
+        np.testing.assert_array_equal(assert_guard_untouched(out),
+                                      np.concatenate([x[odd], x[~odd]]))
 
 
 @pytest.mark.parametrize("strategy", ALL_STRATEGIES)
@@ -195,12 +199,13 @@ def test_segmented(gpu, rng, strategy, algorithm, dtype, op_name):
         x = random_input(rng, dtype, op_name, n)
         density = rng.choice([0.0, 0.001, 0.05, 0.5, 1.0])
         heads = (rng.random(n) < density).astype(np.uint8)
-        inclusive, exclusive = (gpu.to_gpu(poison_values(rng, dtype, n)) for _ in range(2))
-        total = gpu.to_gpu(poison_values(rng, dtype, 1))
-        kernel(gpu.to_gpu(x), gpu.to_gpu(heads), inclusive, exclusive, total)
+        inclusive, exclusive = (guarded_output(gpu, rng, n, dtype) for _ in range(2))
+        total = guarded_output(gpu, rng, 1, dtype)
+        kernel(gpu.to_gpu(x), gpu.to_gpu(heads), inclusive.out, exclusive.out, total.out, n=n)
         want = segmented_reference(x, heads, op, "inclusive")
-        np.testing.assert_array_equal(inclusive.get(), want, err_msg=f"n={n}")
-        np.testing.assert_array_equal(exclusive.get(),
+        np.testing.assert_array_equal(assert_guard_untouched(inclusive), want, err_msg=f"n={n}")
+        np.testing.assert_array_equal(assert_guard_untouched(exclusive),
                                       segmented_reference(x, heads, op, "exclusive"))
+        total = assert_guard_untouched(total, "total")
         if with_total and n:
-            np.testing.assert_array_equal(total.get()[0], want[-1])
+            np.testing.assert_array_equal(total[0], want[-1])

@@ -6,7 +6,8 @@ import pytest
 import scangen
 from scangen import compile as scan_compile
 
-from tests.support import poison_values, precompile, run_length_reference
+from tests.support import (assert_guard_untouched, guarded_output, poison_values, precompile,
+                           run_length_reference)
 
 DTYPES = ["uint8", "int32", "int64", "float32", "float64"]
 #: Around the default sections (4096 and 2048 elements) and the auto threshold.
@@ -91,10 +92,11 @@ def test_select_by_masks_through_reduce_then_scan(gpu, rng, flags, keep, per_blo
         # a view one element in is not 16-byte aligned: its sections are counted by ballots
         for offset in (0, 1):
             kept = x[offset:offset + n][(mask[offset:offset + n] != 0) == keep]
-            out = gpu.to_gpu(np.full(n, np.nan, np.float32))
-            got = select(x_gpu[offset:offset + n], mask_gpu[offset:offset + n], out=out)
+            out = guarded_output(gpu, rng, n, np.float32)  # NaN poison
+            got = select(x_gpu[offset:offset + n], mask_gpu[offset:offset + n], out=out.out)
             np.testing.assert_array_equal(got.get(), kept, err_msg=f"n={n} offset={offset}")
-            assert np.isnan(out.get()[kept.size:]).all(), f"wrote past the kept, n={n}"
+            written = assert_guard_untouched(out)
+            assert np.isnan(written[kept.size:]).all(), f"wrote past the kept, n={n}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -105,6 +107,53 @@ def test_partition(gpu, rng, dtype, pattern):
         out, n_true = scangen.partition(gpu.to_gpu(x), "x > 0")
         assert n_true == int((x > 0).sum())
         np.testing.assert_array_equal(out.get(), np.concatenate([x[x > 0], x[~(x > 0)]]))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_partition_into_out_on_a_stream_count_on_device(gpu, rng, dtype):
+    """The reusable Partition: out= (written in place, nothing past n), stream=, and the
+    count of trues left on the device."""
+    import pycuda.driver as driver
+
+    part = scangen.Partition(dtype, "x > 0")
+    for n in [0, 1, 2047, 2049, 4097, 1_000_003]:
+        x = data(rng, dtype, n, "random")
+        want = np.concatenate([x[x > 0], x[~(x > 0)]])
+        out = guarded_output(gpu, rng, n, dtype)
+        got, n_true = part(gpu.to_gpu(x), out=out.out)
+        assert got is out.out and n_true == int((x > 0).sum())
+        np.testing.assert_array_equal(assert_guard_untouched(out), want, err_msg=f"n={n}")
+        out = guarded_output(gpu, rng, n, dtype)
+        stream = driver.Stream()
+        got, count = part(gpu.to_gpu(x), out=out.out, stream=stream, count_on_device=True)
+        stream.synchronize()
+        assert got is out.out and count.dtype == np.int64
+        assert int(count.get()[0]) == int((x > 0).sum())
+        np.testing.assert_array_equal(assert_guard_untouched(out), want, err_msg=f"n={n}")
+
+
+@pytest.mark.parametrize("dtype,bins", [("float32", 100), ("float64", 7), ("int32", 1000),
+                                        ("uint8", 3)])
+def test_histogram_class_on_a_stream(gpu, rng, dtype, bins):
+    """scangen.Histogram, made once and called on several sizes and ranges on a stream,
+    against numpy.histogram (values outside the range and on its ends among them)."""
+    import pycuda.driver as driver
+
+    histogram = scangen.Histogram(dtype)
+    for n, value_range in [(0, (0.0, 1.0)), (1, (-3.0, 3.0)), (4097, (-2.0, 2.5)),
+                           (1_000_003, (-50.0, 200.0))]:
+        if np.dtype(dtype).kind == "f":
+            x = rng.normal(0, 2, n).astype(dtype)
+            x[: n // 100] = value_range[1]  # the last bin includes its upper edge
+        else:
+            x = rng.integers(0, 256 if dtype == "uint8" else 300, n).astype(dtype)
+        stream = driver.Stream()
+        counts, edges = histogram(gpu.to_gpu(x), bins, value_range, stream=stream)
+        stream.synchronize()
+        want_counts, want_edges = np.histogram(x, bins, value_range)
+        assert counts.dtype == np.int64
+        np.testing.assert_array_equal(counts.get(), want_counts, err_msg=f"n={n}")
+        np.testing.assert_array_equal(edges, want_edges)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

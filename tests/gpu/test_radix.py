@@ -11,6 +11,7 @@ from scangen.primitives.histogram import HistogramModule
 from scangen.primitives.radix import KEY_DTYPES, MAX_DIGIT_BITS, RadixModule
 
 from tests.support import digit_offsets, precompile
+from tests.support import require_module
 
 #: Around warp runs, tiles (1024 to 4096 keys, by key and value width) and many tiles
 #: (many onesweep launches: test_passes_in_portions).
@@ -282,7 +283,7 @@ def test_host_arrays_go_through_the_one_shots(gpu, rng):
 
 @pytest.mark.parametrize("library", ["cupy", "torch"])
 def test_cupy_and_torch_arrays_come_back_as_they_went_in(gpu, rng, library):
-    module = pytest.importorskip(library)
+    module = require_module(library)
     keys = rng.integers(0, 2 ** 31, 100_003).astype(np.int32)
     values = rng.random(100_003).astype(np.float32)
     if library == "cupy":

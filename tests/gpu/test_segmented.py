@@ -9,8 +9,9 @@ import pytest
 import scangen
 from scangen.spec import MODES, STRATEGIES
 
-from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, exact_affine_pairs, operator, poisoned,
-                           precompile, random_input, segmented_reference)
+from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_guard_untouched,
+                           exact_affine_pairs, guarded_output, operator, precompile,
+                           random_input, segmented_reference)
 
 TYPES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float64", "max")]
 CASES = list(itertools.product(STRATEGIES, MODES, TYPES, (False, True)))
@@ -60,19 +61,22 @@ def test_flags_offsets_and_keys(gpu, rng, strategy, mode, types, reverse):
         heads = (rng.random(n) < density).astype(np.uint8)
         want = segmented_reference(x, heads, op, mode, reverse=reverse)
         x_gpu = gpu.to_gpu(x)
-        out = poisoned(gpu, rng, n, dtype)
-        seg(x_gpu, out, flags=gpu.to_gpu(heads))
-        np.testing.assert_array_equal(out.get(), want, err_msg=f"flags n={n}")
+        out = guarded_output(gpu, rng, n, dtype)
+        seg(x_gpu, out.out, flags=gpu.to_gpu(heads))
+        np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                      err_msg=f"flags n={n}")
         # CSR offsets with empty segments among them (repeated starts)
         starts = np.flatnonzero(heads)
         offsets = np.concatenate([[0], np.repeat(starts[starts > 0], 2), [n]]).astype(np.int64)
-        out = poisoned(gpu, rng, n, dtype)
-        seg(x_gpu, out, offsets=gpu.to_gpu(offsets))
-        np.testing.assert_array_equal(out.get(), want, err_msg=f"offsets n={n}")
+        out = guarded_output(gpu, rng, n, dtype)
+        seg(x_gpu, out.out, offsets=gpu.to_gpu(offsets))
+        np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                      err_msg=f"offsets n={n}")
         keys = np.cumsum(heads).astype(np.int32) * 7 - 3  # runs of equal keys
-        out = poisoned(gpu, rng, n, dtype)
-        seg(x_gpu, out, keys=gpu.to_gpu(keys))
-        np.testing.assert_array_equal(out.get(), want, err_msg=f"keys n={n}")
+        out = guarded_output(gpu, rng, n, dtype)
+        seg(x_gpu, out.out, keys=gpu.to_gpu(keys))
+        np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                      err_msg=f"keys n={n}")
 
 
 @pytest.mark.parametrize("strategy,mode,types,reverse", INITIAL_CASES,
@@ -95,9 +99,10 @@ def test_every_segment_starts_from_initial(gpu, rng, strategy, mode, types, reve
             want = segmented_reference(x, heads, op, mode, reverse=reverse,
                                        initial=default if initial is None else initial)
             for form, index in (("flags", heads), ("offsets", offsets), ("keys", keys)):
-                out = poisoned(gpu, rng, n, dtype)
-                seg(x_gpu, out, initial=initial, **{form: gpu.to_gpu(index)})
-                np.testing.assert_array_equal(out.get(), want, err_msg=f"{form} n={n}")
+                out = guarded_output(gpu, rng, n, dtype)
+                seg(x_gpu, out.out, initial=initial, **{form: gpu.to_gpu(index)})
+                np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                              err_msg=f"{form} n={n}")
 
 
 def test_call_validation(gpu):

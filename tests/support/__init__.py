@@ -3,8 +3,12 @@ generators, poisoned outputs, the reference with its tolerance, boundary sizes.
 
 Import from here instead of copying a helper into a test file.
 """
+import importlib
 import itertools
+import math
+import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -98,7 +102,7 @@ static __device__ __forceinline__ scan_t merge_stats(scan_t a, scan_t b)
 
 
 def _stats_reference(a, b):
-    out = np.empty_like(a)
+    out = np.empty(np.broadcast(a, b).shape, a.dtype)
     count = a["count"] + b["count"]
     safe = np.where(count == 0, 1, count)
     delta = b["mean"] - a["mean"]
@@ -202,29 +206,32 @@ def check_counting(gpuarray, rng, strategy, case, tuning=None):
         if n > 100:  # a long run of each kind, so whole warps and sections agree
             x[n // 4: n // 2] = 2 * (x[n // 4: n // 2] // 2)
             x[n // 2: 3 * n // 4] |= 1
-        items, prev_items, last = (gpuarray.to_gpu(poison_values(rng, np.dtype(dtype), size))
-                                   for size in (n, n, 1))
-        lasts, prev_lasts = (gpuarray.to_gpu(poison_values(rng, np.dtype(np.int64), n))
-                             for _ in range(2))
-        kernel(gpuarray.to_gpu(x), items, prev_items, last,
-               *([lasts, prev_lasts] if last_counted else []))
+        outputs = {name: guarded_output(gpuarray, rng, size, dtype_)
+                   for name, size, dtype_ in (("items", n, dtype), ("prev_items", n, dtype),
+                                              ("last", 1, dtype), ("lasts", n, np.int64),
+                                              ("prev_lasts", n, np.int64))}
+        kernel(gpuarray.to_gpu(x), *(outputs[name].out for name in ("items", "prev_items",
+                                                                     "last")),
+               *([outputs["lasts"].out, outputs["prev_lasts"].out] if last_counted else []))
+        items, prev_items, last, lasts, prev_lasts = (
+            assert_guard_untouched(guarded, name) for name, guarded in outputs.items())
         odd = (x & 1).astype(dtype)
         if reverse:
             odd = odd[::-1]
         start = np.array([0 if initial is None else initial], dtype)
-        want = scangen.reference_scan(np.concatenate([start, odd]), "add", "inclusive")
+        want = reference(np.concatenate([start, odd]), "add", "inclusive")
         want_items, want_prev = want[1:], want[:-1]
         if reverse:
             want_items, want_prev = want_items[::-1], want_prev[::-1]
-        np.testing.assert_array_equal(items.get(), want_items)
-        np.testing.assert_array_equal(prev_items.get(), want_prev)
+        np.testing.assert_array_equal(items, want_items)
+        np.testing.assert_array_equal(prev_items, want_prev)
         if strategy in TOTAL_STRATEGIES and n:
-            assert last.get()[0] == want[-1], n
+            assert last[0] == want[-1], n
         if last_counted:  # the index of the latest odd element so far, -1 before the first
             latest = np.maximum.accumulate(np.concatenate([[-1], np.where(x & 1, np.arange(n),
                                                                           -1)]))
-            np.testing.assert_array_equal(lasts.get(), latest[1:])
-            np.testing.assert_array_equal(prev_lasts.get(), latest[:-1])
+            np.testing.assert_array_equal(lasts, latest[1:])
+            np.testing.assert_array_equal(prev_lasts, latest[:-1])
 
 
 # --- data --------------------------------------------------------------------------------
@@ -255,16 +262,28 @@ def random_input(rng, dtype, op_name, n):
         rate = min(0.002, (exact / 8) ** 2 / max(n, 1))
         steps = np.where(rng.random(n) < rate, rng.choice([-1.0, 1.0], n), 0.0)
         return (steps if op_name == "add" else np.where(steps == 0, 1.0, steps)).astype(dtype)
+    if etype.kind in "fc" and op_name == "add":
+        # Eighths from -1 to 1: a random walk whose partial sums (of any consecutive run)
+        # stay far inside the mantissa (float32: up to about 2^38 elements), so every order
+        # of adding is exact and the result compares exactly (assert_scan_equal).
+        if etype.kind == "c":
+            return ((rng.integers(-8, 9, n) + 1j * rng.integers(-8, 9, n)) / 8).astype(dtype)
+        return (rng.integers(-8, 9, n) / 8).astype(dtype)
     if etype.kind == "c":
         if op_name == "mul":  # on the unit circle: products neither blow up nor vanish
             return np.exp(1j * rng.normal(0, 0.01, n)).astype(dtype)
         return (rng.uniform(0, 1, n) + 1j * rng.uniform(-1, 1, n)).astype(dtype)
     if etype.kind == "f":
         if op_name == "mul":
-            return rng.uniform(0.999, 1.001, n).astype(dtype)
+            # +-1, with sparse halvings and doublings: the exponent walks far inside the
+            # type's range, so every product is exact in any order.
+            rate = min(0.01, 6 ** 2 / max(n, 1))
+            exponent = np.where(rng.random(n) < rate, rng.choice([-1.0, 1.0], n), 0.0)
+            sign = np.where(rng.random(n) < 0.3, -1.0, 1.0)
+            return (sign * 2.0 ** exponent).astype(dtype)
         if op_name == "last_nonzero":
             return np.where(rng.random(n) < 0.7, 0, rng.normal(size=n)).astype(dtype)
-        return rng.uniform(0.0, 1.0, n).astype(dtype)  # positive: add stays well conditioned
+        return rng.uniform(0.0, 1.0, n).astype(dtype)
     info = np.iinfo(dtype)
     values = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
     if op_name == "last_nonzero":
@@ -319,6 +338,103 @@ def poisoned(gpuarray, rng, n, dtype):
     return gpuarray.to_gpu(poison_values(rng, dtype, n))
 
 
+#: Elements past n in a guarded output: poisoned, and checked untouched after the call.
+GUARD = 67
+
+
+class GuardedOutput:
+    """A poisoned device array of n + guard elements; ``out`` is its first n, what the
+    call under test gets; ``assert_guard_untouched`` checks the rest afterwards."""
+
+    def __init__(self, gpuarray, rng, n, dtype, guard=GUARD):
+        self.n, self.dtype = n, np.dtype(dtype)
+        self.poison = poison_values(rng, self.dtype, n + guard)
+        self.whole = gpuarray.to_gpu(self.poison)
+        self.out = self.whole[:n]
+
+
+def guarded_output(gpuarray, rng, n, dtype, guard=GUARD) -> GuardedOutput:
+    """n + guard poisoned elements on the device; pass ``.out`` (the first n) to the call,
+    then ``assert_guard_untouched(it)``."""
+    return GuardedOutput(gpuarray, rng, n, dtype, guard)
+
+
+def assert_guard_untouched(guarded: GuardedOutput, what="output"):
+    """Assert nothing was written past the first n elements (compared byte for byte, so a
+    NaN poison counts as untouched); return the first n, on the host."""
+    host = guarded.whole.get()
+    written = host[guarded.n:].view(np.uint8) != guarded.poison[guarded.n:].view(np.uint8)
+    if written.any():
+        first = int(np.flatnonzero(written)[0]) // guarded.dtype.itemsize
+        raise AssertionError(f"{what}: written past its {guarded.n} elements, at n + {first}")
+    return host[: guarded.n]
+
+
+# --- what a run may skip -------------------------------------------------------------------
+
+def _env_set(name) -> bool:
+    return os.environ.get(name) == "1"
+
+
+def allowed_skips() -> frozenset:
+    """SCANGEN_ALLOW_SKIP: comma-separated names (a module, or multi_gpu) that may skip
+    even under SCANGEN_REQUIRE_GPU=1: what a GPU machine genuinely lacks."""
+    return frozenset(part.strip() for part in os.environ.get("SCANGEN_ALLOW_SKIP", "").split(",")
+                     if part.strip())
+
+
+def skip_or_fail(reason, *, required_by="SCANGEN_REQUIRE_GPU", allow=None):
+    """Skip with ``reason``; fail instead where the environment variable ``required_by`` is
+    1, unless ``allow`` is listed in SCANGEN_ALLOW_SKIP."""
+    if _env_set(required_by) and (allow is None or allow not in allowed_skips()):
+        hint = f" (SCANGEN_ALLOW_SKIP={allow} lets it skip)" if allow else ""
+        pytest.fail(f"{required_by}=1 but {reason}{hint}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_module(name, *, allow=None):
+    """Import module ``name`` for a GPU test, or skip saying it is missing (a failure under
+    SCANGEN_REQUIRE_GPU=1 unless SCANGEN_ALLOW_SKIP lists ``allow``, by default the
+    top-level package's name)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        skip_or_fail(f"{name} is not installed ({err})", allow=allow or name.split(".")[0])
+
+
+def require_gpus(count):
+    """Skip unless ``count`` GPUs are visible (a failure under SCANGEN_REQUIRE_GPU=1 unless
+    SCANGEN_ALLOW_SKIP lists multi_gpu)."""
+    from scangen.compile import require_pycuda
+
+    visible = require_pycuda().Device.count()
+    if visible < count:
+        skip_or_fail(f"{visible} GPU(s) here: this test needs {count}", allow="multi_gpu")
+
+
+def require_nvcc():
+    """The path of nvcc, or skip saying it is not on PATH; SCANGEN_REQUIRE_NVCC=1 (which
+    .ci/run sets where nvcc is installed) makes that a failure."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        skip_or_fail("nvcc is not on PATH", required_by="SCANGEN_REQUIRE_NVCC")
+    return nvcc
+
+
+def optional_nvcc():
+    """The path of nvcc, or None for a test that does less without it; a failure under
+    SCANGEN_REQUIRE_NVCC=1."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None and _env_set("SCANGEN_REQUIRE_NVCC"):
+        pytest.fail("SCANGEN_REQUIRE_NVCC=1 but nvcc is not on PATH", pytrace=False)
+    return nvcc
+
+
+#: Mark for tests that compile with nvcc: through the ``nvcc`` fixture (tests/conftest.py),
+#: so they skip without it, or fail under SCANGEN_REQUIRE_NVCC=1.
+needs_nvcc = pytest.mark.usefixtures("nvcc")
+
+
 # --- GPU ---------------------------------------------------------------------------------
 
 def precompile(kernels):
@@ -330,7 +446,7 @@ def precompile(kernels):
 
     try:
         scan_compile.current_context()
-    except Exception:
+    except scan_compile.GPUUnavailableError:
         return
     specs = [k if hasattr(k, "entry_points") else getattr(k, "kernel", k).kernel_spec
              for k in kernels]
@@ -443,35 +559,175 @@ def run_readme_block(marker, what):
 
 
 # --- reference ---------------------------------------------------------------------------
+#
+# Written here, never taken from the library: scangen.reference_scan and the numpy twins in
+# scangen/ops.py and scangen/bench.py would pass a bug they share with the kernels.
+
+def left_fold(x, combine):
+    """The definition of an inclusive scan: y[0] = x[0], y[i] = combine(y[i-1], x[i]), one
+    element at a time in plain Python (slow: for checking the faster folds below)."""
+    x = np.asarray(x)
+    out = x.copy()
+    for i in range(1, x.size):
+        out[i:i + 1] = combine(out[i - 1:i], x[i:i + 1])
+    return out
+
+
+def reference_fold(x, combine):
+    """``left_fold(x, combine)`` for any associative ``combine(a, b)`` (numpy, elementwise
+    on equal shapes, ``a`` the earlier operand), in about 2*sqrt(n) numpy calls: a left fold
+    inside chunks of about sqrt(n) elements (all chunks at once), then each chunk's prefix,
+    itself a left fold of the chunk totals, combined on the left of the chunk. A numpy ufunc
+    folds with its own ``accumulate``, which is a left fold."""
+    x = np.asarray(x)
+    if isinstance(combine, np.ufunc):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return combine.accumulate(x, dtype=x.dtype) if x.size else x.copy()
+    n = x.size
+    if n < 64:
+        return left_fold(x, combine)
+    width = math.isqrt(n)
+    rows = n // width
+    with np.errstate(over="ignore", invalid="ignore"):
+        columns = x[: rows * width].reshape(rows, width).T.copy()  # columns[j]: j-th of each
+        for j in range(1, width):
+            columns[j] = combine(columns[j - 1], columns[j])
+        chunks = columns.T.copy()
+        for r in range(1, rows):
+            carry = np.broadcast_to(chunks[r - 1, -1:], chunks[r].shape)
+            chunks[r] = combine(carry, chunks[r])
+        out = np.empty_like(x)
+        out[: rows * width] = chunks.ravel()
+        for i in range(rows * width, n):
+            out[i:i + 1] = combine(out[i - 1:i], x[i:i + 1])
+    return out
+
+
+def _bit_and_identity(dtype):
+    return np.array(-1 if dtype.kind == "i" else np.iinfo(dtype).max, dtype)
+
+
+def _extreme(dtype, high):
+    if kind(dtype) == "f":
+        return np.array(np.inf if high else -np.inf, dtype)
+    info = np.iinfo(dtype)
+    return np.array(info.max if high else info.min, dtype)
+
+
+def _last_nonzero_twin(a, b):
+    return np.where(b != 0, b, a)
+
+
+def _affine_then_twin(a, b):
+    """Maps x -> m*x + c (mod 2^32) packed m << 32 | c: a first, then b, i.e. x -> mb*(ma*x
+    + ca) + cb."""
+    a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
+    low = np.uint64(0xFFFFFFFF)
+    ma, ca = a >> np.uint64(32), a & low
+    mb, cb = b >> np.uint64(32), b & low
+    return (((ma * mb) & low) << np.uint64(32)) | ((mb * ca + cb) & low)
+
+
+def _affine_pair_twin(a, b):
+    """(m, c) float64 maps: a first, then b."""
+    out = np.empty(np.broadcast(a, b).shape, a.dtype)
+    out["m"] = a["m"] * b["m"]
+    out["c"] = b["m"] * a["c"] + b["c"]
+    return out
+
+
+#: The numpy twin of each operator the tests scan with, by the operator's name, and its
+#: identity for a dtype. (Operators written in the tests carry their own reference=.)
+TWINS = {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
+         "bit_and": np.bitwise_and, "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor,
+         "last_nonzero": _last_nonzero_twin, "affine_then": _affine_then_twin,
+         "affine_f64x2": _affine_pair_twin, "table_pick": _last_nonzero_twin}
+TWIN_IDENTITIES = {"add": lambda d: np.array(0, d), "mul": lambda d: np.array(1, d),
+                   "min": lambda d: _extreme(d, True), "max": lambda d: _extreme(d, False),
+                   "bit_and": _bit_and_identity, "bit_or": lambda d: np.array(0, d),
+                   "bit_xor": lambda d: np.array(0, d), "last_nonzero": lambda d: np.array(0, d),
+                   "affine_then": lambda d: np.array(1 << 32, d),
+                   "affine_f64x2": lambda d: np.array((1.0, 0.0), d),
+                   "table_pick": lambda d: np.array(0, d)}
+
+
+def _library_code(function) -> bool:
+    return (getattr(function, "__module__", None) or "").split(".")[0] == "scangen"
+
+
+def twin(op):
+    """The numpy function the tests combine with for ``op`` (an Operator or a built-in's
+    name): the operator's own ``reference=`` where the tests wrote it, else the twin
+    written here for the library's operator of that name."""
+    op = operator(op) if isinstance(op, str) else op
+    written_here = op.reference is not None and not isinstance(op.reference, np.ufunc) \
+        and not _library_code(op.reference)
+    if written_here:
+        return op.reference
+    if op.name in TWINS:
+        return TWINS[op.name]
+    if op.reference is None or _library_code(op.reference):
+        raise ValueError(f"operator {op.name!r} has no numpy twin written in the tests; add "
+                         "one to tests.support.TWINS")
+    return op.reference
+
+
+def twin_identity(op, dtype):
+    """``op``'s identity as a 0-d array of ``dtype`` (written here for the library's
+    operators)."""
+    op = operator(op) if isinstance(op, str) else op
+    dtype = np.dtype(dtype)
+    if op.name in TWIN_IDENTITIES:
+        return TWIN_IDENTITIES[op.name](dtype)
+    value = op.identity_for(element_type(dtype))
+    return np.array(value, dtype)
+
+
+def reference(x, op, mode="inclusive"):
+    """The tests' reference scan: x folded from the left with ``twin(op)``, in operand
+    order; exclusive is the identity, then the inclusive scan shifted by one."""
+    if mode not in ("inclusive", "exclusive"):
+        raise ValueError(f"unknown mode {mode!r}")
+    x = np.asarray(x)
+    inclusive = reference_fold(x, twin(op))
+    if mode == "inclusive" or not x.size:
+        return inclusive
+    return np.concatenate([twin_identity(op, x.dtype).reshape(1), inclusive[:-1]])
+
 
 def expected(x, op, mode):
     """Reference scan with the operator itself; float add/mul accumulate in long double to
     keep the reference's own rounding out of the comparison."""
-    if kind(x.dtype) == "f" and op.name in ("add", "mul"):
-        # through float64, exact for every float type (ml_dtypes' have no longdouble cast)
-        inclusive = op.reference.accumulate(x.astype(np.float64).astype(np.longdouble))
+    if kind(x.dtype) in "fc" and op.name in ("add", "mul"):
+        # through the 64-bit types, exact for every float type (ml_dtypes' have no
+        # longdouble cast)
+        exact, wide = (np.complex128, np.clongdouble) if kind(x.dtype) == "c" else \
+            (np.float64, np.longdouble)
+        inclusive = twin(op).accumulate(x.astype(exact).astype(wide))
         if mode == "inclusive":
             return inclusive
-        return np.concatenate([[np.longdouble(op.identity)], inclusive[:-1]])[: x.size]
-    return scangen.reference_scan(x, op, mode)
+        start = twin_identity(op, exact).astype(wide).reshape(1)
+        return np.concatenate([start, inclusive[:-1]])[: x.size]
+    return reference(x, op, mode)
 
 
 def flipped(op):
     """op with its operands swapped: scanning a reversed array with it is a suffix scan."""
+    combine = twin(op)
     return Operator("b", op.identity, name=f"flipped_{op.name}",
-                    reference=lambda a, b: op.reference(b, a))
+                    reference=lambda a, b: combine(b, a))
 
 
 def scan_reference(x, op, mode="inclusive", *, reverse=False, initial=None):
-    """What Scan promises for reverse= and initial=, from reference_scan alone: a suffix scan
-    is a scan of the reversed array with the operands swapped; the initial value is one
-    more element before the first (in scan order)."""
+    """What Scan promises for reverse= and initial=, from the reference fold alone: a
+    suffix scan is a scan of the reversed array with the operands swapped; the initial value
+    is one more element before the first (in scan order)."""
     x = np.asarray(x)
     if reverse:
         return scan_reference(x[::-1], flipped(op), mode, initial=initial)[::-1]
     if initial is None:
         return expected(x, op, mode)
-    full = scangen.reference_scan(np.concatenate([np.array([initial], x.dtype), x]), op)
+    full = reference(np.concatenate([np.array([initial], x.dtype), x]), op)
     return full[1:] if mode == "inclusive" else full[:-1]
 
 
@@ -488,22 +744,138 @@ def segmented_reference(x, heads, op, mode, *, reverse=False, initial=None):
     return out
 
 
-def assert_scan_equal(got, want, dtype, n):
+# --- comparing float results ----------------------------------------------------------------
+
+#: Allowed error of a float scan, in units of eps times the running sum of |x| (add) or
+#: of |result| (mul: the running product of |x|). Constant, not growing with n: a dropped
+#: element must stay visible at any size. Inputs that sum exactly compare exactly instead.
+FLOAT_ERROR_EPS = 64
+#: Operators whose every result is one of the operands (or a bit pattern of them): exact.
+SELECTING = frozenset({"min", "max", "last_nonzero", "table_pick", "bit_and", "bit_or",
+                       "bit_xor"})
+
+
+def _granule_exponent(values):
+    """The exponent of each nonzero float64 value's lowest set mantissa bit."""
+    mantissa, exponent = np.frexp(values)
+    bits = np.abs(mantissa * 2.0 ** 53).astype(np.int64)
+    lowest = bits & -bits
+    return exponent - 53 + (np.frexp(lowest.astype(np.float64))[1] - 1)
+
+
+def _representable(want, dtype):
+    """Whether every (real) want value is exactly a value of dtype."""
+    as64 = want.astype(np.float64)
+    same = as64.astype(want.dtype) == want
+    with np.errstate(over="ignore", invalid="ignore"):
+        same &= as64.astype(dtype).astype(np.float64) == as64
+    return bool(np.all(same | np.isnan(as64)))
+
+
+def sums_exactly(want, dtype) -> bool:
+    """Whether any order of adding gives ``want`` (a real scan, inclusive or exclusive, of
+    some rows, any initial value) exactly: every value is a multiple of the smallest
+    granule g among them and every difference of two fits dtype's mantissa in units of g.
+    Every partial result of any order of a scan is such a difference (a sum of consecutive
+    elements), so none of them rounds."""
+    want = np.asarray(want)
+    if not want.size or not _representable(want, dtype):
+        return False
+    values = want.astype(np.float64)
+    if not np.all(np.isfinite(values)):
+        return False
+    nonzero = values[values != 0]
+    if not nonzero.size:
+        return True
+    granule = float(np.min(_granule_exponent(nonzero)))
+    span = max(values.max(), 0.0) - min(values.min(), 0.0)
+    digits = element_type(dtype).finfo().nmant + 1
+    return span < 2.0 ** (granule + digits - 1)
+
+
+def multiplies_exactly(want, dtype) -> bool:
+    """Whether any order of multiplying gives ``want`` (a real scan) exactly: every value
+    is one of dtype, none zero, and their ratios stay normal numbers. The partial result of
+    any order is a product of consecutive elements, the ratio of two prefixes: its mantissa
+    is no wider than theirs, so it does not round."""
+    want = np.asarray(want)
+    if not want.size or not _representable(want, dtype):
+        return False
+    magnitude = np.abs(want.astype(np.float64))
+    if not np.all(np.isfinite(magnitude)) or not np.all(magnitude > 0):
+        return False
+    info = element_type(dtype).finfo()
+    ratio = magnitude.max() / magnitude.min()
+    return ratio < float(info.max) and 1 / ratio > float(info.tiny)
+
+
+def _running_variation(want, reverse):
+    """sum over j <= i (j >= i with reverse) of |want[j] - want[j-1]|, want[-1] = 0: the
+    running sum of |x| of an add scan, its initial value included."""
+    values = want[::-1] if reverse else want
+    steps = np.abs(np.diff(values, prepend=np.zeros(1, values.dtype)))
+    total = np.cumsum(steps)
+    return total[::-1] if reverse else total
+
+
+def _check_close(got, want, bound, what):
+    error = np.abs(got - want)
+    bad = ~(error <= bound)
+    bad &= ~(np.isnan(got) & np.isnan(want))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.size} elements off, the first at {first}: got "
+            f"{got[first]!r}, want {want[first]!r}, allowed error {bound[first]!r}")
+
+
+def assert_scan_equal(got, want, dtype, n, *, op=None, reverse=False):
+    """A scan result against the reference. Integers, structs and operators that select an
+    operand compare exactly; so do float scans whose inputs sum (or multiply) exactly in any
+    order (``random_input`` builds those). Other float results may differ by
+    FLOAT_ERROR_EPS * eps times the running sum of |x| (add: from the element where the
+    scan starts, the end with ``reverse``) or times |result| (mul), never a bound that grows
+    with n alone. ``op`` (an Operator or a name) says which; without it an add is assumed
+    where the result is exact and the bound is taken in both directions. ``n`` is
+    informational (rows of a batch may pass one row's length)."""
     dtype = np.dtype(dtype)
-    if kind(dtype) in "fc":
-        eps = float(element_type(dtype).finfo().eps)
-        tolerance = eps * 16 * (np.sqrt(n) + 4)  # tree and sequential orders drift apart with n
-        # through the 64-bit types, exact for every float type (ml_dtypes' included)
-        exact, wide = (np.complex128, np.clongdouble) if kind(dtype) == "c" else \
-            (np.float64, np.longdouble)
-        np.testing.assert_allclose(got.astype(exact).astype(wide), want, rtol=tolerance,
-                                   atol=tolerance)
-    else:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"shape {got.shape}, want {want.shape}"
+    name = None if op is None else (op if isinstance(op, str) else op.name)
+    if kind(dtype) not in "fc" or name in SELECTING:
         np.testing.assert_array_equal(got, want)
+        return
+    complex_ = kind(dtype) == "c"
+    exact, wide = (np.complex128, np.clongdouble) if complex_ else (np.float64, np.longdouble)
+    # through the 64-bit types, exact for every float type (ml_dtypes' included)
+    got = got.astype(exact).astype(wide)
+    want = want.astype(wide)
+    parts = (want.real, want.imag) if complex_ else (want,)
+    part_dtype = np.dtype(np.float32 if dtype == np.complex64 else np.float64) if complex_ \
+        else dtype
+    if name in (None, "add") and all(sums_exactly(p, part_dtype) for p in parts):
+        np.testing.assert_array_equal(got, want, err_msg="inputs that sum exactly")
+        return
+    if name == "mul" and not complex_ and multiplies_exactly(want, dtype):
+        np.testing.assert_array_equal(got, want, err_msg="inputs that multiply exactly")
+        return
+    eps = float(element_type(dtype).finfo().eps) if not complex_ else \
+        float(np.finfo(part_dtype).eps)
+    if name == "mul":
+        scale = np.abs(want)
+    elif name == "add":
+        scale = _running_variation(want, reverse)
+    else:  # direction unknown: the larger of the two running sums
+        scale = np.maximum(_running_variation(want, False), _running_variation(want, True))
+    _check_close(got, want, FLOAT_ERROR_EPS * eps * scale,
+                 f"{name or 'float'} scan of {dtype} (n={n})")
 
 
 __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
-           "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
+           "allowed_skips", "assert_guard_untouched", "assert_scan_equal", "GUARD",
+           "guarded_output", "left_fold", "multiplies_exactly", "needs_nvcc", "optional_nvcc", "reference",
+           "reference_fold", "require_gpus", "require_module", "require_nvcc", "skip_or_fail",
+           "sums_exactly", "twin", "twin_identity", "TWINS", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
            "exact_affine_pairs", "expected", "FakeDeviceArray", "flipped", "kind", "MODES",
            "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
            "poison_values", "poisoned", "precompile", "random_chunks", "random_input",
@@ -516,13 +888,17 @@ def check_scan(gpuarray, rng, scan, n, op_name, in_place=False):
     """scan of n random values for op_name (into poison, or in place) against expected()."""
     dtype = scan.dtype
     x = random_input(rng, dtype, op_name, n)
-    x_gpu = gpuarray.to_gpu(x)
     if in_place:
-        out = scan(x_gpu, out=x_gpu)
+        inout = guarded_output(gpuarray, rng, n, dtype)
+        if n:
+            inout.out.set(x)
+        scan(inout.out, out=inout.out)
+        got = assert_guard_untouched(inout)
     else:
-        out = poisoned(gpuarray, rng, n, dtype)
-        scan(x_gpu, out=out)
-    assert_scan_equal(out.get(), expected(x, operator(op_name), scan.mode), dtype, n)
+        out = guarded_output(gpuarray, rng, n, dtype)
+        scan(gpuarray.to_gpu(x), out=out.out)
+        got = assert_guard_untouched(out)
+    assert_scan_equal(got, expected(x, operator(op_name), scan.mode), dtype, n, op=op_name)
 
 
 

@@ -48,7 +48,7 @@ import numpy as np
 from scangen.plan import NULL, USER_ARGS, BufferArg, RuntimeArg
 from scangen.strategies.base import MAX_GRID
 
-from . import poison_values
+from . import poison_values, twin
 
 _TICKET_MODULUS = 2**64
 _EPOCH_LIMIT = 1 << 30
@@ -62,6 +62,7 @@ class Acc:
     def __init__(self, spec):
         self.spec = spec
         self.op = spec.operator
+        self.combine_twin = twin(self.op)  # the tests' numpy twin, not the library's
         self.value_dtype = spec.etype.dtype
         self.segmented = spec.segmented
         self.value_identity = spec.etype.numpy_value(self.op.identity_for(spec.etype))
@@ -86,7 +87,7 @@ class Acc:
         # one operand's shape.
         a, b = np.broadcast_arrays(np.asarray(a, self.value_dtype), np.asarray(b, self.value_dtype))
         with np.errstate(all="ignore"):
-            return np.asarray(self.op.reference(a, b)).astype(self.value_dtype, copy=False)
+            return np.asarray(self.combine_twin(a, b)).astype(self.value_dtype, copy=False)
 
     def combine(self, a, b):
         """a op b, a the earlier operand (acc_combine)."""
