@@ -16,15 +16,12 @@ import pytest
 import scangen
 from scangen.spec import ALGORITHMS, MODES, STRATEGIES
 
-from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_scan_equal, exact_affine_pairs,
-                           operator, poison_values, random_input, scan_reference,
-                           segmented_reference, type_operator_pairs)
+from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_guard_untouched, assert_scan_equal,
+                           exact_affine_pairs, guarded_output, operator, random_input,
+                           scan_reference, segmented_reference, type_operator_pairs)
 
 SEED = int(os.environ.get("SCANGEN_DIFFERENTIAL_SEED", "20261127"))
 CASES = int(os.environ.get("SCANGEN_DIFFERENTIAL_CASES", "80"))
-#: Poisoned elements past n in every output: a kernel that writes past its end fails.
-GUARD = 37
-
 SCAN_PAIRS = type_operator_pairs() + [("affine_pair", "affine_pairs")]
 PRIMITIVES = ("select", "select_flags", "remove_if", "partition", "unique",
               "run_length_encode", "radix_sort", "argsort")
@@ -38,18 +35,6 @@ def _size(rng, section):
                section * section - 1, section * section + 1,
                int(rng.integers(1, 4 * section * section))]
     return max(1, int(rng.choice(choices)))
-
-
-def _guarded(gpu, rng, n, dtype):
-    """A poisoned device array of n + GUARD elements, its host copy, and a view of n."""
-    host = poison_values(rng, dtype, n + GUARD)
-    whole = gpu.to_gpu(host)
-    return whole, host, whole[:n]
-
-
-def _assert_guard(whole, host, n, where):
-    got = whole.get()[n:]
-    assert got.tobytes() == host[n:].tobytes(), f"{where}: wrote past n={n}"
 
 
 def _scan_case(gpu, rng, where):
@@ -78,7 +63,8 @@ def _scan_case(gpu, rng, where):
     where += (f" scan {dtype} {op.name} n={n} segmented={segmented} "
               f"{', '.join(f'{k}={v!r}' for k, v in options.items())}")
     x = values(n)
-    whole, host, out = _guarded(gpu, rng, n, dtype)
+    guarded = guarded_output(gpu, rng, n, dtype)
+    out = guarded.out
     if segmented:
         heads = (rng.random(n) < 0.05).astype(np.uint8)
         scan = scangen.SegmentedScan(dtype, op, **options)
@@ -88,16 +74,15 @@ def _scan_case(gpu, rng, where):
         scan = scangen.Scan(dtype, op, **options)
         scan(gpu.to_gpu(x), out=out)
         want = scan_reference(x, op, mode, reverse=reverse, initial=initial)
-    got = out.get()
+    got = assert_guard_untouched(guarded, where)
     if dtype == AFFINE_PAIR:
         for field in dtype.names:
             np.testing.assert_array_equal(got[field], want[field], err_msg=where)
     else:
         try:
-            assert_scan_equal(got, want, dtype, n)
+            assert_scan_equal(got, want, dtype, n, op=op, reverse=reverse)
         except AssertionError as err:
             raise AssertionError(f"{where}\n{err}") from None
-    _assert_guard(whole, host, n, where)
 
 
 def _primitive_case(gpu, rng, where):
@@ -136,7 +121,8 @@ def _primitive_case(gpu, rng, where):
         np.testing.assert_array_equal(counts.get(), np.diff(np.r_[heads, n]), err_msg=where)
         return
     keep = x > 1
-    whole, host, out = _guarded(gpu, rng, n, dtype)
+    guarded = guarded_output(gpu, rng, n, dtype)
+    out = guarded.out
     if what == "select":
         kept = scangen.Select(dtype, "x > 1")(gpu.to_gpu(x), out=out)
         want = x[keep]
@@ -152,10 +138,10 @@ def _primitive_case(gpu, rng, where):
         assert count == keep.sum(), where
         kept, want = result, np.concatenate([x[keep], x[~keep]])
     np.testing.assert_array_equal(kept.get(), want, err_msg=where)
+    written = assert_guard_untouched(guarded, where)
     if what != "partition":  # past the kept elements, the output is not written
-        np.testing.assert_array_equal(out.get()[want.size:].view(np.uint8),
-                                      host[want.size:n].view(np.uint8), err_msg=where)
-    _assert_guard(whole, host, n, where)
+        np.testing.assert_array_equal(written[want.size:].view(np.uint8),
+                                      guarded.poison[want.size:n].view(np.uint8), err_msg=where)
 
 
 @pytest.mark.parametrize("case", range(CASES), ids=lambda k: f"case_{k}")
