@@ -621,6 +621,40 @@ def test_host_arrays_are_copied_in_and_out(monkeypatch):
     np.testing.assert_array_equal(values, x[::-1])
 
 
+def test_host_round_trip_leaves_no_device_array_to_the_garbage_collector(monkeypatch):
+    """The device copies are freed as the call returns, in the calling thread: none is left
+    in a reference cycle for the garbage collector, which runs in whichever thread happens
+    to allocate (where pycuda may be unable to free device memory)."""
+    fake_gpuarray(monkeypatch, [])
+    module, made = launcher._gpuarray(), []
+
+    def tracked(make):
+        def make_tracked(*args):
+            array = make(*args)
+            made.append(weakref.ref(array))
+            return array
+        return make_tracked
+
+    monkeypatch.setattr(launcher, "_gpuarray", lambda: types.SimpleNamespace(
+        GPUArray=FakeGPUArray, to_gpu=tracked(module.to_gpu), empty=tracked(module.empty)))
+
+    def run(x, out):
+        out.host[:] = x.host[::-1]
+        return out, FakeGPUArray(x.host)
+
+    x, out = np.arange(5, dtype=np.int32), np.zeros(5, np.int32)
+    gc.collect()
+    gc.disable()
+    try:
+        got, other = interop.host_round_trip(run, {"x": x, "out": out}, None)
+        assert got is out and len(made) == 2
+        assert [ref() for ref in made] == [None, None]
+    finally:
+        gc.enable()
+    np.testing.assert_array_equal(out, x[::-1])
+    np.testing.assert_array_equal(other, x)
+
+
 def test_host_and_device_arrays_do_not_mix(device):
     with pytest.raises(TypeError, match="x is a host numpy array but flags is on the device"):
         scangen.select(np.zeros(4, np.float32), flags=FakeDeviceArray(4, bool))
