@@ -349,12 +349,23 @@ class FakeDeviceArray:
                                          "data": (address, False), "version": 3, **interface}
 
 
+class FakeContext:
+    """What scangen reads of a pycuda Context: its handle; hashed as the object, as pycuda
+    hashes one (two objects for one CUcontext hash apart)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+
 def simulate_device(monkeypatch, device=0, context=0xC0):
     """Let scangen.interop check devices and streams without a GPU: every pointer is on
-    ``device``, the current context is ``context`` on ``device``, and every stream handle
-    belongs to it."""
-    from scangen import interop
+    ``device``, the current context is ``context`` on ``device`` (scangen.current_context
+    gives a FakeContext of that handle), and every stream handle belongs to it."""
+    from scangen import compile as scan_compile, interop
     from scangen.runtime import launcher, streams
+
+    current = FakeContext(context)
+    monkeypatch.setattr(scan_compile, "current_context", lambda: current)
 
     class NoGPUArray:
         pass
@@ -504,8 +515,8 @@ def assert_scan_equal(got, want, dtype, n):
 
 __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
-           "exact_affine_pairs", "expected", "FakeDeviceArray", "flipped", "kind", "MODES",
-           "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
+           "exact_affine_pairs", "expected", "FakeContext", "FakeDeviceArray", "flipped", "kind",
+           "MODES", "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
            "poison_values", "poisoned", "precompile", "random_chunks", "random_input",
            "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "STATS", "TABLE_LOOKUP",
