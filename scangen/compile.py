@@ -13,6 +13,7 @@ A ScanKernel's KernelSpec is one; the radix sort's module is another.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import re
 import shutil
@@ -106,6 +107,11 @@ def current_context():
     return context
 
 
+def context_of_this_thread():
+    """The pycuda context current in this thread, or None; makes none current."""
+    return _initialised_driver().Context.get_current()
+
+
 def context_key(context=None) -> tuple:
     """What caches of device memory and modules key a context by (default: the current
     one, as current_context() gives it): its CUcontext handle and the pycuda object.
@@ -124,6 +130,24 @@ def stream_key(stream) -> tuple:
     RawStream: anything with a handle), for caches of device memory per stream (scratch,
     pools): two contexts, or two streams, never share one."""
     return (*context_key(), 0 if stream is None else stream.handle)
+
+
+@contextlib.contextmanager
+def made_current(context):
+    """Run the block with ``context`` (a pycuda Context) current in this thread, or with
+    current_context()'s where ``context`` is None; pops only what it pushed."""
+    if context is None:
+        yield current_context()
+        return
+    current = _initialised_driver().Context.get_current()
+    if current is not None and context_key(current) == context_key(context):
+        yield context
+        return
+    context.push()
+    try:
+        yield context
+    finally:
+        _pop_context(context)
 
 
 def release_at_exit(holder) -> None:

@@ -1,7 +1,7 @@
 """CUDA contexts without a GPU: caches of device memory key the context as well as the
 stream (one helper, scangen.compile.stream_key), so a process with two contexts (two
 devices, or a context the program pushed) never hands one context's memory to another;
-and scangen.compile frees its memory at exit as PyCUDA needs (a fake pycuda context stack)."""
+and scangen.compile pushes and pops contexts as PyCUDA needs (a fake pycuda context stack)."""
 import importlib
 import types
 
@@ -134,6 +134,21 @@ def driver(monkeypatch):
     driver = FakeDriver()
     monkeypatch.setattr(scan_compile, "_driver", driver)
     return driver
+
+
+def test_made_current_pushes_only_another_context_object(driver):
+    ours, programs = driver.context(0xC0), driver.context(0xC0)
+    ours.push()
+    with scan_compile.made_current(ours):
+        assert driver.stack == [ours]
+    # the same CUcontext through another pycuda object: pushed, and popped after
+    with scan_compile.made_current(programs):
+        assert driver.stack == [ours, programs]
+    assert driver.stack == [ours]
+    with pytest.raises(ValueError):
+        with scan_compile.made_current(programs):
+            raise ValueError
+    assert driver.stack == [ours]
 
 
 @pytest.mark.parametrize("programs_first", [False, True])
