@@ -21,15 +21,15 @@ without a GPU.
 from __future__ import annotations
 
 import functools
-import threading
 
 import numpy as np
 
-from .interop import Call, host_round_trip
+from .interop import Call, as_stream, host_round_trip, kind_of
 from .kernel import ScanKernel
 from .ops import resolve_operator
 from .one_shot import _operator, exclusive_scan, inclusive_scan
 from .reference import reference_scan
+from .runtime.gpu_thread import on_gpu_thread
 from .spec import MODES
 from .types import element_type
 
@@ -60,8 +60,8 @@ class CarryScan:
     two places: a strategy may read the input (carry_in with it) again after another block
     has written its outputs.
 
-    Call it as ``scan(x, out, carry_in, carry_out, n=len(x), stream=None)`` with device
-    arrays of one kind (or device addresses through ``launch``); ``n`` must be at least 1.
+    Call it as ``scan(x, out, carry_in, carry_out=None, stream=None)`` with device arrays
+    of one kind (or device addresses through ``launch``); x has at least one element.
     """
 
     def __init__(self, dtype, operator, mode="inclusive", **options):
@@ -85,10 +85,19 @@ class CarryScan:
         scangen.interop.as_stream gives it."""
         self.kernel.launch_converted(tuple(int(p) for p in pointers), n, stream)
 
-    def __call__(self, x, out, carry_in, carry_out, *, stream=None):
+    def __call__(self, x, out, carry_in, carry_out=None, *, stream=None):
+        """Scan x into ``out`` (None: a new array of x's kind) and write the next carry to
+        ``carry_out`` (None: not kept); returns out."""
         call = Call(stream, {"x": x, "out": out, "carry_in": carry_in, "carry_out": carry_out},
                     writes=("out", "carry_out"))
         views = call.views
+        if out is None:
+            out, views["out"] = call.empty(views["x"].shape, self.dtype)
+        if carry_out is None:
+            # The kernel writes it all the same; freed after the launch is queued, it goes
+            # back to a pool of its stream (ours, CuPy's or torch's), so no later user of
+            # the block runs before the kernel.
+            views["carry_out"] = call.empty((1,), self.dtype)[1]
         self.launch([views[name].ptr for name in ("x", "out", "carry_in", "carry_out")],
                     views["x"].size, call.stream)
         return out
@@ -117,13 +126,6 @@ class ChunkTotal:
         return total
 
 
-#: One GPU backend call at a time per process. Dask's threaded scheduler calls from several
-#: threads, and scangen's per-stream scratch (tile-status epochs, ticket bases) is plain
-#: Python state: two threads on one stream could draw the same epoch. Device chunks only
-#: queue kernels under it, so it costs little.
-_GPU_LOCK = threading.Lock()
-
-
 @functools.lru_cache(maxsize=64)
 def _carry_scan(dtype, op, mode, options):
     return CarryScan(dtype, op, mode, **dict(options))
@@ -134,29 +136,52 @@ def _chunk_total(dtype, op, options):
     return ChunkTotal(dtype, op, **dict(options))
 
 
+#: CUDA's per-thread default stream: a stream of the thread that names it.
+_PER_THREAD_STREAM = 2
+
+
+def _callers_stream(chunk):
+    """The stream the calling thread orders work on ``chunk`` on (its library's current
+    stream there: CuPy's and torch's are per thread), read in the calling thread; None for
+    host chunks and the legacy default stream. The per-thread default stream would be the
+    GPU thread's own over there: the legacy default stream, which waits for that stream's
+    earlier work and is waited for by its later work, orders the call instead."""
+    kind = kind_of(chunk)
+    if kind is None:
+        return None
+    stream = as_stream(kind.default_stream(chunk), check_device=False)
+    return None if stream is None or stream.handle == _PER_THREAD_STREAM else stream
+
+
+def _on_gpu(chunk, work):
+    """``work(stream)`` on scangen's GPU thread (scangen.runtime.gpu_thread), ``stream``
+    being the one the calling thread orders work on ``chunk`` on."""
+    return on_gpu_thread(work, _callers_stream(chunk))
+
+
 class GPUBackend:
-    """Chunks scanned by scangen on the current GPU: device chunks (CuPy, torch, GPUArray)
-    in place on the device, host numpy chunks copied there and back. ``options`` (algorithm,
-    section_size, ...) go to every kernel, as for scangen.Scan."""
+    """Chunks scanned by scangen on the GPU: device chunks (CuPy, torch, GPUArray) in place
+    on the device, on the stream current in the calling thread, and host numpy chunks copied
+    there and back. ``options`` (algorithm, section_size, ...) go to every kernel, as for
+    scangen.Scan.
+
+    Every call runs on scangen's GPU thread, one per process (scangen.runtime.gpu_thread),
+    whichever thread of a scheduler makes it: the device memory of a host chunk's trip is
+    made, used and freed there, and one call at a time uses scangen's per-stream scratch
+    (tile-status epochs, ticket bases are plain Python state). A host chunk's result is a
+    numpy array and a device chunk's an array of its library (a GPUArray chunk's a GPUArray,
+    whose memory is handed back to scangen's pool where it is dropped: in a thread with the
+    context current, as for any GPUArray).
+    """
 
     def __init__(self, **options):
         self.options = tuple(sorted(options.items()))
 
-    @staticmethod
-    def _on_gpu(run, *args):
-        """run(*args) under the process's GPU lock, with a CUDA context current: Dask calls
-        from its own threads, where none is yet, and a host chunk's copy to the device
-        comes before anything that would make one current."""
-        from .compile import current_context
-
-        with _GPU_LOCK:
-            current_context()
-            return run(*args)
-
     def total(self, chunk, op):
         """A one-element array (of the chunk's kind) holding the chunk's total."""
         kernel = _chunk_total(np.dtype(chunk.dtype), op, self.options)
-        return self._on_gpu(host_round_trip, kernel, {"x": chunk}, None)
+        return _on_gpu(chunk, lambda stream: host_round_trip(
+            lambda x: kernel(x, stream=stream), {"x": chunk}, stream))
 
     def scan(self, chunk, op, mode, carry=None):
         """The scan of the chunk, ``carry`` (a one-element array of its kind) combined
@@ -164,22 +189,19 @@ class GPUBackend:
         _check_mode(mode)
         if carry is None:
             one_shot = inclusive_scan if mode == "inclusive" else exclusive_scan
-            return self._on_gpu(lambda: one_shot(chunk, op, **dict(self.options)))
+            return _on_gpu(chunk, lambda stream: one_shot(chunk, op, stream=stream,
+                                                          **dict(self.options)))
         kernel = _carry_scan(np.dtype(chunk.dtype), op, mode, self.options)
-
-        def run(x, carry):
-            call = Call(None, {"x": x})
-            out = call.empty(x.shape, kernel.dtype)[0]
-            # carry_out is not needed here: the next chunk's carry comes from the totals.
-            return kernel(x, out, carry, call.empty((1,), kernel.dtype)[0])
-
-        return self._on_gpu(host_round_trip, run, {"x": chunk, "carry": carry}, None)
+        # No carry out: the next chunk's carry comes from the totals.
+        return _on_gpu(chunk, lambda stream: host_round_trip(
+            lambda x, carry: kernel(x, None, carry, stream=stream),
+            {"x": chunk, "carry": carry}, stream))
 
     def select(self, chunk, predicate):
         """The elements of the chunk for which ``predicate`` (a C expression in x) holds."""
         from .primitives import select
 
-        return self._on_gpu(select, chunk, predicate)
+        return _on_gpu(chunk, lambda stream: select(chunk, predicate, stream=stream))
 
 
 class ReferenceBackend:

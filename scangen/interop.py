@@ -593,14 +593,18 @@ def host_round_trip(run, arrays: dict, stream):
         copies[name] = None if value is None else by_object[id(value)]
     result = run(**copies)
     _streams().before_host_read(as_stream(stream))
-    host_out, device_out = arrays.get("out"), copies.get("out")
+    return _to_host(result, gpuarray.GPUArray, arrays.get("out"), copies.get("out"))
 
-    def back(item):
-        if isinstance(item, tuple):
-            return tuple(back(part) for part in item)
-        if host_out is not None and item is device_out:
-            host_out[...] = item.get()
-            return host_out
-        return item.get() if isinstance(item, gpuarray.GPUArray) else item
 
-    return back(result)
+def _to_host(item, device_type, host_out, device_out):
+    """host_round_trip's result on the host: a tuple item by item, ``device_out`` into
+    ``host_out``, other device arrays as new numpy arrays. A function of its own, not a
+    closure: a nested function that calls itself is a reference cycle, which would keep
+    the device arrays it sees until the garbage collector runs, in whichever thread that
+    is (where PyCUDA may not be able to free them)."""
+    if isinstance(item, tuple):
+        return tuple(_to_host(part, device_type, host_out, device_out) for part in item)
+    if host_out is not None and item is device_out:
+        host_out[...] = item.get()
+        return host_out
+    return item.get() if isinstance(item, device_type) else item

@@ -18,7 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..compile import check_with_nvcc, compile_module, release_at_exit
+from ..compile import check_with_nvcc, compile_module, context_key, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..kernel import ScanKernel, counting_condition, mask_condition
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
@@ -93,9 +93,10 @@ class _Compaction:
     def __init__(self, dtype, kernel: ScanKernel):
         self.etype = element_type(dtype)
         self.kernel = kernel
-        # thread ident -> _HostCount: a call that reads its count on the host writes and
-        # reads it before it returns, so one thread's calls take turns with it; a call from
-        # another thread (the one-shot functions share their objects) has its own.
+        # (thread ident, compile.context_key) -> _HostCount: a call that reads its count on
+        # the host writes and reads it before it returns, so one thread's calls take turns
+        # with it; a call from another thread (the one-shot functions share their objects)
+        # has its own, and so has another context (PyCUDA frees it in the one it was made in).
         self._counts = {}
         release_at_exit(self)
 
@@ -135,10 +136,10 @@ class _Compaction:
 
     def _thread_count(self) -> "_HostCount":
         """The calling thread's count, for calls that read it on the host."""
-        thread = threading.get_ident()
-        count = self._counts.get(thread)
+        key = (threading.get_ident(), *context_key())
+        count = self._counts.get(key)
         if count is None:
-            count = self._counts[thread] = _HostCount()
+            count = self._counts[key] = _HostCount()
         return count
 
     def _launch(self, call, arrays, n, count_on_device, kernel=None):

@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..compile import release_at_exit
+from ..compile import context_key, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
 from ..runtime.streams import memset_d8_async
@@ -163,14 +163,16 @@ class Histogram:
 
     def _bins(self, bins, range):
         """``(low, high, edges on the host, on the device, margin)`` for these bins: the last
-        call's when the same (computing edges costs more than a small histogram), else new.
-        Kept with the object: freed while the kernel runs, the edges could be overwritten."""
+        call's when the same in the same context (computing edges costs more than a small
+        histogram), else new. Kept with the object: freed while the kernel runs, the edges
+        could be overwritten."""
         low, high = outer_edges(bins, range)
-        if self._edges is None or self._edges[:3] != (low, high, int(bins)):
+        key = (low, high, int(bins), context_key())
+        if self._edges is None or self._edges[0] != key:
             low, high, edges = bin_edges(bins, range, self.module.edge_dtype)
-            self._edges = (low, high, int(bins), edges, _gpuarray().to_gpu(edges),
+            self._edges = (key, low, high, edges, _gpuarray().to_gpu(edges),
                            fast_path_margin(edges, low, high))
-        return self._edges[0], self._edges[1], *self._edges[3:]
+        return self._edges[1:]
 
     def __call__(self, x, bins, range, *, stream=None):
         call = Call(stream, {"x": x})

@@ -32,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument
-from ..compile import release_at_exit
+from ..compile import release_at_exit, stream_key
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
 from ..runtime.scratch import StreamScratch
@@ -311,18 +311,15 @@ class _Scratch:
         return array
 
 
-def _thread_and_stream(stream) -> tuple:
-    return threading.get_ident(), 0 if stream is None else stream.handle
-
-
 class _ModuleLaunches:
     """A module and the scratch its launches use, per calling thread and stream."""
 
     def __init__(self, module: RadixModule):
         self.module = module
-        # Keyed by (thread ident, stream handle): a call's launches use it in stream order,
-        # and a call from another thread (the one-shot functions share their objects) may
-        # queue its own on the same stream between them, so it has its own.
+        # Keyed by the thread and compile.stream_key (the context and the stream): a call's
+        # launches use it in stream order, and a call from another thread (the one-shot
+        # functions share their objects) may queue its own on the same stream between
+        # them, so it has its own; another context's memory is not this one's.
         self._scratch = {}  # -> _Scratch
         release_at_exit(self)
 
@@ -330,8 +327,8 @@ class _ModuleLaunches:
         self._scratch.clear()
 
     def scratch(self, stream) -> _Scratch:
-        """The calling thread's scratch for ``stream``."""
-        key = _thread_and_stream(stream)
+        """The calling thread's scratch for ``stream`` in the current context."""
+        key = (threading.get_ident(), *stream_key(stream))
         scratch = self._scratch.get(key)
         if scratch is None:
             scratch = self._scratch[key] = _Scratch()

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from ..compile import compile_module, current_context, release_at_exit, require_pycuda
+from ..compile import compile_module, release_at_exit, require_pycuda, stream_key
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from ..strategies.tile_state import TileState
 from .scratch import StreamScratch
@@ -137,8 +137,8 @@ class Runtime:
 
     def __init__(self, kernel_spec):
         self.kernel_spec = kernel_spec
-        self._scratch = {}  # (stream handle, context handle) -> StreamScratch
-        self._launchers = {}  # (n, stream handle, context handle, raw) -> Launcher
+        self._scratch = {}  # compile.stream_key -> StreamScratch
+        self._launchers = {}  # (n, compile.stream_key, raw) -> Launcher
         # One call at a time, whichever thread makes it: calls on a stream share its scratch
         # (tile status, ticket counter), a call's ticket base must reach the stream in the
         # order it was handed out, and a larger call may replace the scratch under another
@@ -167,16 +167,15 @@ class Runtime:
             self._launch(user_values, n, stream)
 
     def _launch(self, user_values: tuple, n: int, stream) -> None:
-        stream_key = 0 if stream is None else stream.handle
-        context = current_context()
+        where = stream_key(stream)
         # Whose stream it is decides how the launcher launches (see launch_function).
-        key = (n, stream_key, context.handle, type(stream) is RawStream)
+        key = (n, where, type(stream) is RawStream)
         launcher = self._launchers.get(key)
         if launcher is None or launcher.stale():
-            scratch = self._scratch.get((stream_key, context.handle))
+            scratch = self._scratch.get(where)
             if scratch is None:
-                scratch = StreamScratch(TileState.of(self.kernel_spec.scan))
-                self._scratch[(stream_key, context.handle)] = scratch
+                scratch = self._scratch[where] = StreamScratch(
+                    TileState.of(self.kernel_spec.scan))
             launcher = Launcher(self.plan(n), compile_module(self.kernel_spec), scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough

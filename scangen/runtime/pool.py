@@ -8,19 +8,26 @@ came from, and a pool serves one stream: the next array it hands out is written 
 queued on that stream after every earlier use of the block there. (As with CuPy's pool, an
 array also used on another stream must outlive that use.) ``free_pooled_memory`` hands the
 held blocks back to CUDA; a pool that cannot allocate frees its held blocks and retries.
+
+At exit every pool stops holding blocks: an array the program still holds while the
+interpreter tears down then goes straight back to CUDA. A pool that holds none and is handed
+a block takes the context current at that moment, and PyCUDA ends the process
+(``terminate called ... explicit_context_dependent``) where none is.
 """
 from __future__ import annotations
 
-from ..compile import current_context, release_at_exit
+from ..compile import release_at_exit, stream_key
 
-_pools = {}  # (context handle, stream handle) -> DeviceMemoryPool
+_pools = {}  # compile.stream_key -> DeviceMemoryPool
 
 
 class _Pools:
-    """Releases every pool's held blocks at exit, with the context current."""
+    """At exit, with the context current: every pool frees its held blocks and holds no
+    more."""
 
     def release_device_memory(self) -> None:
-        free_pooled_memory()
+        for pool in _pools.values():
+            pool.stop_holding()
         _pools.clear()
 
 
@@ -33,7 +40,7 @@ _RELEASE_POOLS = _Pools()
 def allocator(stream):
     """The allocate function of the current context's pool for ``stream`` (None, a pycuda
     Stream or a RawStream: anything with a handle)."""
-    key = (current_context().handle, 0 if stream is None else stream.handle)
+    key = stream_key(stream)
     pool = _pools.get(key)
     if pool is None:
         from pycuda.tools import DeviceMemoryPool

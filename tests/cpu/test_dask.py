@@ -1,7 +1,11 @@
 """scangen.dask without a GPU: the chunk / carry composition on local Dask schedulers with the
 CPU reference backend, non-commutative operators, random chunkings with empty and
 one-element chunks; and the two chunk kernels rendering (and compiling, with nvcc)."""
+import contextlib
+import gc
 import importlib.util
+import threading
+import types
 
 import numpy as np
 import pytest
@@ -190,3 +194,186 @@ def test_chunk_kernels_are_found_again_for_a_pickled_operator():
             _carry_scan(dtype, op, "inclusive", backend.options)
         assert _chunk_total(dtype, op_copy, backend_copy.options) is \
             _chunk_total(dtype, op, backend.options)
+
+
+# --- the GPU backend's thread, on a fake device --------------------------------------------
+
+class FakeGPUArray:
+    """What host_round_trip's pycuda makes of a host chunk: a device array that records the
+    thread it was made in and the one it was freed in (PyCUDA frees device memory only
+    where its context is current or in the thread that made the context)."""
+
+    def __init__(self, host, log):
+        self.host, self.shape, self.dtype = np.array(host), np.shape(host), np.dtype(host.dtype)
+        self.life = types.SimpleNamespace(made_in=threading.get_ident(), freed_in=None)
+        log.append(self.life)
+
+    def get(self):
+        return self.host.copy()
+
+    def __del__(self):
+        self.life.freed_in = threading.get_ident()
+
+
+class FakeGPU:
+    """The GPU backend's kernels and host copies on numpy (scangen.chunked's kernel caches,
+    one-shot scans and pycuda's gpuarray replaced), and the context calls of the GPU
+    thread recorded: the calling thread's context (``self.contexts``, per thread) and what
+    each call made current (``self.made_current``)."""
+
+    def __init__(self, monkeypatch):
+        from scangen import compile as scan_compile
+        from scangen import chunked, interop
+        from scangen.runtime import launcher
+
+        self.arrays, self.calls, self.made_current = [], [], []  # arrays: their lives
+        self.contexts, self.fail = {}, False
+        gpu = self
+
+        def device(host):
+            return FakeGPUArray(host, gpu.arrays)
+
+        monkeypatch.setattr(launcher, "_gpuarray", lambda: types.SimpleNamespace(
+            GPUArray=FakeGPUArray, to_gpu=device,
+            empty=lambda shape, dtype: device(np.empty(shape, dtype))))
+
+        def total(dtype, op, options):
+            def run(x, stream=None):
+                gpu.record("total", stream)
+                return device(ReferenceBackend().total(x.host, op))
+            return run
+
+        def carry_scan(dtype, op, mode, options):
+            def run(x, out, carry, carry_out=None, stream=None):
+                assert out is None and carry_out is None
+                gpu.record("scan", stream)
+                return device(ReferenceBackend().scan(x.host, op, mode, carry.host))
+            return run
+
+        def one_shot(mode):
+            def run(x, op, stream=None):
+                return interop.host_round_trip(
+                    lambda x: gpu.record("scan", stream) or
+                    device(ReferenceBackend().scan(x.host, op, mode)), {"x": x}, stream)
+            return run
+
+        monkeypatch.setattr(chunked, "_chunk_total", total)
+        monkeypatch.setattr(chunked, "_carry_scan", carry_scan)
+        monkeypatch.setattr(chunked, "inclusive_scan", one_shot("inclusive"))
+        monkeypatch.setattr(chunked, "exclusive_scan", one_shot("exclusive"))
+        monkeypatch.setattr(scan_compile, "context_of_this_thread",
+                            lambda: gpu.contexts.get(threading.get_ident()))
+
+        @contextlib.contextmanager
+        def made_current(context):
+            gpu.made_current.append((threading.get_ident(), context))
+            yield context
+
+        monkeypatch.setattr(scan_compile, "made_current", made_current)
+
+    def record(self, what, stream):
+        if self.fail:
+            raise RuntimeError("the kernel failed")
+        self.calls.append((what, threading.get_ident(), stream))
+
+    def threads(self):
+        """The threads the device arrays were made in and freed in."""
+        gc.collect()
+        return {a.made_in for a in self.arrays} | {a.freed_in for a in self.arrays}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    return FakeGPU(monkeypatch)
+
+
+def _compute_with(result, scheduler):
+    if scheduler != "distributed":
+        return _compute(result, scheduler)
+    distributed = pytest.importorskip("distributed")
+    with distributed.Client(processes=False, n_workers=1, threads_per_worker=3,
+                            dashboard_address=None) as client:
+        return client.compute(result).result()
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads", "distributed"])
+def test_gpu_backend_runs_every_call_on_one_thread_of_its_own(fake_gpu, rng, scheduler):
+    """Whichever thread of a scheduler runs a task (Dask's pool, distributed's workers, the
+    main thread), the GPU backend's device memory is made, used and freed on scangen's GPU
+    thread, never the task's: pycuda could not free it in a thread that did not make the
+    context (a warning, and a leak) and ends the process where no context is current."""
+    from scangen.runtime import gpu_thread
+
+    main = threading.get_ident()
+    fake_gpu.contexts[main] = "the main thread's context"
+    n = 3000
+    x = random_input(rng, "uint64", "affine_then", n)
+    chunks = random_chunks(rng, n, most=700)
+    results = [scan(da.from_array(x, chunks=(chunks,)), AFFINE) for scan in
+               (sd.inclusive_scan, sd.exclusive_scan)]
+    for result, mode in zip(results, ("inclusive", "exclusive")):
+        np.testing.assert_array_equal(_compute_with(result, scheduler),
+                                      scan_reference(x, AFFINE, mode))
+    gpu = gpu_thread._thread_ident
+    assert gpu != main
+    assert len(fake_gpu.calls) == 2 * (2 * sum(1 for c in chunks if c) + 1)
+    assert {thread for _, thread, _ in fake_gpu.calls} == {gpu}
+    assert fake_gpu.threads() == {gpu} and fake_gpu.arrays
+    # each call in the context of the thread that asked: the main thread's own where it
+    # asked (the synchronous scheduler), else none (the GPU thread's: device 0's primary)
+    asked = {context for _, context in fake_gpu.made_current}
+    assert asked == ({"the main thread's context"} if scheduler == "synchronous" else {None})
+    assert {thread for thread, _ in fake_gpu.made_current} == {gpu}
+
+
+def test_a_failed_call_frees_its_device_memory_on_the_gpu_thread(fake_gpu, rng):
+    """An exception goes back to the calling thread with the locals of its frames on the
+    GPU thread cleared: its traceback would otherwise carry the chunk's device copy to the
+    caller, to be freed wherever the traceback is dropped."""
+    from scangen.chunked import GPUBackend
+    from scangen.runtime import gpu_thread
+
+    fake_gpu.fail = True
+    x = random_input(rng, "int32", "last_nonzero", 100)
+    with pytest.raises(RuntimeError, match="the kernel failed") as caught:
+        GPUBackend().total(x, scangen.LAST_NONZERO)
+    assert caught.value.__traceback__ is not None  # still there to read
+    assert all(a.freed_in == gpu_thread._thread_ident for a in fake_gpu.arrays) and \
+        fake_gpu.arrays
+
+
+def test_a_call_from_the_gpu_thread_runs_there_at_once(fake_gpu):
+    from scangen.runtime.gpu_thread import on_gpu_thread
+
+    seen = []
+
+    def nested():
+        seen.append(on_gpu_thread(threading.get_ident))  # would wait for itself if queued
+
+    asker = threading.Thread(target=on_gpu_thread, args=(nested,), daemon=True)
+    asker.start()
+    asker.join(timeout=30)
+    assert not asker.is_alive(), "a call from the GPU thread waited for itself"
+    assert seen and seen[0] != threading.get_ident()
+
+
+def test_device_chunks_go_on_the_callers_stream(fake_gpu, monkeypatch):
+    """A device chunk's work is queued on the stream its library has current in the thread
+    that asks (CuPy's and torch's are per thread), read there: the GPU thread's would be
+    another. The per-thread default stream is each thread's own: the legacy default
+    stream, which it waits for and is waited for by, orders the work instead."""
+    from scangen import chunked
+
+    class Chunk:
+        dtype = np.dtype(np.int32)
+
+    class Kind:
+        def default_stream(self, value):
+            return handles[threading.get_ident()]
+
+    monkeypatch.setattr(chunked, "kind_of", lambda value: Kind())
+    handles = {}
+    for handle, expected in ((0x5000, 0x5000), (1, None), (2, None)):
+        handles[threading.get_ident()] = handle
+        stream = chunked._on_gpu(Chunk(), lambda stream: stream)
+        assert (None if stream is None else stream.handle) == expected

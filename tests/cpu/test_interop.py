@@ -21,7 +21,7 @@ from scangen import interop, one_shot
 from scangen.interop import Call, as_stream, kind_of, parse_cuda_array_interface
 from scangen.runtime import launcher, streams
 from scangen.runtime.streams import RawLaunch, RawStream
-from tests.support import AFFINE, BFLOAT16, FakeDeviceArray, simulate_device
+from tests.support import AFFINE, BFLOAT16, FakeContext, FakeDeviceArray, simulate_device
 
 
 # --- fakes ---------------------------------------------------------------------------------
@@ -621,6 +621,40 @@ def test_host_arrays_are_copied_in_and_out(monkeypatch):
     np.testing.assert_array_equal(values, x[::-1])
 
 
+def test_host_round_trip_leaves_no_device_array_to_the_garbage_collector(monkeypatch):
+    """The device copies are freed as the call returns, in the calling thread: none is left
+    in a reference cycle for the garbage collector, which runs in whichever thread happens
+    to allocate (where pycuda may be unable to free device memory)."""
+    fake_gpuarray(monkeypatch, [])
+    module, made = launcher._gpuarray(), []
+
+    def tracked(make):
+        def make_tracked(*args):
+            array = make(*args)
+            made.append(weakref.ref(array))
+            return array
+        return make_tracked
+
+    monkeypatch.setattr(launcher, "_gpuarray", lambda: types.SimpleNamespace(
+        GPUArray=FakeGPUArray, to_gpu=tracked(module.to_gpu), empty=tracked(module.empty)))
+
+    def run(x, out):
+        out.host[:] = x.host[::-1]
+        return out, FakeGPUArray(x.host)
+
+    x, out = np.arange(5, dtype=np.int32), np.zeros(5, np.int32)
+    gc.collect()
+    gc.disable()
+    try:
+        got, other = interop.host_round_trip(run, {"x": x, "out": out}, None)
+        assert got is out and len(made) == 2
+        assert [ref() for ref in made] == [None, None]
+    finally:
+        gc.enable()
+    np.testing.assert_array_equal(out, x[::-1])
+    np.testing.assert_array_equal(other, x)
+
+
 def test_host_and_device_arrays_do_not_mix(device):
     with pytest.raises(TypeError, match="x is a host numpy array but flags is on the device"):
         scangen.select(np.zeros(4, np.float32), flags=FakeDeviceArray(4, bool))
@@ -664,26 +698,36 @@ def test_pycuda_results_come_from_a_pool_per_context_and_stream(monkeypatch):
         def free_held(self):
             self.held = False
 
+        def stop_holding(self):
+            self.free_held()
+            self.stopped = True
+
     tools = types.ModuleType("pycuda.tools")
     tools.DeviceMemoryPool = FakePool
     monkeypatch.setitem(sys.modules, "pycuda.tools", tools)
     monkeypatch.setattr(pool, "_pools", {})
     released_at_exit = weakref.WeakSet()  # weakly, as compile.release_at_exit keeps them
     monkeypatch.setattr(pool, "release_at_exit", released_at_exit.add)
-    context = types.SimpleNamespace(handle=0xC0)
-    monkeypatch.setattr(pool, "current_context", lambda: context)
+    context = FakeContext(0xC0)
+    monkeypatch.setattr(scangen.compile, "current_context", lambda: context)
     default = pool.allocator(None)
     assert default(64) == (FakePool.made[0], 64)
     assert pool.allocator(None).__self__ is default.__self__  # kept, not remade
     other = pool.allocator(RawStream(0x1234))
     assert other.__self__ is not default.__self__
-    context.handle = 0xD0  # another context: another pool, even for the default stream
+    context = FakeContext(0xD0)  # another context: another pool, even for the default stream
     assert pool.allocator(None).__self__ not in (default.__self__, other.__self__)
-    assert len(FakePool.made) == 3
+    # another pycuda object for the same CUcontext (the primary context retained twice):
+    # another pool, as pycuda frees a block through the object it was allocated under
+    context = FakeContext(0xD0)
+    assert len({pool.allocator(None).__self__ for _ in range(2)} |
+               {p for p in FakePool.made[:3]}) == 4
+    assert len(FakePool.made) == 4
     gc.collect()
     (at_exit,) = released_at_exit  # still there to free the pools at exit
     at_exit.release_device_memory()
-    assert not any(p.held for p in FakePool.made) and not pool._pools
+    # at exit the pools also stop holding: an array freed later goes straight back to CUDA
+    assert all(not p.held and p.stopped for p in FakePool.made) and not pool._pools
     pool.allocator(None)
     scangen.free_pooled_memory()
     assert not FakePool.made[-1].held

@@ -3,6 +3,8 @@ the single-GPU scan (and the reference) with non-commutative operators; the chun
 on their own; and where the host has two GPUs or more, a scan spread over two workers (one
 per GPU) equal to the single-GPU one. The chunk / carry composition itself is tested on the
 CPU (tests/cpu/test_dask.py); two GPUs are measured by benchmarks/dask_scan.py."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,7 @@ da = require_module("dask.array")
 import scangen.dask as sd  # noqa: E402
 
 CASES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float32", "add")]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
@@ -129,3 +132,140 @@ def test_two_gpus_equal_one(gpu, rng, dtype, op_name):
     one_gpu = scangen.inclusive_scan(cp.asarray(host), op)
     np.testing.assert_array_equal(got, cp.asnumpy(one_gpu))
     np.testing.assert_array_equal(got, scan_reference(host, op))
+
+
+# --- every scheduler, in a fresh process each ---------------------------------------------
+
+#: A program scanning a Dask array on one scheduler (argv: scheduler, chunk kind, what the
+#: main thread did on the GPU before, the input .npz, the result .npy). A file, with its
+#: work under ``__main__``: spawned worker processes import it again.
+CHILD = '''
+import sys
+
+import numpy as np
+
+
+def main(scheduler, chunk_kind, prior, data, result):
+    if prior == "autoinit":
+        import pycuda.autoinit  # noqa: F401  (a context of its own, current in this thread)
+    import dask
+    import dask.array as da
+
+    import scangen
+    import scangen.dask as sd
+
+    if prior == "scangen":
+        scangen.current_context()
+        assert scangen.inclusive_scan(np.arange(5, dtype=np.int32)).tolist() == [0, 1, 3, 6, 10]
+    saved = np.load(data)
+    x, chunks = saved["x"], tuple(int(c) for c in saved["chunks"])
+    darr = da.from_array(x, chunks=(chunks,))
+    if chunk_kind == "cupy":
+        import cupy
+
+        # Made and brought back by tasks, in the scheduler's threads or processes: CuPy
+        # arrays live in the context current where they are made.
+        darr = darr.map_blocks(cupy.asarray, meta=cupy.empty(0, x.dtype))
+    scans = [scan(darr, scangen.LAST_NONZERO) for scan in (sd.inclusive_scan, sd.exclusive_scan)]
+    if chunk_kind == "cupy":
+        scans = [s.map_blocks(cupy.asnumpy, meta=np.empty(0, x.dtype)) for s in scans]
+    if scheduler.startswith("distributed"):
+        from distributed import Client, LocalCluster
+
+        processes = scheduler == "distributed"
+        with LocalCluster(n_workers=2 if processes else 1, threads_per_worker=2,
+                          processes=processes, dashboard_address=None) as cluster, \\
+                Client(cluster):
+            got = dask.compute(*scans)
+    else:
+        got = dask.compute(*scans, scheduler=scheduler)
+    np.save(result, np.stack(got))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
+'''
+
+SCHEDULERS = ["threads", "synchronous", "processes", "distributed", "distributed-in-process"]
+#: What the main thread did on the GPU before the scan: nothing, a scangen scan, or
+#: pycuda.autoinit (a context of its own, current in the main thread).
+PRIOR_USE = ["none", "scangen", "autoinit"]
+#: What a PyCUDA object freed in the wrong thread, or after its context was popped, says.
+CONTEXT_ERRORS = ("terminate called", "out-of-thread", "could not be cleaned up",
+                  "PyCUDA ERROR", "PyCUDA WARNING")
+
+
+def _missing(chunks, scheduler):
+    """The optional library a case needs and this machine lacks, or None."""
+    import importlib.util
+
+    for name, needed in (("cupy", chunks == "cupy"),
+                         ("distributed", scheduler.startswith("distributed"))):
+        if needed and importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
+class Children:
+    """The programs of every collected case of the scheduler matrix, run once: the first
+    alone (it compiles the kernels into PyCUDA's disk cache, whose files are written in
+    place), then the others a few at a time."""
+
+    def __init__(self, request, folder):
+        self.folder, self.results = folder, None
+        self.cases = [tuple(item.callspec.params[k] for k in ("scheduler", "chunks", "prior"))
+                      for item in request.session.items
+                      if getattr(item, "originalname", "") == "test_every_scheduler_in_a_fresh_"
+                                                            "process"]
+        rng = np.random.default_rng(20260)
+        n = 20_011
+        self.x = random_input(rng, "int32", "last_nonzero", n)
+        np.savez(folder / "input.npz", x=self.x, chunks=random_chunks(rng, n, most=4000))
+        (folder / "child.py").write_text(CHILD)
+
+    def _run(self, case):
+        import subprocess
+        import sys
+
+        result = self.folder / ("-".join(case) + ".npy")
+        done = subprocess.run([sys.executable, str(self.folder / "child.py"), *case,
+                               str(self.folder / "input.npz"), str(result)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        return done, result
+
+    def result(self, case):
+        if self.results is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            runnable = [c for c in self.cases if _missing(c[1], c[0]) is None]
+            self.results = {runnable[0]: self._run(runnable[0])}
+            with ThreadPoolExecutor(6) as pool:
+                self.results.update(zip(runnable[1:], pool.map(self._run, runnable[1:])))
+        return self.results[case]
+
+
+@pytest.fixture(scope="module")
+def children(request, tmp_path_factory):
+    return Children(request, tmp_path_factory.mktemp("schedulers"))
+
+
+@pytest.mark.parametrize("prior", PRIOR_USE)
+@pytest.mark.parametrize("chunks", ["numpy", "cupy"])
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_every_scheduler_in_a_fresh_process(gpu, children, scheduler, chunks, prior):
+    """A scan of numpy or CuPy chunks on every Dask scheduler, in a process whose main
+    thread used the GPU before or not: the right result, and an exit with no PyCUDA
+    context error (device memory freed in a thread where its context is not current, or
+    after the context was popped), in the program or its worker processes."""
+    missing = _missing(chunks, scheduler)
+    if missing:
+        pytest.skip(f"{missing} is not installed")
+    done, result = children.result((scheduler, chunks, prior))
+    assert done.returncode == 0, done.stderr[-4000:]
+    for error in CONTEXT_ERRORS:
+        assert error not in done.stderr, done.stderr[-4000:]
+    inclusive, exclusive = np.load(result)
+    np.testing.assert_array_equal(inclusive,
+                                  scan_reference(children.x, scangen.LAST_NONZERO, "inclusive"))
+    np.testing.assert_array_equal(exclusive,
+                                  scan_reference(children.x, scangen.LAST_NONZERO, "exclusive"))

@@ -465,12 +465,23 @@ class FakeDeviceArray:
                                          "data": (address, False), "version": 3, **interface}
 
 
+class FakeContext:
+    """What scangen reads of a pycuda Context: its handle; hashed as the object, as pycuda
+    hashes one (two objects for one CUcontext hash apart)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+
 def simulate_device(monkeypatch, device=0, context=0xC0):
     """Let scangen.interop check devices and streams without a GPU: every pointer is on
-    ``device``, the current context is ``context`` on ``device``, and every stream handle
-    belongs to it."""
-    from scangen import interop
+    ``device``, the current context is ``context`` on ``device`` (scangen.current_context
+    gives a FakeContext of that handle), and every stream handle belongs to it."""
+    from scangen import compile as scan_compile, interop
     from scangen.runtime import launcher, streams
+
+    current = FakeContext(context)
+    monkeypatch.setattr(scan_compile, "current_context", lambda: current)
 
     class NoGPUArray:
         pass
@@ -872,12 +883,13 @@ def assert_scan_equal(got, want, dtype, n, *, op=None, reverse=False):
 
 
 __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
-           "allowed_skips", "assert_guard_untouched", "assert_scan_equal", "GUARD",
-           "guarded_output", "left_fold", "multiplies_exactly", "needs_nvcc", "optional_nvcc", "reference",
+           "allowed_skips", "assert_guard_untouched", "assert_scan_equal", "BFLOAT16",
+           "boundary_sizes", "COMPACTION", "digits", "DTYPES", "exact_affine_pairs",
+           "expected", "FakeContext", "FakeDeviceArray", "flipped", "GUARD", "guarded_output",
+           "kind", "left_fold", "MODES", "multiplies_exactly", "needs_bfloat16", "needs_nvcc",
+           "operator", "OPERATORS", "optional_nvcc", "ordered_bits", "PARTITION", "reference",
            "reference_fold", "require_gpus", "require_module", "require_nvcc", "skip_or_fail",
-           "sums_exactly", "twin", "twin_identity", "TWINS", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
-           "exact_affine_pairs", "expected", "FakeDeviceArray", "flipped", "kind", "MODES",
-           "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
+           "sums_exactly", "twin", "twin_identity", "TWINS",
            "poison_values", "poisoned", "precompile", "random_chunks", "random_input",
            "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "STATS", "TABLE_LOOKUP",

@@ -1,0 +1,177 @@
+"""CUDA contexts without a GPU: caches of device memory key the context as well as the
+stream (one helper, scangen.compile.stream_key), so a process with two contexts (two
+devices, or a context the program pushed) never hands one context's memory to another;
+and scangen.compile pushes and pops contexts as PyCUDA needs (a fake pycuda context stack)."""
+import importlib
+import types
+
+import numpy as np
+import pytest
+
+from scangen import compile as scan_compile
+from scangen.primitives import compaction, radix
+from scangen.runtime import launcher
+from scangen.runtime.streams import RawStream
+from tests.support import FakeContext
+
+
+@pytest.fixture
+def contexts(monkeypatch):
+    """scangen.current_context() is ``contexts.current``, which a test may replace."""
+    contexts = types.SimpleNamespace(current=FakeContext(0xC0))
+    monkeypatch.setattr(scan_compile, "current_context", lambda: contexts.current)
+    return contexts
+
+
+def _one_each(contexts, get):
+    """What ``get()`` gives under a first context (twice), a second context, another pycuda
+    object for the second's CUcontext (PyCUDA frees memory through the object it was made
+    under), and the first again."""
+    first = contexts.current
+    got = [get(), get()]
+    contexts.current = FakeContext(0xD0)
+    got.append(get())
+    contexts.current = FakeContext(0xD0)
+    got.append(get())
+    contexts.current = first
+    got.append(get())
+    assert got[0] is got[1] is got[4], "kept for its context"
+    assert len({id(g) for g in got}) == 3, "one per context object"
+    return got
+
+
+def test_radix_scratch_is_per_context_and_stream(contexts):
+    launches = radix._ModuleLaunches(None)
+    _one_each(contexts, lambda: launches.scratch(None))
+    stream = RawStream(0x1234)
+    assert launches.scratch(stream) is launches.scratch(stream)
+    assert launches.scratch(stream) is not launches.scratch(None)
+
+
+def test_compaction_host_count_is_per_context(contexts, monkeypatch):
+    monkeypatch.setattr(compaction, "_HostCount", lambda: object())
+    select = compaction._Compaction(np.float32, None)
+    _one_each(contexts, select._thread_count)
+
+
+def test_histogram_device_edges_are_per_context(contexts, monkeypatch):
+    """A Histogram keeps its last call's edges on the device: for the same bins in the same
+    context only."""
+    histogram = importlib.import_module("scangen.primitives.histogram")
+    monkeypatch.setattr(histogram, "_gpuarray", lambda: types.SimpleNamespace(
+        to_gpu=lambda host: object()))
+    hist = histogram.Histogram(np.float32)
+
+    def device_edges(bins=10):
+        return hist._bins(bins, (0.0, 1.0))[3]
+
+    first = device_edges()
+    assert device_edges() is first
+    assert device_edges(12) is not device_edges()
+    contexts.current = FakeContext(0xD0)
+    second = device_edges()
+    contexts.current = FakeContext(0xD0)
+    assert device_edges() is not second
+
+
+def test_scan_scratch_and_launchers_are_per_context(contexts, monkeypatch):
+    import scangen
+
+    used = []
+
+    class Launcher:
+        def __init__(self, plan, compiled, scratch, stream=None):
+            self.scratch = scratch
+
+        def stale(self):
+            return False
+
+        def __call__(self, values, stream):
+            used.append(self)
+
+    monkeypatch.setattr(launcher, "Launcher", Launcher)
+    monkeypatch.setattr(launcher, "compile_module", lambda spec: None)
+    kernel = scangen.ScanKernel(np.int32, "add", arguments="const scan_t *x, scan_t *out",
+                                input_expr="x[i]", output_statement="out[i] = item;")
+    runtime = launcher.Runtime(kernel.kernel_spec)
+
+    def launch():
+        runtime.launch((), 1000, None)
+        return used[-1]
+
+    launchers = _one_each(contexts, launch)
+    assert len({id(b.scratch) for b in launchers}) == 3
+
+
+class FakeDriver:
+    """pycuda.driver's context stack, per thread as PyCUDA keeps it: push, pop (the top,
+    whichever it is), get_current."""
+
+    def __init__(self):
+        self.stack = []
+        driver = self
+
+        class Context:
+            @staticmethod
+            def get_current():
+                return driver.stack[-1] if driver.stack else None
+
+            @staticmethod
+            def pop():
+                driver.stack.pop()
+
+        self.Context = Context
+
+    def context(self, handle):
+        context = FakeContext(handle)
+        context.push = lambda: self.stack.append(context)
+        context.pop = self.Context.pop
+        return context
+
+
+@pytest.fixture
+def driver(monkeypatch):
+    driver = FakeDriver()
+    monkeypatch.setattr(scan_compile, "_driver", driver)
+    return driver
+
+
+def test_made_current_pushes_only_another_context_object(driver):
+    ours, programs = driver.context(0xC0), driver.context(0xC0)
+    ours.push()
+    with scan_compile.made_current(ours):
+        assert driver.stack == [ours]
+    # the same CUcontext through another pycuda object: pushed, and popped after
+    with scan_compile.made_current(programs):
+        assert driver.stack == [ours, programs]
+    assert driver.stack == [ours]
+    with pytest.raises(ValueError):
+        with scan_compile.made_current(programs):
+            raise ValueError
+    assert driver.stack == [ours]
+
+
+@pytest.mark.parametrize("programs_first", [False, True])
+def test_release_at_exit_frees_under_the_primary_context_object(driver, monkeypatch,
+                                                                programs_first):
+    """At exit scangen's memory is freed with its own context object current, even where
+    the program's object for the same CUcontext is (pycuda.autoprimaryctx's, imported
+    first: scangen then pushed none in the main thread), as PyCUDA frees through that
+    object only in the thread that made it; each push is popped, the program's stays for
+    the program to pop."""
+    primary, programs = driver.context(0xC0), driver.context(0xC0)
+    monkeypatch.setattr(scan_compile, "_primary", primary)
+    monkeypatch.setattr(scan_compile, "_main_thread_pushed", not programs_first)
+    monkeypatch.setattr(scan_compile, "_cache", {})
+    (programs if programs_first else primary).push()
+    seen = []
+
+    class Holder:
+        def release_device_memory(self):
+            seen.append(driver.Context.get_current())
+
+    holder = Holder()
+    monkeypatch.setattr(scan_compile, "_holders", {holder})
+    scan_compile._release_at_exit()
+    assert seen == [primary]
+    assert driver.stack == ([programs] if programs_first else [])
