@@ -288,8 +288,9 @@ class ScanKernel:
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
     CuPy arrays, torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``
-    (scangen.interop), or integer device addresses; numbers for scalars); ``n`` defaults to
-    the length of the first array argument; ``stream`` (a pycuda, CuPy or torch stream, or
+    (scangen.interop), or ``scangen.DevicePointer(address, dtype, size)`` for memory known
+    only by its address, checked like an array; never a bare int; numbers for scalars);
+    ``n`` defaults to the length of the first array argument; ``stream`` (a pycuda, CuPy or torch stream, or
     a raw handle) defaults to the arrays' library's current stream.
     """
 
