@@ -39,6 +39,10 @@ RESERVED_NAMES = frozenset({
     "acc_identity",
 })
 
+#: The argument a ScanKernel built with ``initial=`` appends: it carries the initial value
+#: (the scangen_ prefix is refused in user arguments). Messages call it ``initial``.
+INITIAL_ARGUMENT = "scangen_initial"
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _QUALIFIERS = ("const", "volatile", "__restrict__", "restrict")
 
@@ -73,6 +77,16 @@ class Argument:
         restrict = "__restrict__ " if self.restrict else ""
         return f"{const}{self.c_type} *{restrict}{self.name}" if self.pointer else \
             f"{const}{self.c_type} {self.name}"
+
+    @property
+    def described(self) -> str:
+        """The argument as messages name it: ``argument 'x' (const float *x)``, or
+        ``initial (int8)`` for the argument that carries ``initial=``, which the user never
+        declared."""
+        if self.name == INITIAL_ARGUMENT:
+            dtype = self.value_type.dtype if self.value_type is not None else self.scalar_dtype
+            return f"initial ({dtype})"
+        return f"argument {self.name!r} ({self.declaration})"
 
     @property
     def launch_format(self) -> str:

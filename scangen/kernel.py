@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
+from .args import C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, parse_arguments
 from .kernels import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
@@ -72,8 +72,6 @@ _MASK_WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
                8: "unsigned long long"}
 
 
-#: The argument that carries ``initial=`` (the scangen_ prefix is refused in user arguments).
-INITIAL_ARGUMENT = "scangen_initial"
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
               "pass one per call"
 

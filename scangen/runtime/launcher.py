@@ -249,29 +249,27 @@ def _described(value) -> str:
 
 
 def convert_scalar(argument, value):
-    """A scalar argument's value as the numpy scalar of its C type, or a clear error."""
+    """A scalar argument's value as the numpy scalar of its C type, or a clear error naming
+    the argument as the user knows it (Argument.described)."""
     if argument.value_type is not None:  # a struct, complex or bfloat16 value: its bytes
         try:
             return argument.value_type.to_bytes(value)
         except (TypeError, ValueError) as err:
-            raise type(err)(f"argument {argument.name!r} ({argument.declaration}): {err}") \
-                from None
+            raise type(err)(f"{argument.described}: {err}") from None
     dtype = argument.scalar_dtype
     if dtype.kind in "iu":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs an "
-                            f"int, not {value!r}")
+            raise TypeError(f"{argument.described} needs an int, not {value!r}")
         info = np.iinfo(dtype)
         if not info.min <= int(value) <= info.max:
-            raise ValueError(f"argument {argument.name!r} = {value} does not fit "
-                             f"{argument.c_type}")
+            raise ValueError(f"{argument.described}: {value} does not fit {dtype} "
+                             f"[{info.min}, {info.max}]")
         return dtype.type(value)
     if dtype.kind == "b":
         return np.uint8(bool(value))
     if not isinstance(value, (int, float, np.integer, np.floating)) or \
             isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a "
-                        f"number, not {value!r}")
+        raise TypeError(f"{argument.described} needs a number, not {value!r}")
     return dtype.type(value)
 
 

@@ -188,7 +188,8 @@ def test_call_errors_name_the_argument(no_pycuda):
     assert values[3] == np.float32(0.5) and values[3].dtype == np.float32
     with pytest.raises(TypeError, match="'k'.*needs an int"):
         convert(scalars, xi, oi, 1.5, 0.5)
-    with pytest.raises(ValueError, match="'k' = 2147483648 does not fit int"):
+    with pytest.raises(ValueError, match=r"argument 'k' \(int k\): 2147483648 does not fit "
+                                         r"int32 \["):
         convert(scalars, xi, oi, 1 << 31, 0.5)
     with pytest.raises(TypeError, match="'w'.*needs a number"):
         convert(scalars, xi, oi, 1, "0.5")

@@ -165,7 +165,8 @@ def test_call_validation(gpu):
     m = gpu.to_gpu(np.ones(4, np.uint32))
     with pytest.raises(TypeError, match="argument 'stride'.*needs an int"):
         scalar(m, m, gpu.empty(4, np.uint64), gpu.empty(4, np.uint64), 1.5)
-    with pytest.raises(ValueError, match="'stride' = 4294967296 does not fit int"):
+    with pytest.raises(ValueError, match=r"argument 'stride' \(int stride\): 4294967296 "
+                                         r"does not fit int32"):
         scalar(m, m, gpu.empty(4, np.uint64), gpu.empty(4, np.uint64), 1 << 32)
 
 
