@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .usercode import C_RESERVED_WORDS
 #: C scalar types a kernel argument may have, and the numpy dtype a value is converted to.
 #: Pointers may point to any type (a scalar, scan_t, or a type the preamble declares).
 C_SCALARS: dict[str, np.dtype] = {
@@ -139,6 +140,9 @@ def _parse_one(piece: str) -> Argument:
     if name in RESERVED_NAMES or name.startswith("scangen_"):
         raise ArgumentError(f"argument name {name!r} is reserved (scangen uses it inside the "
                             f"kernel); reserved: {', '.join(sorted(RESERVED_NAMES))}")
+    if name in C_RESERVED_WORDS:
+        raise ArgumentError(f"argument {piece!r}: {name!r} is a C++ keyword or a macro of "
+                            "CUDA's headers, not a name")
     restrict = False
     if stars:
         after_star = words[words.index("*") + 1:-1]

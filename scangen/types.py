@@ -6,12 +6,14 @@ asks this module, so adding a scalar type means adding one row.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from .usercode import reserved_name_reason
 
 @dataclass(frozen=True)
 class ElementType:
@@ -307,6 +309,9 @@ def _field_literal(field, value) -> str:
 
 def _struct_type(dtype: np.dtype, names: dict) -> StructType:
     """The StructType of a structured dtype; ``names`` numbers the structs of one tree."""
+    if dtype.itemsize == 0:
+        raise TypeError(f"structured dtype {dtype} has no data (no fields, or only empty "
+                        "ones): a struct element type needs at least one field")
     declarations, fields, lines, position, alignment = [], [], [], 0, 1
     includes = []
     for name in dtype.names:
@@ -314,9 +319,14 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
         shape = ()
         if field_dtype.subdtype is not None:
             field_dtype, shape = field_dtype.subdtype
-        if not name.isidentifier() or name.startswith("_"):
-            raise TypeError(f"field {name!r} of {dtype} is not a C identifier (or starts "
-                            "with '_', which scangen keeps for padding)")
+        if not name.isidentifier() or not name.isascii():
+            raise TypeError(f"field {name!r} of {dtype} is not a C identifier; rename it")
+        reason = reserved_name_reason(name)
+        if reason:
+            raise TypeError(f"field {name!r} of {dtype} {reason}; rename the field")
+        if shape and not int(np.prod(shape)):
+            raise TypeError(f"field {name!r} of {dtype} is an empty sub-array {shape}; C has "
+                            "no arrays of no elements")
         if field_dtype.fields is not None:
             member = _struct_type(field_dtype, names)
         else:
@@ -476,4 +486,9 @@ def element_type(dtype) -> ElementType:
 def struct_type(dtype: np.dtype) -> StructType:
     """The StructType of a numpy structured dtype (fields of the scalar types, nested
     structured dtypes, or fixed-size sub-arrays of those)."""
-    return _struct_type(dtype, {})
+    struct = _struct_type(dtype, {})
+    # Marked as the user's (scangen.render.ModuleSource.user_spans): a field name that
+    # passed the checks above but clashes with a macro of some header is then reported as
+    # the dtype's, not as scangen's code.
+    return dataclasses.replace(struct, declarations=f"// user dtype {{\n{struct.declarations}"
+                                                    f"\n// }} user dtype")

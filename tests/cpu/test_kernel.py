@@ -260,6 +260,13 @@ def test_argument_names_of_scangens_own_parameters_are_refused(name):
                            input_expr="x[i]", output_statement=f"{name}[i] = item;")
 
 
+@pytest.mark.parametrize("name", ["int", "class", "template", "and", "NULL"])
+def test_argument_names_cpp_takes_are_refused(name):
+    with pytest.raises(ArgumentError, match=f"'{name}' is a C\\+\\+ keyword or a macro"):
+        scangen.ScanKernel(np.float32, "add", arguments=f"const float *x, float *{name}",
+                           input_expr="x[i]", output_statement="")
+
+
 def test_a_title_stays_on_its_comment_line():
     kernel = compaction(title="compaction\nof x  ")
     assert kernel.source.splitlines()[0].startswith("// scangen: compaction of x;")
