@@ -68,11 +68,9 @@ class DevicePointer:
                             f"{address!r}")
         if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
             raise TypeError(f"DevicePointer size must be an int (elements), not {size!r}")
-        if dtype is None:  # np.dtype(None) would quietly mean float64
-            raise TypeError("DevicePointer needs a dtype, e.g. np.float32")
-        from .types import optional_dtype
+        from .types import as_dtype
 
-        dtype = optional_dtype(dtype) or np.dtype(dtype)
+        dtype = as_dtype(dtype, "DevicePointer dtype")
         address, size = int(address), int(size)
         if not 0 <= address < 1 << 64:
             raise ValueError(f"DevicePointer address {address} is not a 64-bit device address")

@@ -92,6 +92,9 @@ class Operator:
         if isinstance(self.identity, (np.void, list, tuple, np.ndarray)):
             # A struct identity: nested tuples keep the operator hashable (a cache key).
             object.__setattr__(self, "identity", _frozen(self.identity))
+        if not isinstance(self.expression, str) and not callable(self.expression):
+            raise TypeError(f"operator {self.name!r} expression must be a string of C code "
+                            f"in a and b, not {type(self.expression).__name__}")
         if isinstance(self.expression, str):
             if not self.expression.strip():
                 raise ValueError("operator expression is empty; write a C expression in a "

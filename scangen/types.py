@@ -414,9 +414,9 @@ def optional_dtype(name):
     return np.dtype(getattr(package, name))
 
 
-def _scalar_type(key: np.dtype) -> ElementType:
+def _scalar_type(key: np.dtype, name: str = "dtype") -> ElementType:
     if not key.isnative:
-        raise TypeError(f"dtype {key.str} is not in the machine's byte order; use "
+        raise TypeError(f"{name} {key.str} is not in the machine's byte order; use "
                         f"{key.newbyteorder('=').name}")
     try:
         return ELEMENT_TYPES[key]
@@ -424,7 +424,7 @@ def _scalar_type(key: np.dtype) -> ElementType:
         optional = _optional_type(key)
         if optional is not None:
             return optional
-        raise TypeError(f"unsupported dtype {key.name}; scangen supports {supported_names()}, "
+        raise TypeError(f"unsupported {name} {key.name}; scangen supports {supported_names()}, "
                         "and structured dtypes of those") from None
 
 
@@ -464,22 +464,30 @@ MASK_C_TYPES = {np.dtype(np.bool_): "bool", **{
     key: etype.c_name for key, etype in ELEMENT_TYPES.items() if etype.is_integer}}
 
 
-def element_type(dtype) -> ElementType:
-    """Look ``dtype`` up in the table, with an error that lists what is supported."""
+def as_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """``dtype`` as a numpy dtype (bfloat16 by its name too), or a TypeError naming the
+    parameter ``name`` it was given as."""
     if dtype is None:  # np.dtype(None) would quietly mean float64
-        raise TypeError("a dtype is required, e.g. np.float32")
+        raise TypeError(f"{name} is required: a numpy dtype, e.g. np.float32")
     try:
-        key = np.dtype(dtype)
-    except TypeError as err:
+        return np.dtype(dtype)
+    except (TypeError, ValueError) as err:
         key = optional_dtype(dtype)
         if key is None:
-            raise TypeError(f"not a numpy dtype: {dtype!r}") from err
+            raise TypeError(f"{name} is not a numpy dtype: {dtype!r}") from err
+        return key
+
+
+def element_type(dtype, name: str = "dtype") -> ElementType:
+    """Look ``dtype`` up in the table, with an error that names the parameter (``name``)
+    and lists what is supported."""
+    key = as_dtype(dtype, name)
     if key.subdtype is not None:
-        raise TypeError(f"a sub-array dtype ({key}) is not an element type; put the array in "
-                        "a structured dtype's field")
+        raise TypeError(f"{name}: a sub-array dtype ({key}) is not an element type; put the "
+                        "array in a structured dtype's field")
     if key.fields is not None:
         return struct_type(key)
-    return _scalar_type(key)
+    return _scalar_type(key, name)
 
 
 @functools.lru_cache(maxsize=None)

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 
+from ..args import INITIAL_ARGUMENT
 from ..compile import compile_module, current_context, release_at_exit, require_pycuda
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from ..strategies.tile_state import TileState
@@ -194,9 +195,11 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
     from ..interop import Call, DevicePointer, kind_of
 
     if len(args) != len(arguments):
-        names = ", ".join(a.name for a in arguments) or "none"
-        raise TypeError(f"this kernel takes {len(arguments)} argument(s) ({names}) before n= "
-                        f"and stream=, got {len(args)}")
+        # The initial value, last, is not passed positionally: count what the user passes.
+        user = [a.name for a in arguments if a.name != INITIAL_ARGUMENT]
+        given = len(args) - (len(arguments) - len(user))
+        raise TypeError(f"this kernel takes {len(user)} argument(s) ({', '.join(user) or 'none'})"
+                        f" before n= and stream=, got {given}")
     arrays = {}
     for argument, value in zip(arguments, args):
         if not argument.pointer or isinstance(value, DevicePointer):
