@@ -26,7 +26,8 @@ from . import dask, out_of_core
 
 __all__ = [
     # scans
-    "Scan", "ScanKernel", "SegmentedScan", "DevicePointer", "Operator", "BUILTIN_OPERATORS", "LAST_NONZERO",
+    "Scan", "ScanKernel", "SegmentedScan", "DevicePointer", "Operator", "BUILTIN_OPERATORS",
+    "LAST_NONZERO",
     "check_operator", "OperatorReport", "reference_scan", "inclusive_scan", "exclusive_scan",
     # primitives
     "Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if", "partition",

@@ -288,8 +288,8 @@ class ScanKernel:
     CuPy arrays, torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``
     (scangen.interop), or ``scangen.DevicePointer(address, dtype, size)`` for memory known
     only by its address, checked like an array; never a bare int; numbers for scalars);
-    ``n`` defaults to the length of the first array argument; ``stream`` (a pycuda, CuPy or torch stream, or
-    a raw handle) defaults to the arrays' library's current stream.
+    ``n`` defaults to the length of the first array argument; ``stream`` (a pycuda, CuPy or
+    torch stream, or a raw handle) defaults to the arrays' library's current stream.
     """
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
