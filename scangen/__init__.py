@@ -12,6 +12,7 @@ from .render import RenderError
 from .compile import current_context
 from .runtime.pool import free_pooled_memory
 from .kernel import ScanKernel
+from .interop import DevicePointer
 from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
 from .check import OperatorReport, check_operator
@@ -25,7 +26,8 @@ from . import dask, out_of_core
 
 __all__ = [
     # scans
-    "Scan", "ScanKernel", "SegmentedScan", "Operator", "BUILTIN_OPERATORS", "LAST_NONZERO",
+    "Scan", "ScanKernel", "SegmentedScan", "DevicePointer", "Operator", "BUILTIN_OPERATORS",
+    "LAST_NONZERO",
     "check_operator", "OperatorReport", "reference_scan", "inclusive_scan", "exclusive_scan",
     # primitives
     "Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if", "partition",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .usercode import C_RESERVED_WORDS
 #: C scalar types a kernel argument may have, and the numpy dtype a value is converted to.
 #: Pointers may point to any type (a scalar, scan_t, or a type the preamble declares).
 C_SCALARS: dict[str, np.dtype] = {
@@ -38,6 +39,10 @@ RESERVED_NAMES = frozenset({
     "scan_t", "acc_t", "combine", "value_combine", "scan_identity", "acc_combine",
     "acc_identity",
 })
+
+#: The argument a ScanKernel built with ``initial=`` appends: it carries the initial value
+#: (the scangen_ prefix is refused in user arguments). Messages call it ``initial``.
+INITIAL_ARGUMENT = "scangen_initial"
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 _QUALIFIERS = ("const", "volatile", "__restrict__", "restrict")
@@ -73,6 +78,16 @@ class Argument:
         restrict = "__restrict__ " if self.restrict else ""
         return f"{const}{self.c_type} *{restrict}{self.name}" if self.pointer else \
             f"{const}{self.c_type} {self.name}"
+
+    @property
+    def described(self) -> str:
+        """The argument as messages name it: ``argument 'x' (const float *x)``, or
+        ``initial (int8)`` for the argument that carries ``initial=``, which the user never
+        declared."""
+        if self.name == INITIAL_ARGUMENT:
+            dtype = self.value_type.dtype if self.value_type is not None else self.scalar_dtype
+            return f"initial ({dtype})"
+        return f"argument {self.name!r} ({self.declaration})"
 
     @property
     def launch_format(self) -> str:
@@ -125,6 +140,9 @@ def _parse_one(piece: str) -> Argument:
     if name in RESERVED_NAMES or name.startswith("scangen_"):
         raise ArgumentError(f"argument name {name!r} is reserved (scangen uses it inside the "
                             f"kernel); reserved: {', '.join(sorted(RESERVED_NAMES))}")
+    if name in C_RESERVED_WORDS:
+        raise ArgumentError(f"argument {piece!r}: {name!r} is a C++ keyword or a macro of "
+                            "CUDA's headers, not a name")
     restrict = False
     if stars:
         after_star = words[words.index("*") + 1:-1]

@@ -16,13 +16,14 @@ import textwrap
 
 import numpy as np
 
+from . import ops
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
 from . import primitives
 from .bench import parse_size
 from .reference import reference_scan
 from .scan import GPUUnavailableError, Scan, ScanCompileError
 from .spec import ALGORITHMS, MODES, STRATEGIES
-from .types import ElementType, supported_names
+from .types import supported_names
 
 PROG = "scangen"
 
@@ -74,17 +75,12 @@ def _default(name: str) -> str:
 
 
 def parse_identity(text: str):
-    """An identity as typed: an int (0x.. too), a float, inf, -inf, lowest or highest."""
-    word = text.strip().lower()
-    if word in ("lowest", "highest"):
-        return getattr(ElementType, word)  # resolved per dtype by Operator
-    for parse in (int, lambda t: int(t, 0), float):
-        try:
-            return parse(word)
-        except ValueError:
-            pass
-    raise argparse.ArgumentTypeError(
-        f"not a number: {text!r} (write an integer, a float, inf, -inf, lowest or highest)")
+    """An identity as typed, read as Operator reads a string identity (scangen.ops
+    parse_identity): an int (0x.. too), a float, inf, -inf, lowest or highest."""
+    try:
+        return ops.parse_identity(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def algorithm_table() -> str:

@@ -207,16 +207,26 @@ def _pop_context(context) -> None:
 
 # ------------------------------------------------------------------ compile errors
 
-_ERROR_LINE = re.compile(r"\((\d+)\): (?:error|catastrophic error)")
+#: The line of an error in nvcc's log: cudafe++ writes ``module.cu(12): error``, the host
+#: preprocessor (a missing #include, an unterminated comment) ``module.cu:12:5: error``.
+_ERROR_LINE = re.compile(r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal |catastrophic )?error")
+#: Lines of nvcc's log shown: the first errors; the rest mostly follow from them.
+_LOG_LINES = 40
 
 
 def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
-    """nvcc's log, the user code the first error is in, and the numbered source around it."""
+    """nvcc's first errors, the user code the first one is in, and the numbered source
+    around it (never the whole module: it runs to hundreds of lines)."""
+    lines = log.strip().splitlines()
+    if len(lines) > _LOG_LINES:
+        lines = lines[:_LOG_LINES] + [f"... ({len(lines) - _LOG_LINES} more lines of nvcc's "
+                                      "log)"]
+    log = "\n".join(lines)
     match = _ERROR_LINE.search(log)
     if match is None:
-        return f"nvcc could not compile {what}:\n{log.strip()}\n--- emitted source ---\n" \
-               f"{source.numbered()}"
-    line = int(match.group(1))
+        return (f"nvcc could not compile {what}:\n{log}\n(the source compiled is the "
+                "object's .source)")
+    line = int(match.group(1) or match.group(2))
     # An error on the line right after a piece's end marker is that piece cut short; it
     # wins over a piece enclosing the line (a primitive's predicate sits in a preamble).
     cut_short, piece = source.user_piece_before(line), source.user_piece_at(line)
@@ -227,7 +237,7 @@ def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
     else:
         where = "in scangen's generated code (please report it)"
     return (f"nvcc could not compile {what}: the first error is {where}, line {line}:\n"
-            f"{log.strip()}\n--- emitted source around line {line} ---\n"
+            f"{log}\n--- emitted source around line {line} ---\n"
             f"{source.numbered(around=line)}")
 
 

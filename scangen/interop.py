@@ -29,7 +29,8 @@ import numpy as np
 
 from .runtime.streams import RawStream
 
-__all__ = ["Call", "DeviceArray", "as_stream", "kind_of", "parse_cuda_array_interface"]
+__all__ = ["Call", "DeviceArray", "DevicePointer", "as_stream", "kind_of",
+           "parse_cuda_array_interface"]
 
 
 class DeviceArray:
@@ -46,6 +47,50 @@ class DeviceArray:
 
     def __repr__(self):
         return f"DeviceArray({self.ptr:#x}, {self.shape}, {self.dtype})"
+
+
+class DevicePointer:
+    """Device memory known only by its address: ``DevicePointer(address, dtype, size)``, a
+    1-D array of ``size`` elements of ``dtype`` at ``address`` (a CUdeviceptr, as an int).
+
+    The one way to hand scangen memory no array object describes (a pointer from C, a
+    buffer of a library scangen does not know): a bare int is refused where an array is
+    expected, as it carries neither type nor length and a wrong one would be launched
+    unchecked. It is checked like an array (its dtype against the pointer's declaration,
+    ``n`` against its size) and read through ``__cuda_array_interface__`` by every entry
+    point. The memory must stay allocated while a call that uses it runs."""
+
+    __slots__ = ("ptr", "dtype", "size", "shape", "nbytes")
+
+    def __init__(self, address, dtype, size):
+        if isinstance(address, (bool, np.bool_)) or not isinstance(address, (int, np.integer)):
+            raise TypeError(f"DevicePointer address must be an int (a CUdeviceptr), not "
+                            f"{address!r}")
+        if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+            raise TypeError(f"DevicePointer size must be an int (elements), not {size!r}")
+        from .types import as_dtype
+
+        dtype = as_dtype(dtype, "DevicePointer dtype")
+        address, size = int(address), int(size)
+        if not 0 <= address < 1 << 64:
+            raise ValueError(f"DevicePointer address {address} is not a 64-bit device address")
+        if size < 0:
+            raise ValueError(f"DevicePointer size must be >= 0, not {size}")
+        if address == 0 and size:
+            raise ValueError(f"DevicePointer address is 0 (null) for {size} elements")
+        if address % dtype.alignment:
+            raise ValueError(f"DevicePointer address {address:#x} is not aligned to "
+                             f"{dtype.alignment} bytes, as {dtype} needs")
+        self.ptr, self.dtype, self.size, self.shape = address, dtype, size, (size,)
+        self.nbytes = size * dtype.itemsize
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "version": 2, **({"descr": self.dtype.descr} if self.dtype.fields else {})}
+
+    def __repr__(self):
+        return f"DevicePointer({self.ptr:#x}, {self.dtype}, {self.size})"
 
 
 def c_contiguous(shape, strides, itemsize) -> bool:

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .args import C_SCALARS, Argument, ArgumentError, parse_arguments
+from .args import C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, parse_arguments
 from .kernels import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
-from .spec import WARP_SIZE, ScanSpec, make_spec
+from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
 from .types import element_type
 from .strategies import Strategy, strategy_for
 from .usercode import check_code, strip_literals_and_comments
@@ -72,8 +72,6 @@ _MASK_WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
                8: "unsigned long long"}
 
 
-#: The argument that carries ``initial=`` (the scangen_ prefix is refused in user arguments).
-INITIAL_ARGUMENT = "scangen_initial"
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
               "pass one per call"
 
@@ -102,13 +100,13 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
+    reverse, counts = as_flag("reverse", reverse), as_flag("counts", counts)
     if initial_type is not None:
         # A type the struct module has no code for (struct, complex, bfloat16) goes by bytes.
         raw = None if initial_type.c_name in C_SCALARS else initial_type
         parsed += (Argument(INITIAL_ARGUMENT, initial_type.c_name, value_type=raw),)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
-                 is_segment_start_expr, bool(reverse), initial_type is not None,
-                 bool(counts))
+                 is_segment_start_expr, reverse, initial_type is not None, counts)
 
 
 @dataclass(frozen=True)
@@ -288,9 +286,10 @@ class ScanKernel:
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
     CuPy arrays, torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``
-    (scangen.interop), or integer device addresses; numbers for scalars); ``n`` defaults to
-    the length of the first array argument; ``stream`` (a pycuda, CuPy or torch stream, or
-    a raw handle) defaults to the arrays' library's current stream.
+    (scangen.interop), or ``scangen.DevicePointer(address, dtype, size)`` for memory known
+    only by its address, checked like an array; never a bare int; numbers for scalars);
+    ``n`` defaults to the length of the first array argument; ``stream`` (a pycuda, CuPy or
+    torch stream, or a raw handle) defaults to the arrays' library's current stream.
     """
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
@@ -298,6 +297,7 @@ class ScanKernel:
                  counts=False, algorithm=None, section_size=None, items_per_thread=None,
                  strategy="auto", tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
+        counts = as_flag("counts", counts)
         if counts and section_size is None and items_per_thread is None and \
                 algorithm in (None, tuning_table.DEFAULT_ALGORITHM):
             section_size = tuning_table.COUNTING.section_size
@@ -374,6 +374,18 @@ class ScanKernel:
             raise TypeError(_NO_INITIAL)
         self._runtime(args, n=n, stream=stream)
 
+    def initial_argument(self, initial=None) -> tuple:
+        """What a launch appends for the initial value (the constructor's, or ``initial``),
+        converted as a call converts it: a 1-tuple, or () for a kernel built without one.
+        Raises naming ``initial``; clients call it to check a value before any work."""
+        if self.initial is None:
+            if initial is not None:
+                raise TypeError(_NO_INITIAL)
+            return ()
+        from .runtime.launcher import convert_scalar
+
+        return (convert_scalar(self.arguments[-1], self.initial if initial is None else initial),)
+
     def launch_converted(self, values: tuple, n: int, stream=None, initial=None) -> None:
         """Launch with argument values already converted (device addresses as ints or np.uintp,
         scalars as numpy scalars of their C type) on a stream already resolved by
@@ -381,11 +393,4 @@ class ScanKernel:
         that validate their own arrays and want the per-call cost of nothing more. The
         initial value (the constructor's, or ``initial``) is converted here, as a call
         converts it."""
-        if self.initial is not None:
-            from .runtime.launcher import convert_scalar
-
-            value = self.initial if initial is None else initial
-            values = values + (convert_scalar(self.arguments[-1], value),)
-        elif initial is not None:
-            raise TypeError(_NO_INITIAL)
-        self._runtime.launch(values, n, stream)
+        self._runtime.launch(values + self.initial_argument(initial), n, stream)

@@ -14,15 +14,19 @@ import numpy as np
 from .interop import dtype_of, host_round_trip
 from .ops import BUILTIN_OPERATORS, Operator
 from .scan import Scan
+from .spec import as_flag
+from .types import as_dtype
 
 __all__ = ["inclusive_scan", "exclusive_scan"]
 
 
 @functools.lru_cache(maxsize=128)
 def _scan(dtype, operator, mode, result_dtype, reverse, takes_initial, options):
-    # The initial value is passed per call; any value builds the kernel that takes one.
+    # The initial value is passed per call; any value of the scan type (a struct's too)
+    # builds the kernel that takes one.
+    zero = np.zeros((), dtype if result_dtype is None else result_dtype)[()]
     return Scan(dtype, operator, mode=mode, result_dtype=result_dtype, reverse=reverse,
-                initial=0 if takes_initial else None, **dict(options))
+                initial=zero if takes_initial else None, **dict(options))
 
 
 def _operator(operator, identity):
@@ -41,15 +45,16 @@ def _operator(operator, identity):
 
 def _one_shot(mode, x, operator, out, result_dtype, identity, reverse, initial, stream,
               options):
-    try:
-        key = tuple(sorted(options.items()))
-        hash(key)
-    except TypeError:
-        raise TypeError("scan options must be hashable (they key the cache of compiled "
-                        "scans)") from None
+    key = tuple(sorted(options.items()))
+    for name, value in key:
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"scan option {name}={value!r} must be hashable (the options key "
+                            "the cache of compiled scans)") from None
     scan = _scan(dtype_of(x), _operator(operator, identity), mode,
-                 None if result_dtype is None else np.dtype(result_dtype),
-                 bool(reverse), initial is not None, key)
+                 None if result_dtype is None else as_dtype(result_dtype, "result_dtype"),
+                 as_flag("reverse", reverse), initial is not None, key)
     return host_round_trip(lambda x, out: scan(x, out, stream=stream, initial=initial),
                            {"x": x, "out": out}, stream)
 

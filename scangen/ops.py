@@ -20,8 +20,33 @@ import numpy as np
 from .types import ElementType, element_type
 from .usercode import check_code
 
-#: An identity is a number, or a function of the element type (``max`` needs the type's lowest).
-Identity = Union[int, float, Callable[[ElementType], Union[int, float]]]
+#: An identity is a number, a word of IDENTITY_WORDS, or a function of the element type.
+Identity = Union[int, float, str, Callable[[ElementType], Union[int, float]]]
+
+#: Identities that depend on the element type, by the word that names them (in
+#: ``Operator(..., identity="highest")`` and ``python -m scangen --identity highest``):
+#: resolved per dtype when a scan is made. Floats' limits are the infinities.
+IDENTITY_WORDS = {"lowest": ElementType.lowest, "highest": ElementType.highest}
+
+
+def parse_identity(text: str):
+    """An identity written as text (the CLI's ``--identity``, or a string given to
+    Operator): a word of IDENTITY_WORDS (kept as the word, resolved per dtype), an integer
+    (``0x..`` too), or a float (``inf``, ``-inf``). Raises ValueError otherwise."""
+    word = text.strip().lower()
+    if word in IDENTITY_WORDS:
+        return word
+    for parse in (int, lambda t: int(t, 0), float):
+        try:
+            value = parse(word)
+        except ValueError:
+            continue
+        if value != value:  # NaN: no value is neutral under any comparison with it
+            break
+        return value
+    raise ValueError(f"identity {text!r} is not a number or one of "
+                     f"{', '.join(IDENTITY_WORDS)} (write an integer, a float, inf, -inf, "
+                     f"{' or '.join(IDENTITY_WORDS)})")
 
 
 @dataclass(frozen=True)
@@ -35,7 +60,10 @@ class Operator:
         scan's element type, e.g. ``"b != 0 ? b : a"``. A callable ``ElementType -> str``
         lets one operator spell itself per type (the built-ins do).
     identity:
-        The neutral element, a number or a callable ``ElementType -> number``.
+        The neutral element: a number, a tuple of field values for a struct type, a
+        callable ``ElementType -> number``, or a string as ``--identity`` takes it
+        (parse_identity): ``"lowest"`` or ``"highest"`` (the dtype's limits, -inf and inf
+        for floats, resolved per dtype), ``"inf"``, ``"-inf"``, an integer or a float.
     name:
         Shown in emitted source and error messages.
     preamble:
@@ -59,9 +87,14 @@ class Operator:
     real_only: bool = False
 
     def __post_init__(self):
+        if isinstance(self.identity, str):
+            object.__setattr__(self, "identity", parse_identity(self.identity))
         if isinstance(self.identity, (np.void, list, tuple, np.ndarray)):
             # A struct identity: nested tuples keep the operator hashable (a cache key).
             object.__setattr__(self, "identity", _frozen(self.identity))
+        if not isinstance(self.expression, str) and not callable(self.expression):
+            raise TypeError(f"operator {self.name!r} expression must be a string of C code "
+                            f"in a and b, not {type(self.expression).__name__}")
         if isinstance(self.expression, str):
             if not self.expression.strip():
                 raise ValueError("operator expression is empty; write a C expression in a "
@@ -76,8 +109,14 @@ class Operator:
         return expr(etype) if callable(expr) else expr
 
     def identity_for(self, etype: ElementType):
-        value = self.identity(etype) if callable(self.identity) else self.identity
-        return value
+        """The identity for values of ``etype``: a word or a callable resolved for it."""
+        identity = self.identity
+        if isinstance(identity, str):
+            if etype.is_struct or etype.is_complex:
+                raise TypeError(f"identity {identity!r} of operator {self.name!r} is a limit "
+                                f"of a real type; {etype.name} has none: give the value")
+            identity = IDENTITY_WORDS[identity]
+        return identity(etype) if callable(identity) else identity
 
     def identity_literal(self, etype: ElementType) -> str:
         """The identity as a C literal of ``etype``; raises ValueError if it does not fit."""
@@ -153,9 +192,9 @@ class _Bitwise:
 
 ADD = Operator(_Wrapping("+"), 0, name="add", reference=np.add, scalar_only=True)
 MUL = Operator(_Wrapping("*"), 1, name="mul", reference=np.multiply, scalar_only=True)
-MIN = Operator("b < a ? b : a", ElementType.highest, name="min", reference=np.minimum,
+MIN = Operator("b < a ? b : a", "highest", name="min", reference=np.minimum,
                scalar_only=True, real_only=True)
-MAX = Operator("a < b ? b : a", ElementType.lowest, name="max", reference=np.maximum,
+MAX = Operator("a < b ? b : a", "lowest", name="max", reference=np.maximum,
                scalar_only=True, real_only=True)
 BIT_AND = Operator(_Bitwise("&"), ElementType.all_ones, name="bit_and",
                    reference=np.bitwise_and, integer_only=True, scalar_only=True)

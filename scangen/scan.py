@@ -78,7 +78,8 @@ class Scan:
             raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
         self.mode = mode
         self.input_dtype = element_type(dtype).dtype
-        result = self.input_dtype if result_dtype is None else element_type(result_dtype).dtype
+        result = self.input_dtype if result_dtype is None else \
+            element_type(result_dtype, "result_dtype").dtype
         source, target = element_type(self.input_dtype), element_type(result)
         # Safe casting, not numpy's same_kind: a result type that cannot hold every input
         # value would change the values before they are scanned.
@@ -153,6 +154,8 @@ class Scan:
         call = Call(stream, {"x": x, "out": out}, writes=("out",))
         x_view, out_view = call.views["x"], call.views["out"]
         self._check_arrays(x_view, out_view, out is x)
+        if initial is not None:
+            self.kernel.initial_argument(initial)  # a bad one is refused before any work
         if out is None:
             out, out_view = call.empty(x_view.shape, self.dtype)
         n = x_view.size

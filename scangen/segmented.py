@@ -101,6 +101,8 @@ class SegmentedScan:
         call = Call(stream, {"x": x, "out": out, form: index}, writes=("out",))
         x_view, index = call.views["x"], call.views[form]
         check_array("x", x_view, self.dtype)
+        if initial is not None:  # a bad one is refused before any work
+            self.kernel("flags", np.dtype(np.bool_)).initial_argument(initial)
         n = x_view.size
         if out is None:
             out, out_view = call.empty((n,), self.dtype)

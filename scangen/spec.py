@@ -89,6 +89,14 @@ def as_int(name: str, value) -> int:
         raise TypeError(f"{name} must be an int, not {value!r}") from None
 
 
+def as_flag(name: str, value) -> bool:
+    """Accept True or False (numpy's too), nothing else: a string such as "no" is true to
+    Python, and would quietly turn the option on."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, not {value!r}")
+    return bool(value)
+
+
 def _is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
@@ -188,9 +196,9 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if section_size is None:
         section_size = tuning_table.DEFAULT_SECTION_SIZE
 
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
-    if strategy not in STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     algo = ALGORITHMS[algorithm]
 

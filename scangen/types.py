@@ -6,12 +6,14 @@ asks this module, so adding a scalar type means adding one row.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
+from .usercode import reserved_name_reason
 
 @dataclass(frozen=True)
 class ElementType:
@@ -307,6 +309,9 @@ def _field_literal(field, value) -> str:
 
 def _struct_type(dtype: np.dtype, names: dict) -> StructType:
     """The StructType of a structured dtype; ``names`` numbers the structs of one tree."""
+    if dtype.itemsize == 0:
+        raise TypeError(f"structured dtype {dtype} has no data (no fields, or only empty "
+                        "ones): a struct element type needs at least one field")
     declarations, fields, lines, position, alignment = [], [], [], 0, 1
     includes = []
     for name in dtype.names:
@@ -314,9 +319,14 @@ def _struct_type(dtype: np.dtype, names: dict) -> StructType:
         shape = ()
         if field_dtype.subdtype is not None:
             field_dtype, shape = field_dtype.subdtype
-        if not name.isidentifier() or name.startswith("_"):
-            raise TypeError(f"field {name!r} of {dtype} is not a C identifier (or starts "
-                            "with '_', which scangen keeps for padding)")
+        if not name.isidentifier() or not name.isascii():
+            raise TypeError(f"field {name!r} of {dtype} is not a C identifier; rename it")
+        reason = reserved_name_reason(name)
+        if reason:
+            raise TypeError(f"field {name!r} of {dtype} {reason}; rename the field")
+        if shape and not int(np.prod(shape)):
+            raise TypeError(f"field {name!r} of {dtype} is an empty sub-array {shape}; C has "
+                            "no arrays of no elements")
         if field_dtype.fields is not None:
             member = _struct_type(field_dtype, names)
         else:
@@ -404,9 +414,9 @@ def optional_dtype(name):
     return np.dtype(getattr(package, name))
 
 
-def _scalar_type(key: np.dtype) -> ElementType:
+def _scalar_type(key: np.dtype, name: str = "dtype") -> ElementType:
     if not key.isnative:
-        raise TypeError(f"dtype {key.str} is not in the machine's byte order; use "
+        raise TypeError(f"{name} {key.str} is not in the machine's byte order; use "
                         f"{key.newbyteorder('=').name}")
     try:
         return ELEMENT_TYPES[key]
@@ -414,7 +424,7 @@ def _scalar_type(key: np.dtype) -> ElementType:
         optional = _optional_type(key)
         if optional is not None:
             return optional
-        raise TypeError(f"unsupported dtype {key.name}; scangen supports {supported_names()}, "
+        raise TypeError(f"unsupported {name} {key.name}; scangen supports {supported_names()}, "
                         "and structured dtypes of those") from None
 
 
@@ -454,26 +464,39 @@ MASK_C_TYPES = {np.dtype(np.bool_): "bool", **{
     key: etype.c_name for key, etype in ELEMENT_TYPES.items() if etype.is_integer}}
 
 
-def element_type(dtype) -> ElementType:
-    """Look ``dtype`` up in the table, with an error that lists what is supported."""
+def as_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """``dtype`` as a numpy dtype (bfloat16 by its name too), or a TypeError naming the
+    parameter ``name`` it was given as."""
     if dtype is None:  # np.dtype(None) would quietly mean float64
-        raise TypeError("a dtype is required, e.g. np.float32")
+        raise TypeError(f"{name} is required: a numpy dtype, e.g. np.float32")
     try:
-        key = np.dtype(dtype)
-    except TypeError as err:
+        return np.dtype(dtype)
+    except (TypeError, ValueError) as err:
         key = optional_dtype(dtype)
         if key is None:
-            raise TypeError(f"not a numpy dtype: {dtype!r}") from err
+            raise TypeError(f"{name} is not a numpy dtype: {dtype!r}") from err
+        return key
+
+
+def element_type(dtype, name: str = "dtype") -> ElementType:
+    """Look ``dtype`` up in the table, with an error that names the parameter (``name``)
+    and lists what is supported."""
+    key = as_dtype(dtype, name)
     if key.subdtype is not None:
-        raise TypeError(f"a sub-array dtype ({key}) is not an element type; put the array in "
-                        "a structured dtype's field")
+        raise TypeError(f"{name}: a sub-array dtype ({key}) is not an element type; put the "
+                        "array in a structured dtype's field")
     if key.fields is not None:
         return struct_type(key)
-    return _scalar_type(key)
+    return _scalar_type(key, name)
 
 
 @functools.lru_cache(maxsize=None)
 def struct_type(dtype: np.dtype) -> StructType:
     """The StructType of a numpy structured dtype (fields of the scalar types, nested
     structured dtypes, or fixed-size sub-arrays of those)."""
-    return _struct_type(dtype, {})
+    struct = _struct_type(dtype, {})
+    # Marked as the user's (scangen.render.ModuleSource.user_spans): a field name that
+    # passed the checks above but clashes with a macro of some header is then reported as
+    # the dtype's, not as scangen's code.
+    return dataclasses.replace(struct, declarations=f"// user dtype {{\n{struct.declarations}"
+                                                    f"\n// }} user dtype")

@@ -15,7 +15,7 @@ from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
 from ..runtime.streams import memset_d8_async
 from ..strategies.base import ceil_div
-from ..types import element_type
+from ..types import as_dtype, element_type
 from .radix import KEY_DTYPES
 
 _BLOCK_SIZE = 256
@@ -88,7 +88,10 @@ def outer_edges(bins, range) -> tuple[float, float]:
     if range is None:
         raise TypeError("range=(low, high) is required (scangen does not scan the data for "
                         "its minimum and maximum)")
-    low, high = (float(v) for v in range)
+    try:
+        low, high = (float(v) for v in range)
+    except (TypeError, ValueError):
+        raise TypeError(f"range must be a pair of numbers (low, high), not {range!r}") from None
     if not (math.isfinite(low) and math.isfinite(high)):
         raise ValueError(f"range=({low}, {high}) must be finite")
     if low > high:
@@ -141,10 +144,10 @@ class Histogram:
     """
 
     def __init__(self, dtype):
-        dtype = np.dtype(dtype)
+        dtype = as_dtype(dtype)
         if dtype not in KEY_DTYPES:
-            raise TypeError(f"histogram takes {', '.join(str(k) for k in KEY_DTYPES)}, "
-                            f"not {dtype}")
+            raise TypeError(f"histogram takes a dtype of "
+                            f"{', '.join(str(k) for k in KEY_DTYPES)}, not {dtype}")
         self.module = HistogramModule(dtype)
         self._edges = None  # the last call's bins: see _bins
         release_at_exit(self)

@@ -37,11 +37,11 @@ from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
 from ..runtime.scratch import StreamScratch
 from ..runtime.streams import memset_d8_async
-from ..spec import as_int
+from ..spec import as_flag, as_int
 from ..strategies.base import ceil_div
 from ..strategies.tile_state import TileState
 from ..tuning import Tuning
-from ..types import element_type
+from ..types import as_dtype, element_type
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
 MAX_RADIX_BITS = 8
@@ -107,7 +107,7 @@ _PASS_PARAMETERS = (_N, Argument("shift", "int"), Argument("mask", "unsigned int
 
 def key_type(dtype) -> np.dtype:
     """The key dtype, or a TypeError listing the ones radix passes take."""
-    key = np.dtype(dtype)
+    key = as_dtype(dtype, "key_dtype")
     if key not in KEY_DTYPES:
         raise TypeError(f"keys of dtype {key} cannot be radix sorted; key dtypes are "
                         f"{', '.join(str(k) for k in KEY_DTYPES)}")
@@ -541,6 +541,7 @@ class RadixDigitOffsets(_RadixPrimitive):
         check_array("keys", view, self.key_dtype)
         width = 8 * self.key_dtype.itemsize
         shift = _check_bits("shift", shift, width - 1)
+        descending = as_flag("descending", descending)
         n = view.size
         dest, dest_view = call.empty((n,), np.int64)
         digit_start, digit_start_view = call.empty((1 << self.bits,), np.int64)
@@ -584,7 +585,8 @@ class RadixSort(_RadixPrimitive):
 
     def __init__(self, key_dtype, value_dtype=None, *, _index_values=False):
         self.key_dtype = key_type(key_dtype)
-        self.value_dtype = None if value_dtype is None else element_type(value_dtype).dtype
+        self.value_dtype = None if value_dtype is None else \
+            element_type(value_dtype, "value_dtype").dtype
         self._passes = _RadixPasses(RadixModule(self.key_dtype, self.value_dtype,
                                                 index_values=_index_values))
 
@@ -604,6 +606,7 @@ class RadixSort(_RadixPrimitive):
                                 "to carry values")
             check_array("values", values, self.value_dtype, length=n)
         width = 8 * self.key_dtype.itemsize
+        descending = as_flag("descending", descending)
         begin = _check_bits("begin_bit", begin_bit, width)
         end = _check_bits("end_bit", width if end_bit is None else end_bit, width)
         if begin > end:

@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 
+from ..args import INITIAL_ARGUMENT
 from ..compile import compile_module, release_at_exit, require_pycuda, stream_key
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from ..strategies.tile_state import TileState
@@ -187,26 +188,25 @@ class Runtime:
 
 def convert_arguments(arguments, scan_dtype, args, n, stream=None):
     """The values to launch with, n, and the stream (as scangen.interop.as_stream gives it).
-    Raises TypeError naming a wrong argument."""
-    from ..interop import Call, kind_of
+    A pointer takes a device array (scangen.interop.kind_of) or a scangen.DevicePointer,
+    nothing else: an int would be launched as an address nobody checked. Raises TypeError
+    or ValueError naming a wrong argument, before anything is launched."""
+    from ..interop import Call, DevicePointer, kind_of
 
     if len(args) != len(arguments):
-        names = ", ".join(a.name for a in arguments) or "none"
-        raise TypeError(f"this kernel takes {len(arguments)} argument(s) ({names}) before n= "
-                        f"and stream=, got {len(args)}")
+        # The initial value, last, is not passed positionally: count what the user passes.
+        user = [a.name for a in arguments if a.name != INITIAL_ARGUMENT]
+        given = len(args) - (len(arguments) - len(user))
+        raise TypeError(f"this kernel takes {len(user)} argument(s) ({', '.join(user) or 'none'})"
+                        f" before n= and stream=, got {given}")
     arrays = {}
     for argument, value in zip(arguments, args):
-        if not argument.pointer:
+        if not argument.pointer or isinstance(value, DevicePointer):
             continue
-        if isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"argument {argument.name!r} is a pointer; got {value!r}")
-        if isinstance(value, (int, np.integer)):
-            continue  # a raw device address
         if kind_of(value) is None:
-            hint = " (copy it to the GPU first, e.g. pycuda.gpuarray.to_gpu)" \
-                if isinstance(value, np.ndarray) else ""
             raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a "
-                            f"device array or address, not {type(value).__name__}{hint}")
+                            f"device array or a scangen.DevicePointer, not "
+                            f"{_described(value)}")
         arrays[argument.name] = value
     call = Call(stream, arrays, writes=[a.name for a in arguments if a.pointer and not a.const])
     values = []
@@ -214,17 +214,15 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
     for argument, value in zip(arguments, args):
         if not argument.pointer:
             values.append(convert_scalar(argument, value))
-        elif argument.name not in arrays:
-            values.append(int(value))
-        else:
-            view = call.views[argument.name]
-            expected = scan_dtype if argument.c_type == "scan_t" else argument.scalar_dtype
-            if expected is not None and view.dtype != expected:
-                raise TypeError(f"argument {argument.name!r} is declared "
-                                f"{argument.declaration} ({expected}) but the array has dtype "
-                                f"{view.dtype}")
-            first = first or (argument, view.size)
-            values.append(view.ptr if view.size else 0)
+            continue
+        view = value if isinstance(value, DevicePointer) else call.views[argument.name]
+        expected = scan_dtype if argument.c_type == "scan_t" else argument.scalar_dtype
+        if expected is not None and view.dtype != expected:
+            raise TypeError(f"argument {argument.name!r} is declared "
+                            f"{argument.declaration} ({expected}) but the array has dtype "
+                            f"{view.dtype}")
+        first = first or (argument, view.size)
+        values.append(view.ptr if view.size else 0)
     if n is None:
         if first is None:
             raise TypeError("n= is required: no argument is an array whose length could be "
@@ -240,30 +238,40 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
     return tuple(values), n, call.stream
 
 
+def _described(value) -> str:
+    """What a value that is no device array is, and what to do about it."""
+    if isinstance(value, np.ndarray):
+        return ("a host numpy array (copy it to the GPU first, e.g. "
+                "pycuda.gpuarray.to_gpu)")
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return (f"the int {value!r} (a device address goes in as "
+                "scangen.DevicePointer(address, dtype, size))")
+    return f"{type(value).__name__} {value!r}" if isinstance(
+        value, (bool, np.bool_, float, np.generic, type(None))) else type(value).__name__
+
+
 def convert_scalar(argument, value):
-    """A scalar argument's value as the numpy scalar of its C type, or a clear error."""
+    """A scalar argument's value as the numpy scalar of its C type, or a clear error naming
+    the argument as the user knows it (Argument.described)."""
     if argument.value_type is not None:  # a struct, complex or bfloat16 value: its bytes
         try:
             return argument.value_type.to_bytes(value)
         except (TypeError, ValueError) as err:
-            raise type(err)(f"argument {argument.name!r} ({argument.declaration}): {err}") \
-                from None
+            raise type(err)(f"{argument.described}: {err}") from None
     dtype = argument.scalar_dtype
     if dtype.kind in "iu":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs an "
-                            f"int, not {value!r}")
+            raise TypeError(f"{argument.described} needs an int, not {value!r}")
         info = np.iinfo(dtype)
         if not info.min <= int(value) <= info.max:
-            raise ValueError(f"argument {argument.name!r} = {value} does not fit "
-                             f"{argument.c_type}")
+            raise ValueError(f"{argument.described}: {value} does not fit {dtype} "
+                             f"[{info.min}, {info.max}]")
         return dtype.type(value)
     if dtype.kind == "b":
         return np.uint8(bool(value))
     if not isinstance(value, (int, float, np.integer, np.floating)) or \
             isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a "
-                        f"number, not {value!r}")
+        raise TypeError(f"{argument.described} needs a number, not {value!r}")
     return dtype.type(value)
 
 

@@ -70,6 +70,23 @@ def test_identity_spellings(capsys, text, literal):
     assert f"return {literal};" in out
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint32", "float64", "float16"])
+@pytest.mark.parametrize("text", ["highest", "lowest", "HIGHEST", "-inf", "0x7f", "0"])
+def test_the_cli_reads_an_identity_as_operator_does(capsys, dtype, text):
+    """--identity TEXT and Operator(..., identity="TEXT") are one operator: same source."""
+    try:
+        library = scangen.Scan(dtype, scangen.Operator("a < b ? a : b", text)).source
+    except ValueError as err:  # e.g. -inf for an integer type: the CLI says the same
+        code, _, cli_err = run(capsys, "source", "--dtype", dtype, "--expr", "a < b ? a : b",
+                               "--identity", text)
+        assert code == 2 and str(err) in cli_err
+        return
+    code, out, err = run(capsys, "source", "--dtype", dtype, "--expr", "a < b ? a : b",
+                         "--identity", text)
+    assert code == 0, err
+    assert out == library
+
+
 def test_integer_identity_forms(capsys):
     code, out, err = run(capsys, "source", "--dtype", "uint8", "--expr", "(a & b)",
                          "--identity", "0xff")

@@ -795,6 +795,33 @@ def test_check_compile_names_the_piece_cut_short(piece, make, text):
     assert any(line.endswith(f"| {text}") for line in before[-3:]), message
 
 
+@pytest.mark.parametrize("piece,make", [
+    ("preamble", lambda: ScanKernel("int64", "add", **dict(
+        COMPACTION, preamble="#include <nonexistent_header.h>"))),
+    ("operator preamble", lambda: ScanKernel("int64", Operator(
+        "a + b", 0, name="missing", preamble="#include <nonexistent_header.h>"),
+        **COMPACTION)),
+])
+def test_a_missing_include_names_the_piece_and_shows_only_its_lines(piece, make):
+    """The host preprocessor reports a missing header as 'module.cu:LINE:COL: fatal error'
+    (not cudafe's 'module.cu(LINE): error'): the error still names the piece, and shows the
+    lines around it, not the whole module."""
+    with pytest.raises(ScanCompileError) as caught:
+        make().check_compile()
+    message = str(caught.value)
+    assert f"in your {piece}, line" in message, message
+    assert re.search(r"^>\s*\d+ \| #include <nonexistent_header.h>$", message, re.M), message
+    assert len(message.splitlines()) < 40, message
+
+
+def test_a_field_name_a_macro_takes_is_blamed_on_the_dtype():
+    """A field name no list of C++ keywords holds but a header's macro takes (CHAR_BIT)
+    fails in the struct scangen writes for the dtype: the error says so."""
+    dtype = np.dtype([("CHAR_BIT", np.int32)])
+    with pytest.raises(ScanCompileError, match="the first error is in your dtype, line"):
+        Scan(dtype, Operator("b", identity=(0,))).check_compile()
+
+
 def test_check_compile_accepts_the_examples():
     ScanKernel("int64", "add", **COMPACTION).check_compile()
     ScanKernel("int64", "add", **PARTITION, strategy="hierarchical").check_compile()

@@ -73,7 +73,7 @@ def test_the_bytes_sit_where_c_puts_the_parameter(dtype, op, initial):
 
 
 @pytest.mark.parametrize("initial,error,message", [
-    ((1.0, 2.0, 3.0), ValueError, r"'scangen_initial' .*3 values for 2 fields \(m, c\)"),
+    ((1.0, 2.0, 3.0), ValueError, r"^initial \(.*\): 3 values for 2 fields \(m, c\)"),
     (1.0, TypeError, "is not a tuple of field values"),
     ((1.0, "two"), ValueError, "does not fit"),
 ])
@@ -94,7 +94,7 @@ def test_a_launch_converts_the_initial_value_before_anything_runs():
     addresses = (np.uintp(0x1000), np.uintp(0x2000))
     kernel.launch_converted(addresses, 0)
     kernel.launch_converted(addresses, 0, initial=np.array((2.0, 1.0), AFFINE_PAIR)[()])
-    with pytest.raises(ValueError, match=r"'scangen_initial' .*1 values for 2 fields"):
+    with pytest.raises(ValueError, match=r"^initial \(.*\): 1 values for 2 fields"):
         kernel.launch_converted(addresses, 0, initial=(2.0,))
     plain = scangen.SegmentedScan(np.int32, "add").kernel("flags", np.dtype(np.bool_))
     with pytest.raises(TypeError, match="built without initial="):

@@ -143,7 +143,12 @@ def test_n_defaults_to_the_first_array(no_pycuda):
     values, n = convert(kernel, FakeDeviceArray(10, np.float32, 0x1000),
                         FakeDeviceArray(20, np.float32), FakeDeviceArray(1, np.int64))
     assert n == 10 and values[0] == 0x1000
-    assert convert(kernel, FakeDeviceArray(10, np.float32), 0x2000, 0x3000, n=np.int32(4))[1] == 4
+    pointers = (scangen.DevicePointer(0x2000, np.float32, 10),
+                scangen.DevicePointer(0x3000, np.int64, 1))
+    values, n = convert(kernel, FakeDeviceArray(10, np.float32), *pointers, n=np.int32(4))
+    assert n == 4 and values[1:] == (0x2000, 0x3000)
+    # a pointer counts as an array: its size is n's default, its dtype is checked
+    assert convert(kernel, scangen.DevicePointer(0x1000, np.float32, 7), *pointers)[1] == 7
 
 
 def test_call_errors_name_the_argument(no_pycuda):
@@ -157,10 +162,23 @@ def test_call_errors_name_the_argument(no_pycuda):
     with pytest.raises(TypeError, match=r"'x' is declared const float \*x \(float32\) but the "
                                         r"array has dtype float64"):
         convert(kernel, FakeDeviceArray(10, np.float64), out, count)
-    with pytest.raises(TypeError, match="'out'.*needs a device array or address, not ndarray"):
+    with pytest.raises(TypeError, match="'out'.*needs a device array or a scangen.DevicePointer"
+                                        ", not a host numpy array"):
         convert(kernel, x, np.zeros(10, np.float32), count)
+    with pytest.raises(TypeError, match=r"'x' \(const float \*x\) needs a device array .*not "
+                                        r"the int 5 .*DevicePointer\(address, dtype, size\)"):
+        convert(kernel, 5, out, count)
+    with pytest.raises(TypeError, match="'count'.*needs a device array.*not the int"):
+        convert(kernel, x, out, np.uint64(0x3000))
+    with pytest.raises(TypeError, match=r"'x' is declared const float \*x \(float32\) but the "
+                                        r"array has dtype float64"):
+        convert(kernel, scangen.DevicePointer(0x1000, np.float64, 10), out, count)
+    with pytest.raises(ValueError, match="n=11 is larger than the first array argument 'x'"):
+        convert(kernel, scangen.DevicePointer(0x1000, np.float32, 10), out, count, n=11)
     with pytest.raises(TypeError, match="n= is required"):
-        convert(kernel, 0x1000, 0x2000, 0x3000)
+        empty = scangen.ScanKernel(np.int32, "add", arguments="int k", input_expr="k",
+                                   output_statement="")
+        convert(empty, 3)
     with pytest.raises(ValueError, match="n must be a non-negative int"):
         convert(kernel, x, out, count, n=-1)
     scalars = scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out, int k, "
@@ -171,11 +189,12 @@ def test_call_errors_name_the_argument(no_pycuda):
     assert values[3] == np.float32(0.5) and values[3].dtype == np.float32
     with pytest.raises(TypeError, match="'k'.*needs an int"):
         convert(scalars, xi, oi, 1.5, 0.5)
-    with pytest.raises(ValueError, match="'k' = 2147483648 does not fit int"):
+    with pytest.raises(ValueError, match=r"argument 'k' \(int k\): 2147483648 does not fit "
+                                         r"int32 \["):
         convert(scalars, xi, oi, 1 << 31, 0.5)
     with pytest.raises(TypeError, match="'w'.*needs a number"):
         convert(scalars, xi, oi, 1, "0.5")
-    with pytest.raises(TypeError, match="'x' is a pointer"):
+    with pytest.raises(TypeError, match="'x' .*needs a device array.*not bool True"):
         convert(scalars, True, oi, 1, 0.5)
 
 
@@ -240,6 +259,13 @@ def test_argument_names_of_scangens_own_parameters_are_refused(name):
     with pytest.raises(ArgumentError, match=f"'{name}' are reserved.*rename yours"):
         scangen.ScanKernel(np.float32, "add", arguments=f"const float *x, float *{name}",
                            input_expr="x[i]", output_statement=f"{name}[i] = item;")
+
+
+@pytest.mark.parametrize("name", ["int", "class", "template", "and", "NULL"])
+def test_argument_names_cpp_takes_are_refused(name):
+    with pytest.raises(ArgumentError, match=f"'{name}' is a C\\+\\+ keyword or a macro"):
+        scangen.ScanKernel(np.float32, "add", arguments=f"const float *x, float *{name}",
+                           input_expr="x[i]", output_statement="")
 
 
 def test_a_title_stays_on_its_comment_line():

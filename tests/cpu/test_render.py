@@ -476,7 +476,8 @@ if BLOCK:
                                         version=3)
 
     for call in (lambda: scan(DeviceArray()),
-                 lambda: compact(0, 0, 0, n=4)):
+                 lambda: compact(*(scangen.DevicePointer(0x1000, dtype, 4)
+                                   for dtype in (np.float32, np.float32, np.int64)))):
         try:
             call()
         except scangen.GPUUnavailableError as err:

@@ -38,9 +38,10 @@ def test_reverse_and_initial_render():
 
 
 def test_initial_is_checked_like_an_argument():
-    with pytest.raises(ValueError, match="does not fit int"):
+    with pytest.raises(ValueError, match=r"^initial \(int32\): 1099511627776 does not fit "
+                                         r"int32 \[-2147483648, 2147483647\]$"):
         scangen.Scan(np.int8, "add", result_dtype=np.int32, initial=1 << 40)
-    with pytest.raises(TypeError, match="needs an int"):
+    with pytest.raises(TypeError, match=r"^initial \(int32\) needs an int, not 0.5$"):
         scangen.Scan(np.int32, "add", initial=0.5)
     kernel = scangen.ScanKernel(np.int32, "add", arguments="const int *x, int *out",
                                 input_expr="x[i]", output_statement="out[i] = item;")

@@ -54,8 +54,21 @@ def test_bad_identities(identity, message):
 @pytest.mark.parametrize("dtype,message", [
     (np.dtype([("a", np.int8), ("b", np.float64)]), "offset 1, not a multiple of its "
                                                      "alignment 8: build the dtype with align"),
-    (np.dtype([("_x", np.int32)]), "not a C identifier"),
+    (np.dtype([("x-y", np.int32)]), "field 'x-y' of .* is not a C identifier"),
+    (np.dtype([("_x", np.int32)]), "field '_x' of .* starts with '_'"),
     (np.dtype([("c", np.bool_)]), "has type bool"),
+    (np.dtype([]), r"structured dtype \[\] has no data .*needs at least one field"),
+    (np.dtype([("a", [])]), "has no data"),
+    (np.dtype([("a", np.int32), ("b", np.int32, (0,))]), "field 'b' .* is an empty sub-array"),
+] + [
+    (np.dtype([("ok", np.int32), (name, np.int32)]),
+     f"field '{name}' of .* {reason}.*; rename the field")
+    for name, reason in [("int", "is a C\\+\\+ keyword"), ("float", "is a C\\+\\+ keyword"),
+                         ("class", "keyword"), ("template", "keyword"), ("and", "keyword"),
+                         ("NULL", "a macro"), ("linux", "a macro"), ("__half", "starts with '_'"),
+                         ("__x", "starts with '_'"), ("scangen_x", "starts with 'scangen_'")]
+] + [
+    (np.dtype([("outer", [("register", np.int32)])]), "field 'register'"),
 ])
 def test_bad_struct_dtypes(dtype, message):
     with pytest.raises(TypeError, match=message):

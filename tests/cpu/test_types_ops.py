@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import scangen
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, Operator
 from scangen.ops import resolve_operator
 from scangen.types import element_type
@@ -358,6 +359,40 @@ def test_identity_error_names_operator_value_and_type():
     with pytest.raises(ValueError, match=r"identity 300 of operator 'wide' does not fit int8"):
         op.check_dtype("int8")
     assert op.check_dtype("int16").name == "int16"
+
+
+@pytest.mark.parametrize("word,dtype,value", [
+    ("highest", "int8", 127), ("lowest", "int8", -128), ("highest", "uint64", 2**64 - 1),
+    ("lowest", "uint16", 0), ("highest", "float32", np.inf), ("lowest", "float64", -np.inf),
+    (" Highest ", "int32", 2**31 - 1), ("inf", "float16", np.inf), ("-inf", "float32", -np.inf),
+    ("0x10", "int32", 16), ("-2.5", "float32", -2.5),
+])
+def test_identity_words_resolve_per_dtype(word, dtype, value):
+    op = Operator("b < a ? b : a", word, name="smallest")
+    assert op.identity_for(element_type(dtype)) == value
+    op.check_dtype(dtype)
+    assert op == Operator("b < a ? b : a", word.strip().lower(), name="smallest")
+    assert hash(op) == hash(pickle.loads(pickle.dumps(op)))
+
+
+def test_builtin_min_and_max_take_the_same_words():
+    assert scangen.BUILTIN_OPERATORS["min"].identity == "highest"
+    assert scangen.BUILTIN_OPERATORS["max"].identity == "lowest"
+
+
+@pytest.mark.parametrize("identity,dtype,error,message", [
+    ("zero", None, ValueError, r"identity 'zero' is not a number or one of lowest, highest"),
+    ("nan", None, ValueError, "identity 'nan' is not a number"),
+    ("", None, ValueError, "identity '' is not a number"),
+    ("highest", "complex64", TypeError, r"identity 'highest' of operator 'w' is a limit of a "
+                                        r"real type; complex64 has none"),
+    ("lowest", np.dtype([("x", np.int32)]), TypeError, "is a limit of a real type"),
+    ("inf", "int32", ValueError, "identity inf of operator 'w' does not fit int32"),
+])
+def test_bad_identity_words(identity, dtype, error, message):
+    with pytest.raises(error, match=message):
+        op = Operator("a", identity, name="w")
+        scangen.Scan(dtype, op)
 
 
 def test_operators_are_hashable_values():

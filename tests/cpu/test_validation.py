@@ -346,6 +346,9 @@ def test_scan_construction_does_not_need_a_gpu():
     ("a + b; a", "single C expression"),
     ("(a + b", "unclosed"),
     ("a + b)", "unmatched"),
+    ("a + b /* x", r"unclosed comment \('/\*' without '\*/'\)"),
+    ("a /* c */ + b /* x", "unclosed comment"),
+    ('a + b + "x', "unclosed string literal"),
 ])
 def test_operator_expression_must_be_one_expression(expression, message):
     with pytest.raises(scangen.UserCodeError, match=f"operator 'bad' expression .*{message}"):
@@ -355,9 +358,14 @@ def test_operator_expression_must_be_one_expression(expression, message):
 def test_operator_preamble_brackets_must_balance():
     with pytest.raises(scangen.UserCodeError, match="operator 'bad' preamble has an unclosed"):
         scangen.Operator("f(a, b)", 0, name="bad", preamble="int f(int a, int b) { return a;")
-    # ';' and strings with brackets are fine in a preamble
+    with pytest.raises(scangen.UserCodeError, match="operator 'bad' preamble has an unclosed "
+                                                    "comment"):
+        scangen.Operator("f(a, b)", 0, name="bad", preamble="/* f: the sum\nint f(int a, "
+                         "int b) { return a + b; }")
+    # ';' and strings with brackets are fine in a preamble, and comment marks in strings
+    # and quotes in comments are neither
     scangen.Operator("f(a, b)", 0, name="ok", preamble='// ) {\nint f(int a, int b) '
-                     '{ const char *s = "}"; return a + b; }')
+                     '{ const char *s = "}/*"; return a + b; } /* " */ // /*')
 
 
 def test_numpy_integers_work_wherever_an_int_does():

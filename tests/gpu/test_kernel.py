@@ -133,16 +133,22 @@ def test_default_tile_large_input(gpu, rng, strategy):
     np.testing.assert_array_equal(out.get()[:kept.size], kept)
 
 
-def test_n_smaller_than_the_arrays_and_raw_addresses(gpu, rng):
+def test_n_smaller_than_the_arrays_and_device_pointers(gpu, rng):
     kernel = compaction("auto")
     x = rng.random(1000).astype(np.float32)
     x_gpu = gpu.to_gpu(x)
     out = gpu.to_gpu(poison_values(rng, np.float32, 1000))
     count = gpu.to_gpu(np.array([-7], np.int64))
-    kernel(x_gpu, int(out.gpudata), int(count.gpudata), n=300)
+    kernel(x_gpu, scangen.DevicePointer(int(out.gpudata), np.float32, out.size),
+           scangen.DevicePointer(int(count.gpudata), np.int64, 1), n=300)
     kept = x[:300][x[:300] > 0.5]
     assert count.get()[0] == kept.size
     np.testing.assert_array_equal(out.get()[:kept.size], kept)
+    # Only pointers: n defaults to the first one's size.
+    count.fill(-7)
+    kernel(*(scangen.DevicePointer(int(a.gpudata), a.dtype, a.size) for a in (x_gpu, out)),
+           scangen.DevicePointer(int(count.gpudata), np.int64, 1))
+    assert count.get()[0] == (x > 0.5).sum()
 
 
 def test_call_validation(gpu):
@@ -157,13 +163,14 @@ def test_call_validation(gpu):
         kernel(gpu.to_gpu(np.ones(10, np.float64)), out, count)
     with pytest.raises(TypeError, match="argument 'out'.*needs a device array.*to_gpu"):
         kernel(x, np.ones(10, np.float32), count)
-    with pytest.raises(TypeError, match="n= is required"):
-        kernel(int(x.gpudata), out.gpudata.__int__(), int(count.gpudata))
+    with pytest.raises(TypeError, match="argument 'x' .*not the int .*DevicePointer"):
+        kernel(int(x.gpudata), out, count)
     scalar = affine_pairs("auto")
     m = gpu.to_gpu(np.ones(4, np.uint32))
     with pytest.raises(TypeError, match="argument 'stride'.*needs an int"):
         scalar(m, m, gpu.empty(4, np.uint64), gpu.empty(4, np.uint64), 1.5)
-    with pytest.raises(ValueError, match="'stride' = 4294967296 does not fit int"):
+    with pytest.raises(ValueError, match=r"argument 'stride' \(int stride\): 4294967296 "
+                                         r"does not fit int32"):
         scalar(m, m, gpu.empty(4, np.uint64), gpu.empty(4, np.uint64), 1 << 32)
 
 
