@@ -298,10 +298,6 @@ class ScanKernel:
                  counts=False, algorithm=None, section_size=None, items_per_thread=None,
                  strategy="auto", tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
-        if counts and section_size is None and items_per_thread is None and \
-                algorithm in (None, tuning_table.DEFAULT_ALGORITHM):
-            section_size = tuning_table.COUNTING.section_size
-            items_per_thread = tuning_table.COUNTING.items_per_thread
         if counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
@@ -309,7 +305,7 @@ class ScanKernel:
                            counts)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
-                         segmented=is_segment_start_expr is not None)
+                         segmented=is_segment_start_expr is not None, counts=counts)
         self.kernel_spec = KernelSpec(scan, hooks)
         #: The initial value used when a call gives none (None: the kernel takes none).
         self.initial = None if initial is None else self._initial_value(initial)

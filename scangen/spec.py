@@ -9,7 +9,7 @@ says what to change, never later inside the compiler or the GPU.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -167,24 +167,27 @@ class ScanSpec:
 
 def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
               items_per_thread=None, strategy="auto", tuning=None,
-              segmented=False) -> ScanSpec:
+              segmented=False, counts=False) -> ScanSpec:
     """Validate user choices and freeze them into a ScanSpec.
 
     Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
-    section size and items per thread tuned for the element size; other algorithms a
-    1024-element section. Naming only the section of a coarsening algorithm (warp_shuffle,
-    coarsened) keeps the tuned block size and derives the items per thread; strategy "auto";
-    ``tuning`` (a scangen.Tuning) the measured defaults.
+    section size and items per thread tuned for the element size (``counts``: a counting
+    scan's, scangen.tuning.COUNTING); other algorithms a 1024-element section. Naming only
+    the section of a coarsening algorithm (warp_shuffle, coarsened) keeps the tuned block
+    size and derives the items per thread; strategy "auto"; ``tuning`` (a scangen.Tuning)
+    the measured defaults. A default always fits the static shared memory of a block: where
+    the tuned one does not (wide values, segmented pairs, an algorithm with scratch), the
+    items per thread and then the section the user left unnamed are halved until it does.
     """
     op = resolve_operator(operator)
     etype = op.check_dtype(dtype)
     if algorithm is None:
         algorithm = tuning_table.DEFAULT_ALGORITHM
-    named_section = section_size is not None
-    if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
-        fast = tuning_table.fast_path(acc_itemsize(etype, segmented))
-        section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
-            fast.items_per_thread
+    named_section, named_items = section_size is not None, items_per_thread is not None
+    if algorithm == "warp_shuffle" and not named_section and not named_items:
+        tile = tuning_table.COUNTING if counts else \
+            tuning_table.fast_path(acc_itemsize(etype, segmented))
+        section_size, items_per_thread = tile.section_size, tile.items_per_thread
     if section_size is None:
         section_size = tuning_table.DEFAULT_SECTION_SIZE
 
@@ -236,11 +239,30 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
         raise TypeError(f"tuning must be a scangen.Tuning, not {type(tuning).__name__}")
     spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning,
                     bool(segmented))
+    while spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
+        smaller = _halved_default(spec, named_section, named_items)
+        if smaller is None:
+            break
+        spec = smaller
     if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ValueError(
-            f"section_size {section_size} of {etype.name} with {algorithm} needs "
+            f"section_size {spec.section_size} of {etype.name} with {algorithm} needs "
             f"{spec.shared_bytes} bytes of shared memory"
             + (" (persistent tiles hold two sections)" if spec.has_persistent_tiles else "")
             + f"; the limit is {MAX_STATIC_SHARED_BYTES}: use a smaller section_size"
         )
     return spec
+
+
+def _halved_default(spec: ScanSpec, named_section: bool, named_items: bool) -> ScanSpec | None:
+    """``spec`` with half the section, halving only what the user left unnamed: the items
+    per thread of a coarsening algorithm (the tuned block size stays), else the threads.
+    None where nothing unnamed can shrink."""
+    algo = ALGORITHMS[spec.algorithm]
+    if not named_section and not named_items and algo.coarsening_is_parameter \
+            and spec.items_per_thread > 1:
+        return replace(spec, section_size=spec.section_size // 2,
+                       items_per_thread=spec.items_per_thread // 2)
+    if not named_section and spec.section_size // 2 >= max(2, spec.items_per_thread):
+        return replace(spec, section_size=spec.section_size // 2)
+    return None
