@@ -211,7 +211,21 @@ class KernelSpec:
                 unused = {SCAN_TILES}
         return tuple(k for k in self.strategy.kernels() if k.family not in unused)
 
+    def dynamic_shared_bytes(self, kernel) -> int:
+        """Dynamic shared memory a launch of ``kernel`` takes: where the spec's sections do
+        not fit static shared memory (ScanSpec.dynamic_shared), the sections the kernel holds
+        and the block scan's scratch; 0 for a kernel that holds none (add_prefixes, and the
+        user io's kernels where they count by ballots)."""
+        if not self.scan.dynamic_shared or not kernel.family.sections or \
+                (kernel.io == "user" and self.counts_by_ballots):
+            return 0
+        return self.scan.section_shared_bytes(kernel.family.sections)
+
     # The module spec protocol of scangen.compile.
+
+    def dynamic_shared(self) -> dict:
+        """{entry point: bytes} of the kernels that take dynamic shared memory."""
+        return {k.name: nbytes for k in self.kernels if (nbytes := self.dynamic_shared_bytes(k))}
 
     def module_source(self):
         from .render import render
