@@ -70,8 +70,8 @@ def test_the_default_section_fits(dtype, algorithm, segmented):
         else:
             kernel = Scan(dtype, _operator(dtype), algorithm=algorithm, strategy=strategy)
         _check_default(kernel.spec)
-        assert kernel.spec.segmented == segmented
-        assert "__global__" in kernel.source
+        assert kernel.spec.segmented == segmented and not kernel.spec.dynamic_shared
+        assert "__global__" in kernel.source and "extern __shared__" not in kernel.source
 
 
 def test_the_reported_struct_with_double_buffering():
@@ -202,19 +202,6 @@ def test_static_shared_memory_up_to_48_kib_and_dynamic_past_it(algorithm):
     assert smaller.kernel.kernel_spec.dynamic_shared() == {}
 
 
-def test_defaults_never_take_dynamic_shared_memory():
-    for dtype in DTYPES:
-        for algorithm in ALGORITHMS:
-            for segmented in (False, True):
-                if segmented:
-                    kernel = SegmentedScan(dtype, _operator(dtype), algorithm=algorithm).kernel(
-                        "flags", np.dtype(np.bool_))
-                else:
-                    kernel = Scan(dtype, _operator(dtype), algorithm=algorithm)
-                assert not kernel.spec.dynamic_shared
-                assert "extern __shared__" not in kernel.source
-
-
 def test_persistent_tiles_hold_two_sections_dynamically():
     scan = Scan(np.float64, "add", section_size=4096, strategy="decoupled_lookback",
                 tuning=Tuning(tile_persistent_min_bytes=0))
@@ -245,11 +232,11 @@ def test_refused_past_what_a_block_may_have():
     dtype = WIDE_STRUCTS[48]
     limit = tuning.max_shared_bytes("sm_90")
     assert limit == tuning.max_shared_bytes() == 227 * 1024
-    with pytest.raises(ValueError, match=rf"section_size 8192 of .* with warp_shuffle needs "
+    with pytest.raises(ValueError, match=rf"section_size 4096 of .* with warp_shuffle needs "
                                          rf"\d+ bytes of shared memory; the limit of a block "
                                          rf"on sm_90 is {limit}: use a smaller section_size"):
-        Scan(dtype, field_sums(dtype), section_size=8192)
-    # the largest power of two that fits is accepted
+        Scan(dtype, field_sums(dtype), section_size=4096)
+    # the next smaller section fits
     assert Scan(dtype, field_sums(dtype), section_size=2048).spec.shared_bytes <= limit
 
 
