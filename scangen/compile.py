@@ -8,7 +8,9 @@ saying what is missing. The text compiled is exactly the rendered text (C++, wit
 What is compiled is a *module spec*: a hashable object with ``module_source()`` (the
 rendered ModuleSource), ``entry_points()`` (each ``__global__`` function's name and its
 parameters, as scangen.args.Argument) and ``description`` (what to call it in an error).
-A ScanKernel's KernelSpec is one; the radix sort's module is another.
+A ScanKernel's KernelSpec is one; the radix sort's module is another. A module spec may
+also have ``dynamic_shared()``: {entry point: bytes of dynamic shared memory its launches
+take}; the compiled module lets each such kernel use that much (the opt-in attribute).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from .args import launch_format
 from .render import ModuleSource
+from .tuning import DEFAULT_ARCH
 
 
 class GPUUnavailableError(RuntimeError):
@@ -241,7 +244,7 @@ def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
             f"{source.numbered(around=line)}")
 
 
-def check_with_nvcc(module_spec, arch: str = "sm_90") -> None:
+def check_with_nvcc(module_spec, arch: str = DEFAULT_ARCH) -> None:
     """Compile the module with the nvcc on PATH, without a GPU or PyCUDA."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
@@ -260,16 +263,26 @@ def check_with_nvcc(module_spec, arch: str = "sm_90") -> None:
 # ------------------------------------------------------------------ compile and load
 
 class CompiledModule:
-    """The prepared kernels of one module, in one context, by kernel name."""
+    """The prepared kernels of one module, in one context, by kernel name. A kernel that
+    takes dynamic shared memory (the module spec's ``dynamic_shared()``) may use that much:
+    past the 48 KiB a block has without asking, the attribute is set here, once per kernel
+    and context."""
 
     def __init__(self, module, module_spec, cubin: bytes = b""):
         self.module = module
         self.cubin = cubin
         self._raw = None
         self.functions = {}
+        #: Entry point -> the dynamic shared memory its launches take (absent: none).
+        self.dynamic_shared = dict(getattr(module_spec, "dynamic_shared", dict)())
         for name, parameters in module_spec.entry_points():
             function = module.get_function(name)
             function.prepare(launch_format(parameters))
+            if name in self.dynamic_shared:
+                from pycuda.driver import function_attribute
+
+                function.set_attribute(function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       self.dynamic_shared[name])
             self.functions[name] = function
 
     def raw_functions(self):
@@ -280,7 +293,7 @@ class CompiledModule:
 
             with _lock:
                 if self._raw is None:
-                    self._raw = RawFunctions(self.cubin)
+                    self._raw = RawFunctions(self.cubin, self.dynamic_shared)
         return self._raw
 
 

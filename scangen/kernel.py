@@ -209,7 +209,21 @@ class KernelSpec:
                 unused = {SCAN_TILES}
         return tuple(k for k in self.strategy.kernels() if k.family not in unused)
 
+    def dynamic_shared_bytes(self, kernel) -> int:
+        """Dynamic shared memory a launch of ``kernel`` takes: where the spec's sections do
+        not fit static shared memory (ScanSpec.dynamic_shared), the sections the kernel holds
+        and the block scan's scratch; 0 for a kernel that holds none (add_prefixes, and the
+        user io's kernels where they count by ballots)."""
+        if not self.scan.dynamic_shared or not kernel.family.sections or \
+                (kernel.io == "user" and self.counts_by_ballots):
+            return 0
+        return self.scan.section_shared_bytes(kernel.family.sections)
+
     # The module spec protocol of scangen.compile.
+
+    def dynamic_shared(self) -> dict:
+        """{entry point: bytes} of the kernels that take dynamic shared memory."""
+        return {k.name: nbytes for k in self.kernels if (nbytes := self.dynamic_shared_bytes(k))}
 
     def module_source(self):
         from .render import render
@@ -298,10 +312,6 @@ class ScanKernel:
                  strategy="auto", tuning=None, title="ScanKernel"):
         etype = element_type(dtype)
         counts = as_flag("counts", counts)
-        if counts and section_size is None and items_per_thread is None and \
-                algorithm in (None, tuning_table.DEFAULT_ALGORITHM):
-            section_size = tuning_table.COUNTING.section_size
-            items_per_thread = tuning_table.COUNTING.items_per_thread
         if counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
@@ -309,7 +319,7 @@ class ScanKernel:
                            counts)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
-                         segmented=is_segment_start_expr is not None)
+                         segmented=is_segment_start_expr is not None, counts=counts)
         self.kernel_spec = KernelSpec(scan, hooks)
         #: The initial value used when a call gives none (None: the kernel takes none).
         self.initial = None if initial is None else self._initial_value(initial)

@@ -33,6 +33,9 @@ class KernelFamily:
     summary: str
     #: The single-pass kernel is launched with a register bound and reads tile status.
     single_pass: bool = False
+    #: Sections the kernel holds in shared memory (with the block scan's scratch): what it
+    #: keeps in dynamic shared memory where they do not fit static (ScanSpec.dynamic_shared).
+    sections: int = 1
 
 
 ONE_SECTION = KernelFamily(
@@ -45,7 +48,8 @@ ADD_PREFIXES = KernelFamily(
     "add_prefixes",
     (Argument("partial", "acc_t", pointer=True, const=True),
      Argument("prefixes", "acc_t", pointer=True, const=True), N),
-    "hierarchical pass 2: combine each section with its prefix and emit the results")
+    "hierarchical pass 2: combine each section with its prefix and emit the results",
+    sections=0)
 REDUCE_SECTIONS = KernelFamily(
     "reduce_sections", (Argument("totals", "acc_t", pointer=True), N),
     "reduce_then_scan pass 1: each section's total into totals")
@@ -61,7 +65,7 @@ SCAN_TILES = KernelFamily(
 SCAN_TILES_PERSISTENT = KernelFamily(
     "scan_tiles_persistent", SCAN_TILES.parameters,
     "single pass by persistent blocks: each takes tiles until none is left, holding two",
-    single_pass=True)
+    single_pass=True, sections=2)
 
 FAMILIES = (ONE_SECTION, SCAN_SECTIONS, ADD_PREFIXES, REDUCE_SECTIONS, SCAN_SEEDED, SCAN_TILES,
             SCAN_TILES_PERSISTENT)

@@ -68,9 +68,11 @@ class Plan:
         for i, launch in enumerate(self.launches):
             args = ", ".join(_format_arg(a) for a in launch.args)
             grid = f"min({launch.grid}, resident)" if launch.persistent else launch.grid
+            dynamic = f" ({launch.dynamic_shared_bytes} dynamic)" \
+                if launch.dynamic_shared_bytes else ""
             lines.append(
                 f"  [{i}] level {launch.level} {launch.kernel.name}<<<{grid}, "
-                f"{launch.block}, {launch.shared_bytes} B smem>>>({args})")
+                f"{launch.block}, {launch.shared_bytes} B smem{dynamic}>>>({args})")
             lines.append(f"      {launch.why}; reads {launch.bytes_read} B, "
                          f"writes {launch.bytes_written} B")
         for temp in self.temporaries:
@@ -141,7 +143,8 @@ def make_plan(kernel_spec, n) -> Plan:
     needs_last_item = kernel_spec.hooks.uses_last_item
     strategy = resolve(spec.strategy, needs_last_item, spec, n)
     builder = PlanBuilder(spec, needs_last_item, kernel_spec.persistent_tiles,
-                          kernel_spec.counted_sections_per_block)
+                          kernel_spec.counted_sections_per_block,
+                          kernel_spec.dynamic_shared_bytes)
     if n > 0:
         strategy.build(builder, n, USER_ARGS, 0)
     return Plan(kernel_spec, n, strategy.name, tuple(builder.launches),

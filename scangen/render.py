@@ -131,6 +131,7 @@ def template_context(kernel_spec) -> dict:
         block_size=spec.block_size,
         items_per_thread=spec.items_per_thread,
         pad_every=spec.pad_every,
+        dynamic_shared=spec.dynamic_shared,
         strategy=spec.strategy,
         protocol=strategy.protocol,
         warp_runs=kernel_spec.moves_warp_runs,

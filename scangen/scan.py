@@ -49,7 +49,9 @@ class Scan:
         brent_kung, coarsened or warp_shuffle (the default, the fast one).
     section_size:
         Elements per block, a power of two. Default: tuned per element size for
-        warp_shuffle (scangen.tuning), 1024 for the other algorithms.
+        warp_shuffle (scangen.tuning), 1024 for the other algorithms, halved (with the
+        items per thread first, where you named none) until the algorithm's shared memory
+        for this value type fits 48 KiB.
     items_per_thread:
         Coarsening factor of ``coarsened`` and ``warp_shuffle`` (the others fix their own).
     strategy:

@@ -9,7 +9,7 @@ says what to change, never later inside the compiler or the GPU.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -23,7 +23,8 @@ MODES = ("inclusive", "exclusive")
 STRATEGIES = ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
 
 MAX_BLOCK_THREADS = 1024
-#: Static shared memory per block without an opt-in attribute.
+#: Shared memory per block without an opt-in attribute: all a kernel may declare statically.
+#: Past it, a spec's sections live in dynamic shared memory (ScanSpec.dynamic_shared).
 MAX_STATIC_SHARED_BYTES = 48 * 1024
 WARP_SIZE = 32
 
@@ -157,16 +158,34 @@ class ScanSpec:
 
     @property
     def shared_bytes(self) -> int:
-        """Static shared memory of the hungriest kernel: the section, the algorithm's
-        scratch, and the kernels' own bookkeeping (the tile number and prefix of the
-        single-pass kernel, or the warp partials and total of the reduction)."""
+        """Shared memory of the hungriest kernel, static and dynamic together: the section,
+        the algorithm's scratch, and the kernels' own bookkeeping (the tile number and
+        prefix of the single-pass kernel, or the warp partials and total of the reduction)."""
         return self._shared_bytes(sections=2 if self.has_persistent_tiles else 1)
 
     def _shared_bytes(self, sections: int) -> int:
+        return self.section_shared_bytes(sections) + self.bookkeeping_bytes
+
+    @property
+    def bookkeeping_bytes(self) -> int:
+        """The kernels' static shared memory besides the sections and scratch: a tile
+        number and 33 values (warp totals and a prefix, or warp partials and a total), in
+        the 16-byte units ptxas reports (4-byte values: 140 bytes, reported as 144)."""
+        return -(-(8 + (WARP_SIZE + 1) * self.acc_itemsize) // 16) * 16
+
+    def section_shared_bytes(self, sections: int) -> int:
+        """Bytes of ``sections`` sections (padding included) and the algorithm's scratch:
+        what a kernel holding them keeps in dynamic shared memory (dynamic_shared)."""
         scratch = ALGORITHMS[self.algorithm].scratch_elements(self.section_size, self.block_size)
-        size = self.acc_itemsize
-        bookkeeping = max(8 + size, (WARP_SIZE + 1) * size)
-        return (sections * self.section_slots + scratch) * size + 8 + bookkeeping
+        return (sections * self.section_slots + scratch) * self.acc_itemsize
+
+    @property
+    def dynamic_shared(self) -> bool:
+        """Whether the sections and the algorithm's scratch live in dynamic shared memory:
+        where the kernels need more than the 48 KiB of static shared memory a block has
+        (they then opt in to more, up to the device's limit; scangen.tuning.
+        MAX_SHARED_BYTES_OPTIN). The bookkeeping stays static."""
+        return self.shared_bytes > MAX_STATIC_SHARED_BYTES
 
     @property
     def identity_literal(self) -> str:
@@ -175,24 +194,27 @@ class ScanSpec:
 
 def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
               items_per_thread=None, strategy="auto", tuning=None,
-              segmented=False) -> ScanSpec:
+              segmented=False, counts=False) -> ScanSpec:
     """Validate user choices and freeze them into a ScanSpec.
 
     Unnamed choices take defaults from scangen.tuning: the warp_shuffle algorithm with the
-    section size and items per thread tuned for the element size; other algorithms a
-    1024-element section. Naming only the section of a coarsening algorithm (warp_shuffle,
-    coarsened) keeps the tuned block size and derives the items per thread; strategy "auto";
-    ``tuning`` (a scangen.Tuning) the measured defaults.
+    section size and items per thread tuned for the element size (``counts``: a counting
+    scan's, scangen.tuning.COUNTING); other algorithms a 1024-element section. Naming only
+    the section of a coarsening algorithm (warp_shuffle, coarsened) keeps the tuned block
+    size and derives the items per thread; strategy "auto"; ``tuning`` (a scangen.Tuning)
+    the measured defaults. A default always fits the static shared memory of a block: where
+    the tuned one does not (wide values, segmented pairs, an algorithm with scratch), the
+    items per thread and then the section the user left unnamed are halved until it does.
     """
     op = resolve_operator(operator)
     etype = op.check_dtype(dtype)
     if algorithm is None:
         algorithm = tuning_table.DEFAULT_ALGORITHM
-    named_section = section_size is not None
-    if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
-        fast = tuning_table.fast_path(acc_itemsize(etype, segmented))
-        section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
-            fast.items_per_thread
+    named_section, named_items = section_size is not None, items_per_thread is not None
+    if algorithm == "warp_shuffle" and not named_section and not named_items:
+        tile = tuning_table.COUNTING if counts else \
+            tuning_table.fast_path(acc_itemsize(etype, segmented))
+        section_size, items_per_thread = tile.section_size, tile.items_per_thread
     if section_size is None:
         section_size = tuning_table.DEFAULT_SECTION_SIZE
 
@@ -244,11 +266,35 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
         raise TypeError(f"tuning must be a scangen.Tuning, not {type(tuning).__name__}")
     spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning,
                     bool(segmented))
-    if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
-        raise ValueError(
-            f"section_size {section_size} of {etype.name} with {algorithm} needs "
-            f"{spec.shared_bytes} bytes of shared memory"
-            + (" (persistent tiles hold two sections)" if spec.has_persistent_tiles else "")
-            + f"; the limit is {MAX_STATIC_SHARED_BYTES}: use a smaller section_size"
-        )
+    while spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
+        smaller = _halved_default(spec, named_section, named_items)
+        if smaller is None:
+            break
+        spec = smaller
+    limit = tuning_table.max_shared_bytes()
+    if spec.shared_bytes > limit:
+        raise ValueError(shared_memory_refusal(spec, limit, tuning_table.DEFAULT_ARCH))
     return spec
+
+
+def shared_memory_refusal(spec: ScanSpec, limit: int, device: str) -> str:
+    """Why ``spec`` needs more shared memory than a block of ``device`` may have (``limit``
+    bytes, with the opt-in attribute), and what to do."""
+    return (f"section_size {spec.section_size} of {spec.etype.name} with {spec.algorithm} "
+            f"needs {spec.shared_bytes} bytes of shared memory"
+            + (" (persistent tiles hold two sections)" if spec.has_persistent_tiles else "")
+            + f"; the limit of a block on {device} is {limit}: use a smaller section_size")
+
+
+def _halved_default(spec: ScanSpec, named_section: bool, named_items: bool) -> ScanSpec | None:
+    """``spec`` with half the section, halving only what the user left unnamed: the items
+    per thread of a coarsening algorithm (the tuned block size stays), else the threads.
+    None where nothing unnamed can shrink."""
+    algo = ALGORITHMS[spec.algorithm]
+    if not named_section and not named_items and algo.coarsening_is_parameter \
+            and spec.items_per_thread > 1:
+        return replace(spec, section_size=spec.section_size // 2,
+                       items_per_thread=spec.items_per_thread // 2)
+    if not named_section and spec.section_size // 2 >= max(2, spec.items_per_thread):
+        return replace(spec, section_size=spec.section_size // 2)
+    return None

@@ -157,6 +157,29 @@ DEFAULT_REDUCE_THEN_SCAN_MIN_BYTES = 16 << 20
 TILE_MIN_THREADS_PER_SM = {1: 1024, 2: 1024, 4: 1024, 8: 1024}
 DEFAULT_TILE_MIN_THREADS_PER_SM = 1536
 
+#: Shared memory one block may use, static and dynamic together, once its kernel opts in
+#: (cudaFuncAttributeMaxDynamicSharedMemorySize; the device reports it as
+#: MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), by architecture: the CUDA C++ Programming Guide's
+#: table of technical specifications per compute capability. Without the opt-in a block
+#: has 48 KiB (scangen.spec.MAX_STATIC_SHARED_BYTES) on all of them.
+MAX_SHARED_BYTES_OPTIN = {
+    "sm_70": 96 * 1024, "sm_72": 96 * 1024, "sm_75": 64 * 1024,
+    "sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
+    "sm_90": 227 * 1024, "sm_100": 227 * 1024, "sm_120": 99 * 1024,
+}
+
+#: The architecture scangen is tuned on (Hopper) and checks against without a GPU: a spec
+#: is refused when it needs more shared memory than a block of it may opt in to, and
+#: ``check_compile`` compiles for it. On a device with less (MAX_SHARED_BYTES_OPTIN), the
+#: first launch refuses what does not fit, naming the device's limit.
+DEFAULT_ARCH = "sm_90"
+
+
+def max_shared_bytes(arch: str = DEFAULT_ARCH) -> int:
+    """Shared memory a block of ``arch`` may opt in to (MAX_SHARED_BYTES_OPTIN)."""
+    return MAX_SHARED_BYTES_OPTIN[arch]
+
+
 #: The algorithm used when the user names none.
 DEFAULT_ALGORITHM = "warp_shuffle"
 

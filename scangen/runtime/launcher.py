@@ -11,6 +11,7 @@ import numpy as np
 from ..args import INITIAL_ARGUMENT
 from ..compile import compile_module, release_at_exit, require_pycuda, stream_key
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
+from ..spec import shared_memory_refusal
 from ..strategies.tile_state import TileState
 from .scratch import StreamScratch
 from .streams import RawLaunch, RawStream
@@ -45,7 +46,8 @@ class Launcher:
             args = [_bind(arg, bindings) for arg in launch.args[1 if takes_user_args else 0:]]
             runtime_slots = [(i, arg.name) for i, arg in enumerate(
                 launch.args[1 if takes_user_args else 0:]) if isinstance(arg, RuntimeArg)]
-            self.steps.append((launch_function(compiled, launch.kernel.name, stream),
+            self.steps.append((launch_function(compiled, launch.kernel.name, stream,
+                                               launch.dynamic_shared_bytes),
                                (grid, 1, 1), (launch.block, 1, 1), takes_user_args,
                                args, runtime_slots))
 
@@ -91,36 +93,60 @@ def _multiprocessors() -> int:
     return device.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
 
 
-def launch_function(compiled, name, stream):
+def launch_function(compiled, name, stream, shared_bytes: int = 0):
     """``f(grid, block, stream, *args)`` launching kernel ``name`` of a CompiledModule on
-    ``stream`` (as scangen.interop.as_stream returns it): pycuda's
-    prepared call on its own streams, the driver's cuLaunchKernel on a foreign handle
-    (pycuda takes only its own Stream objects; see scangen.runtime.streams)."""
+    ``stream`` (as scangen.interop.as_stream returns it) with ``shared_bytes`` of dynamic
+    shared memory (a plan's Launch.dynamic_shared_bytes): pycuda's prepared call on its own
+    streams, the driver's cuLaunchKernel on a foreign handle (pycuda takes only its own
+    Stream objects; see scangen.runtime.streams)."""
     function = compiled.functions[name]
     if isinstance(stream, RawStream):
-        return RawLaunch(compiled.raw_functions().function(name), function.arg_format)
-    return _prepared_launch(function)
+        return RawLaunch(compiled.raw_functions().function(name), function.arg_format,
+                         shared_bytes)
+    return _prepared_launch(function, shared_bytes)
 
 
-def _prepared_launch(function):
+def _prepared_launch(function, shared_bytes: int = 0):
     """What ``function.prepared_async_call`` does for scangen's kernels (pack the arguments
-    by the prepared format, launch with no dynamic shared memory: the kernels declare
-    theirs), without its per-call keyword handling, import and texture loop, which cost
-    about a microsecond of a small scan. Falls back to prepared_async_call itself where
-    pycuda lacks the pieces it is made of."""
+    by the prepared format, launch with ``shared_bytes`` of dynamic shared memory), without
+    its per-call keyword handling, import and texture loop, which cost about a microsecond
+    of a small scan. Falls back to prepared_async_call itself where pycuda lacks the pieces
+    it is made of."""
     launch_kernel = getattr(function, "_launch_kernel", None)
     try:
         from pycuda._pvt_struct import pack
     except ImportError:
         pack = None
     if launch_kernel is None or pack is None or getattr(function, "texrefs", None):
-        return function.prepared_async_call
+        if not shared_bytes:
+            return function.prepared_async_call
+
+        def launch(grid, block, stream, *args):
+            function.prepared_async_call(grid, block, stream, *args, shared_size=shared_bytes)
+
+        return launch
     arg_format = function.arg_format
 
     def launch(grid, block, stream, *args):
-        launch_kernel(grid, block, pack(arg_format, *args), 0, stream)
+        launch_kernel(grid, block, pack(arg_format, *args), shared_bytes, stream)
 
     return launch
+
+
+def check_shared_memory(kernel_spec) -> None:
+    """Refuse, before compiling, a spec that needs more shared memory than a block of the
+    current device may opt in to: make_spec checked it against scangen.tuning.DEFAULT_ARCH,
+    and a device of another architecture may offer less (MAX_SHARED_BYTES_OPTIN)."""
+    spec = kernel_spec.scan
+    if not spec.dynamic_shared:
+        return
+    driver = require_pycuda()
+    device = driver.Context.get_device()
+    limit = device.get_attribute(driver.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    if spec.shared_bytes > limit:
+        major, minor = device.compute_capability()
+        raise ValueError(shared_memory_refusal(spec, limit,
+                                               f"{device.name()} (sm_{major}{minor})"))
 
 
 def _bind(arg, bindings):
@@ -177,6 +203,7 @@ class Runtime:
             if scratch is None:
                 scratch = self._scratch[where] = StreamScratch(
                     TileState.of(self.kernel_spec.scan))
+            check_shared_memory(self.kernel_spec)
             launcher = Launcher(self.plan(n), compile_module(self.kernel_spec), scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough

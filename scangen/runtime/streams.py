@@ -59,6 +59,7 @@ _CUDEVICEPTR = ctypes.c_ulonglong
 _SIGNATURES = {
     "cuModuleLoadData": [ctypes.POINTER(_VOID_P), ctypes.c_char_p],
     "cuModuleGetFunction": [ctypes.POINTER(_VOID_P), _VOID_P, ctypes.c_char_p],
+    "cuFuncSetAttribute": [_VOID_P, ctypes.c_int, ctypes.c_int],
     "cuLaunchKernel": [_VOID_P] + [_UINT] * 7 + [_VOID_P, _VOID_P, _VOID_P],
     "cuMemsetD8Async": [_CUDEVICEPTR, ctypes.c_ubyte, _SIZE_T, _VOID_P],
     "cuStreamSynchronize": [_VOID_P],
@@ -71,6 +72,8 @@ _SIGNATURES = {
 _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
 #: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL.
 _ATTRIBUTE_DEVICE_ORDINAL = 9
+#: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+_ATTRIBUTE_MAX_DYNAMIC_SHARED = 8
 
 
 def _lib():
@@ -163,12 +166,15 @@ def pointer_device(address: int) -> int:
 # ----------------------------------------------------------------- launching on a handle
 
 class RawFunctions:
-    """The CUfunction handles of one cubin, loaded into the current context."""
+    """The CUfunction handles of one cubin, loaded into the current context. A kernel of
+    ``dynamic_shared`` ({name: bytes}) is let use that much dynamic shared memory, as the
+    pycuda functions of the same module are (scangen.compile.CompiledModule)."""
 
-    def __init__(self, cubin: bytes):
+    def __init__(self, cubin: bytes, dynamic_shared: dict | None = None):
         module = _VOID_P()
         _check(_lib().cuModuleLoadData(ctypes.byref(module), cubin), "cuModuleLoadData")
         self.module = module
+        self.dynamic_shared = dict(dynamic_shared or {})
         self._functions = {}
 
     def function(self, name: str) -> int:
@@ -176,6 +182,10 @@ class RawFunctions:
             handle = _VOID_P()
             _check(_lib().cuModuleGetFunction(ctypes.byref(handle), self.module,
                                               name.encode()), f"cuModuleGetFunction({name})")
+            if name in self.dynamic_shared:
+                _check(_lib().cuFuncSetAttribute(handle, _ATTRIBUTE_MAX_DYNAMIC_SHARED,
+                                                 self.dynamic_shared[name]),
+                       f"cuFuncSetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES)")
             self._functions[name] = handle.value
         return self._functions[name]
 
@@ -184,13 +194,14 @@ class RawLaunch:
     """Launch one kernel on a RawStream: ``launch(grid, block, stream, *args)``, the call
     pycuda's ``prepared_async_call`` takes. The arguments are packed by the prepared format
     with native alignment, exactly as pycuda packs them, and passed to cuLaunchKernel as one
-    parameter buffer. No dynamic shared memory: scangen's kernels declare theirs."""
+    parameter buffer, with ``shared_bytes`` of dynamic shared memory."""
 
-    __slots__ = ("function", "packer", "_launch")
+    __slots__ = ("function", "packer", "shared_bytes", "_launch")
 
-    def __init__(self, function: int, arg_format: str):
+    def __init__(self, function: int, arg_format: str, shared_bytes: int = 0):
         self.function = function
         self.packer = struct.Struct(arg_format)
+        self.shared_bytes = shared_bytes
         self._launch = _lib().cuLaunchKernel
 
     def pack(self, args) -> bytes:
@@ -202,5 +213,6 @@ class RawLaunch:
         size = _SIZE_T(len(parameters))
         extra = (_VOID_P * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
                               _PARAM_BUFFER_SIZE, ctypes.addressof(size), _PARAM_END)
-        _check(self._launch(self.function, *grid, *block, 0, stream.handle, None, extra),
+        _check(self._launch(self.function, *grid, *block, self.shared_bytes, stream.handle,
+                            None, extra),
                "cuLaunchKernel")

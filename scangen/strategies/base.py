@@ -46,6 +46,8 @@ class Launch:
     kernel: Kernel
     grid: int
     block: int
+    #: Shared memory of the module's hungriest kernel, static and dynamic together
+    #: (ScanSpec.shared_bytes).
     shared_bytes: int
     #: One entry per parameter of the family, after the io's: USER_ARGS (user io) or the
     #: totals buffer (totals io) first.
@@ -58,6 +60,9 @@ class Launch:
     #: as fit on the device at once (scangen.runtime.launcher.resident_grid), and each takes
     #: tiles until none is left.
     persistent: bool = False
+    #: Of ``shared_bytes``, what the launch passes as dynamic shared memory (KernelSpec.
+    #: dynamic_shared_bytes; 0: the kernel declares all of its own).
+    dynamic_shared_bytes: int = 0
 
     def tickets(self, blocks: int) -> int:
         """Tickets a single-pass launch of ``grid`` tiles takes when run as ``blocks``
@@ -81,8 +86,11 @@ class PlanBuilder:
     """Collects launches and temporaries while a strategy plans."""
 
     def __init__(self, spec, needs_last_item: bool = False, persistent_tiles: bool = False,
-                 counted_sections_per_block: int = 1):
+                 counted_sections_per_block: int = 1, dynamic_shared_bytes=lambda kernel: 0):
         self.spec = spec
+        #: Kernel -> the dynamic shared memory its launches take (KernelSpec.
+        #: dynamic_shared_bytes).
+        self.dynamic_shared_bytes = dynamic_shared_bytes
         #: Sections each block of reduce_then_scan's first pass counts over the user's input
         #: (KernelSpec.counted_sections_per_block).
         self.counted_sections_per_block = counted_sections_per_block
@@ -110,7 +118,8 @@ class PlanBuilder:
                              f"have ({MAX_GRID})")
         self.launches.append(Launch(kernel, grid, self.spec.block_size, self.spec.shared_bytes,
                                     (io_arg,) + tuple(args), reads * self.itemsize,
-                                    writes * self.itemsize, level, why, persistent))
+                                    writes * self.itemsize, level, why, persistent,
+                                    self.dynamic_shared_bytes(kernel)))
 
 
 class Strategy:

@@ -11,6 +11,7 @@ import pytest
 import scangen
 from scangen import ALGORITHMS, Operator, Scan, make_spec
 from scangen.spec import MAX_BLOCK_THREADS, MAX_STATIC_SHARED_BYTES
+from scangen.tuning import max_shared_bytes
 
 
 #: The algorithms whose items per thread the user picks (Scan's docstring names them).
@@ -144,12 +145,13 @@ def test_section_smaller_than_items_per_thread(build):
 # --- shared memory ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype,section_size,items", [
-    ("float64", 8192, 8), ("int64", 8192, 8), ("float32", 16384, 16), ("uint64", 16384, 16),
+    ("float64", 32768, 32), ("int64", 32768, 32), ("float32", 65536, 64), ("uint8", 262144, 256),
 ])
-def test_section_too_large_for_static_shared_memory(build, dtype, section_size, items):
+def test_section_too_large_for_shared_memory(build, dtype, section_size, items):
+    """Past what a Hopper block may opt in to (scangen.tuning.MAX_SHARED_BYTES_OPTIN)."""
     with pytest.raises(ValueError, match=rf"{dtype} with coarsened needs \d+ bytes of shared "
-                                         rf"memory; the limit is {MAX_STATIC_SHARED_BYTES}: "
-                                         "use a smaller section_size"):
+                                         rf"memory; the limit of a block on sm_90 is "
+                                         rf"{227 * 1024}: use a smaller section_size"):
         build(dtype, "add", algorithm="coarsened", section_size=section_size,
               items_per_thread=items)
 
@@ -164,8 +166,9 @@ def test_shared_memory_up_to_the_limit_is_accepted(build, dtype, section_size, i
 
 
 def test_every_accepted_spec_fits_the_limits():
-    """Sweep sizes and coarsening factors: what make_spec accepts fits one block and 48 KiB;
-    what it refuses, it refuses with ValueError."""
+    """Sweep sizes and coarsening factors: what make_spec accepts fits one block and the
+    shared memory of a Hopper block (past 48 KiB, dynamically); what it refuses, it
+    refuses with ValueError."""
     accepted = 0
     for algorithm in ALGORITHMS:
         items_choices = [1, 2, 4, 8, 16, 32, 64] if algorithm in COARSENING else [None]
@@ -179,7 +182,8 @@ def test_every_accepted_spec_fits_the_limits():
                         continue
                     accepted += 1
                     assert 1 <= spec.block_size <= MAX_BLOCK_THREADS
-                    assert spec.shared_bytes <= MAX_STATIC_SHARED_BYTES
+                    assert spec.shared_bytes <= max_shared_bytes("sm_90")
+                    assert spec.dynamic_shared == (spec.shared_bytes > MAX_STATIC_SHARED_BYTES)
                     assert spec.shared_bytes >= spec.section_size * spec.etype.itemsize
                     assert spec.block_size * spec.items_per_thread == spec.section_size
     assert accepted > 100

@@ -116,6 +116,31 @@ def _stats_reference(a, b):
 RUNNING_STATS = Operator("merge_stats(a, b)", (0.0, 0.0, 0.0), name="running_stats",
                          preamble=STATS_PREAMBLE, reference=_stats_reference)
 
+def _field_sums_reference(a, b):
+    out = np.empty_like(a)
+    for name in a.dtype.names:
+        out[name] = a[name] + b[name]
+    return out
+
+
+def field_sums(dtype) -> Operator:
+    """Field-by-field addition over a struct of scalar fields (identity: all zeros)."""
+    dtype = np.dtype(dtype)
+    fields = ", ".join(f"a.{name} + b.{name}" for name in dtype.names)
+    return Operator(f"scan_t{{{fields}}}", tuple(0 for _ in dtype.names), name="field_sums",
+                    reference=_field_sums_reference)
+
+
+#: Structs of 12, 24, 32 and 48 bytes (three float32; the (count, mean, m2) of running
+#: statistics; four and six float64), for wide values, each with field_sums.
+WIDE_STRUCTS = {
+    12: np.dtype([("x", np.float32), ("y", np.float32), ("z", np.float32)]),
+    24: np.dtype([("count", np.int64), ("mean", np.float64), ("m2", np.float64)]),
+    32: np.dtype([(f"f{k}", np.float64) for k in range(4)]),
+    48: np.dtype([(f"f{k}", np.float64) for k in range(6)]),
+}
+
+
 #: Operators with a numpy twin, by name: the built-ins, then the non-commutative ones.
 OPERATORS = {**BUILTIN_OPERATORS, "last_nonzero": LAST_NONZERO}
 
