@@ -283,8 +283,10 @@ def kind_of(value):
         return kind
     for module, attribute, kind in (("pycuda.gpuarray", "GPUArray", PYCUDA),
                                     ("cupy", "ndarray", CUPY), ("torch", "Tensor", TORCH)):
-        library = sys.modules.get(module)
-        if library is not None and isinstance(value, getattr(library, attribute)):
+        # A module another thread is still importing may not define its class yet; then no
+        # value can be an instance of it.
+        array_type = getattr(sys.modules.get(module), attribute, None)
+        if array_type is not None and isinstance(value, array_type):
             _KIND_OF_TYPE[type(value)] = kind
             return kind
     if isinstance(value, (np.ndarray, np.generic)):
@@ -401,8 +403,8 @@ def as_stream(stream, check_device=True):
     refused."""
     if stream is None or isinstance(stream, RawStream):
         return stream
-    driver = sys.modules.get("pycuda.driver")
-    if driver is not None and isinstance(stream, driver.Stream):
+    pycuda_stream = getattr(sys.modules.get("pycuda.driver"), "Stream", None)  # as in kind_of
+    if pycuda_stream is not None and isinstance(stream, pycuda_stream):
         return stream
     reader = _STREAM_READER_OF_TYPE.get(type(stream))
     if reader is None:
