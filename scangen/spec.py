@@ -9,7 +9,7 @@ says what to change, never later inside the compiler or the GPU.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -181,7 +181,9 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if algorithm is None:
         algorithm = tuning_table.DEFAULT_ALGORITHM
     named_section = section_size is not None
-    if algorithm == "warp_shuffle" and section_size is None and items_per_thread is None:
+    tuned_tile = algorithm == "warp_shuffle" and section_size is None and \
+        items_per_thread is None
+    if tuned_tile:
         fast = tuning_table.fast_path(acc_itemsize(etype, segmented))
         section_size, items_per_thread = fast.block_size * fast.items_per_thread, \
             fast.items_per_thread
@@ -236,6 +238,13 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
         raise TypeError(f"tuning must be a scangen.Tuning, not {type(tuning).__name__}")
     spec = ScanSpec(etype, op, algorithm, section_size, items_per_thread, strategy, tuning,
                     bool(segmented))
+    # The tuned tile of wide values (fast_path's for more than 8 bytes) holds a section of
+    # them in shared memory; where it does not fit (a struct of 40 bytes, or a segmented
+    # scan's 32-byte value and its head), each thread takes fewer items.
+    while tuned_tile and spec.shared_bytes > MAX_STATIC_SHARED_BYTES and \
+            spec.items_per_thread > 1:
+        spec = replace(spec, section_size=spec.section_size // 2,
+                       items_per_thread=spec.items_per_thread // 2)
     if spec.shared_bytes > MAX_STATIC_SHARED_BYTES:
         raise ValueError(
             f"section_size {section_size} of {etype.name} with {algorithm} needs "
