@@ -69,7 +69,7 @@ class SegmentedScan:
         key = (form, index_dtype)
         if key not in self._kernels:
             c = MASK_C_TYPES[index_dtype]
-            preamble = ""
+            helpers = ""
             if form == "flags":
                 arguments, head = f"const {c} *flags", "flags[i] != 0"
             elif form == "keys":
@@ -77,12 +77,12 @@ class SegmentedScan:
             else:
                 arguments = f"const {c} *offsets, long long offset_count"
                 head = "scangen_is_offset(offsets, offset_count, i)"
-                preamble = _OFFSET_SEARCH.format(c=c)
+                helpers = _OFFSET_SEARCH.format(c=c)
             self._kernels[key] = ScanKernel(
                 self.dtype, self.operator,
                 arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",
                 output_statement=_OUTPUT[self.mode], is_segment_start_expr=head,
-                preamble=preamble, title=f"segmented {self.mode} scan by {form}",
+                _helpers=helpers, title=f"segmented {self.mode} scan by {form}",
                 **self.scan_options)
         return self._kernels[key]
 
