@@ -44,7 +44,9 @@ class SegmentedScan:
     * ``keys=k``: an integer array of len(x); a segment is a run of equal consecutive keys
       (CUB's scan-by-key).
 
-    The first element always starts a segment. Exclusive mode restarts from the identity at
+    ``dtype`` and ``operator`` are as for Scan: int8 .. uint64, float16, float32, float64,
+    complex64, complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those. The
+    first element always starts a segment. Exclusive mode restarts from the identity at
     each head. Other keywords (reverse, initial, algorithm, section_size, items_per_thread,
     strategy, tuning) are as for Scan; with ``reverse=True`` each segment is scanned from
     its last element to its first. ``initial=`` starts every segment from that value

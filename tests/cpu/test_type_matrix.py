@@ -194,8 +194,9 @@ def test_one_shot_classes_are_the_classes(dtype):
 
 # --- the docstrings say what is taken --------------------------------------------------------
 
-@pytest.mark.parametrize("thing", [scangen.Scan, scangen.ScanKernel, scangen.Select,
-                                   scangen.Partition, scangen.Unique, scangen.RunLengthEncode])
+@pytest.mark.parametrize("thing", [scangen.Scan, scangen.ScanKernel, scangen.SegmentedScan,
+                                   scangen.Select, scangen.Partition, scangen.Unique,
+                                   scangen.RunLengthEncode])
 def test_docstrings_of_every_type_entry_points_name_every_type(thing):
     doc = " ".join(thing.__doc__.split())
     for name in ("int8 .. uint64", "float16", "float32", "float64", "complex64", "complex128",
