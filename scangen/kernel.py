@@ -17,7 +17,7 @@ from .kernels import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
-from .types import element_type
+from .types import ElementType, StructType, element_type, prerequisites
 from .strategies import Strategy, strategy_for
 from .usercode import check_code, strip_literals_and_comments
 
@@ -44,6 +44,14 @@ class Hooks:
     initial: bool = False
     #: ``input_expr`` is 0 or 1 everywhere and the scan adds integers: it counts.
     counts: bool = False
+    #: Element types (scangen.types) other than the scan type that the arguments or the
+    #: code name: the module includes their headers and declares them first.
+    types: tuple = ()
+    #: C that a library client of ScanKernel writes around user code (a primitive's
+    #: predicate as a function): emitted before the user's preamble, outside its markers,
+    #: so an error there is not blamed on the user; user code inside it carries markers of
+    #: its own.
+    helpers: str = ""
 
     @property
     def uses_last_item(self) -> bool:
@@ -81,9 +89,11 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
-               is_segment_start_expr=None, reverse=False, initial_type=None, counts=False):
+               is_segment_start_expr=None, reverse=False, initial_type=None, counts=False,
+               types=(), helpers=""):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
-    ``scangen_initial`` argument that carries an initial value."""
+    ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
+    element types) whose C types the code names besides the scan type."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -105,8 +115,13 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         # A type the struct module has no code for (struct, complex, bfloat16) goes by bytes.
         raw = None if initial_type.c_name in C_SCALARS else initial_type
         parsed += (Argument(INITIAL_ARGUMENT, initial_type.c_name, value_type=raw),)
+    if isinstance(types, (str, np.dtype, type)):
+        types = (types,)
+    types = tuple(t if isinstance(t, (ElementType, StructType)) else element_type(t)
+                  for t in types)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
-                 is_segment_start_expr, reverse, initial_type is not None, counts)
+                 is_segment_start_expr, bool(reverse), initial_type is not None,
+                 bool(counts), types, helpers.strip())
 
 
 @dataclass(frozen=True)
@@ -119,6 +134,7 @@ class KernelSpec:
 
     def __post_init__(self):
         self.strategy  # raises if the strategy cannot serve the hooks (last_item)
+        self.prerequisites  # raises if two struct types would share a C name
         if self.scan.segmented != (self.hooks.is_segment_start_expr is not None):
             raise ValueError("a segmented spec needs is_segment_start_expr, and only it")
         if self.hooks.counts:
@@ -135,6 +151,11 @@ class KernelSpec:
                 "int64 or uint64 (the count and the index share one 8-byte value) in array "
                 f"order (not reverse); this one scans {scan.etype.name}"
                 f"{' in reverse' if self.hooks.reverse else ''}")
+
+    @property
+    def prerequisites(self) -> tuple[tuple, str]:
+        """``(headers, declarations)`` of the scan type and of the hooks' other types."""
+        return prerequisites((self.scan.etype, *self.hooks.types))
 
     @property
     def tracks_last_counted(self) -> bool:
@@ -244,7 +265,9 @@ class ScanKernel:
     Parameters
     ----------
     dtype:
-        The scan (accumulator) type: int8 .. uint64, float32, float64.
+        The scan (accumulator) type, ``scan_t`` in the code: int8 .. uint64, float16,
+        float32, float64, complex64, complex128, ml_dtypes' bfloat16, or a numpy structured
+        dtype of those (as for scangen.Scan).
     operator:
         A built-in name (add, mul, min, max, bit_and, bit_or, bit_xor) or a scangen.Operator;
         associative, not necessarily commutative (operand order is kept).
@@ -266,6 +289,11 @@ class ScanKernel:
         ``i`` into an array ``input_expr`` reads at ``i`` only is safe (a scan in place).
     preamble:
         C text emitted before the kernels: device helper functions, types.
+    types:
+        dtypes whose C types the arguments or the code use besides ``dtype`` (e.g.
+        ``np.float16`` for ``const __half *x``, a structured dtype for its struct): the
+        module includes their headers and declares them before the preamble. Their C names
+        are in ``scangen.types.element_type(d).c_name``.
     is_segment_start_expr:
         Optional C bool expression in the arguments, ``i`` and ``n``: a new segment starts
         at ``i``, and the scan restarts there (``prev_item`` is the identity at a segment's
@@ -308,15 +336,16 @@ class ScanKernel:
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
                  preamble="", is_segment_start_expr=None, reverse=False, initial=None,
-                 counts=False, algorithm=None, section_size=None, items_per_thread=None,
-                 strategy="auto", tuning=None, title="ScanKernel"):
+                 counts=False, types=(), algorithm=None, section_size=None,
+                 items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
+                 _helpers=""):
         etype = element_type(dtype)
         counts = as_flag("counts", counts)
         if counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
-                           counts)
+                           counts, types, _helpers)
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
                          segmented=is_segment_start_expr is not None, counts=counts)

@@ -106,17 +106,19 @@ def template_context(kernel_spec) -> dict:
     kernels = kernel_spec.kernels
     strategy = kernel_spec.strategy
     state = TileState.of(spec)
+    includes, declarations = kernel_spec.prerequisites
     return dict(
         title=hooks.title,
         dtype=etype.name,
         c_type=etype.c_name,
-        type_declarations=etype.declarations,
-        includes=list(etype.includes),
+        type_declarations=declarations,
+        includes=list(includes),
         operator_name=spec.operator.name,
         combine_expression=spec.operator.c_expression(etype),
         identity=spec.identity_literal,
         operator_preamble=spec.operator.preamble.strip(),
         preamble=hooks.preamble,
+        helpers=hooks.helpers,
         arguments=[a.declaration for a in hooks.arguments],
         input_expr=hooks.input_expr,
         counts=kernel_spec.counts_by_ballots,

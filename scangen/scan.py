@@ -8,7 +8,7 @@ from .kernel import ScanKernel
 from .interop import Call
 from .runtime.launcher import overlaps
 from .spec import MODES
-from .types import conversion, element_type, prerequisites
+from .types import conversion, element_type
 
 __all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
 
@@ -94,7 +94,7 @@ class Scan:
             arguments=f"const {in_c} *x, scan_t *out",
             input_expr=conversion(source, target, "x[i]"),  # refuses struct pairs
             # the input type's headers and declarations (the module has the result type's)
-            preamble="" if source == target else prerequisites(source),
+            types=() if source == target else (source,),
             output_statement=_OUTPUT[mode], reverse=reverse, initial=initial,
             algorithm=algorithm, section_size=section_size, items_per_thread=items_per_thread,
             strategy=strategy, tuning=tuning)

@@ -44,7 +44,9 @@ class SegmentedScan:
     * ``keys=k``: an integer array of len(x); a segment is a run of equal consecutive keys
       (CUB's scan-by-key).
 
-    The first element always starts a segment. Exclusive mode restarts from the identity at
+    ``dtype`` and ``operator`` are as for Scan: int8 .. uint64, float16, float32, float64,
+    complex64, complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those. The
+    first element always starts a segment. Exclusive mode restarts from the identity at
     each head. Other keywords (reverse, initial, algorithm, section_size, items_per_thread,
     strategy, tuning) are as for Scan; with ``reverse=True`` each segment is scanned from
     its last element to its first. ``initial=`` starts every segment from that value
@@ -69,7 +71,7 @@ class SegmentedScan:
         key = (form, index_dtype)
         if key not in self._kernels:
             c = MASK_C_TYPES[index_dtype]
-            preamble = ""
+            helpers = ""
             if form == "flags":
                 arguments, head = f"const {c} *flags", "flags[i] != 0"
             elif form == "keys":
@@ -77,12 +79,12 @@ class SegmentedScan:
             else:
                 arguments = f"const {c} *offsets, long long offset_count"
                 head = "scangen_is_offset(offsets, offset_count, i)"
-                preamble = _OFFSET_SEARCH.format(c=c)
+                helpers = _OFFSET_SEARCH.format(c=c)
             self._kernels[key] = ScanKernel(
                 self.dtype, self.operator,
                 arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",
                 output_statement=_OUTPUT[self.mode], is_segment_start_expr=head,
-                preamble=preamble, title=f"segmented {self.mode} scan by {form}",
+                _helpers=helpers, title=f"segmented {self.mode} scan by {form}",
                 **self.scan_options)
         return self._kernels[key]
 

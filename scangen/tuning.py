@@ -319,7 +319,7 @@ COUNTING_TUNING = Tuning(auto_reduce_then_scan_min_bytes=256 << 20,
                          tile_min_threads_per_sm=1536)
 
 #: Counting scans whose condition reads the values themselves (Unique and RunLengthEncode:
-#: x[i] != x[i - 1]): auto keeps the single pass at every size. reduce_then_scan evaluates
+#: does x[i] equal x[i - 1]?): auto keeps the single pass at every size. reduce_then_scan evaluates
 #: the condition in both of its passes, so it reads the values twice, where Select's flags
 #: cost it one byte an element. H100, 2026-11-25 (int32, runs of 4; auto on COUNTING_TUNING
 #: against the single pass, us at 2^24 / 2^26 / 2^28, one run): Unique 98.4/251.7/869.0 ->

@@ -229,6 +229,8 @@ class StructType:
     is_struct = True
     is_float = False
     is_integer = False
+    is_complex = False
+    is_half = False
     wrap_c_name = None
 
     @property
@@ -428,11 +430,49 @@ def _scalar_type(key: np.dtype, name: str = "dtype") -> ElementType:
                         "and structured dtypes of those") from None
 
 
-def prerequisites(etype) -> str:
-    """The C that must come before code names ``etype`` (its headers and declarations), for
-    a type other than the scan type, which the module template declares itself."""
-    lines = [f"#include <{header}>" for header in etype.includes]
-    return "\n".join(lines + ([etype.declarations] if etype.declarations else []))
+def prerequisites(types) -> tuple[tuple, str]:
+    """``(headers, declarations)``: what must come before C code names any of ``types``
+    (element types, in order; one a module scans, others its arguments hold), each header
+    and declaration once. Raises a TypeError where two different structured dtypes would be
+    declared under one C name (each tree of structs numbers its own)."""
+    headers, declarations, named = [], [], {}
+    for etype in types:
+        headers += [h for h in etype.includes if h not in headers]
+        if etype.declarations and etype.declarations not in declarations:
+            declarations.append(etype.declarations)
+        for c_name, dtype in _struct_names(etype):
+            if named.setdefault(c_name, dtype) != dtype:
+                raise TypeError(f"the structured dtypes {named[c_name]} and {dtype} cannot "
+                                f"share a module (both would be declared as {c_name})")
+    return tuple(headers), "\n\n".join(declarations)
+
+
+def _struct_names(etype):
+    """(C name, dtype) of a struct type and of every struct nested in it."""
+    if not etype.is_struct:
+        return
+    yield etype.c_name, etype.dtype
+    for field in etype.fields:
+        yield from _struct_names(field.type)
+
+
+def c_equal(etype, a: str, b: str) -> str:
+    """A C bool expression: the values ``a`` and ``b`` (C lvalues of ``etype``) are equal.
+    Scalars compare with ``==`` (so NaN equals nothing, and -0.0 equals 0.0), the 16-bit
+    floats through float (exact), complex values part by part, structs field by field
+    (every element of a sub-array; padding bytes are no part of the value): numpy's ``==``
+    on each."""
+    if etype.is_struct:
+        parts = [c_equal(field.type, f"{a}.{field.name}{index}", f"{b}.{field.name}{index}")
+                 for field in etype.fields
+                 for index in ("".join(f"[{k}]" for k in where)
+                               for where in np.ndindex(*field.shape))]
+        return " && ".join(f"({part})" for part in parts) or "true"
+    if etype.is_complex:
+        return f"{a}.re == {b}.re && {a}.im == {b}.im"
+    if etype.is_half:
+        return f"(float){a} == (float){b}"
+    return f"{a} == {b}"
 
 
 def conversion(source, target, expression: str) -> str:

@@ -7,6 +7,8 @@ one-shot functions cache their objects, so a second call with the same dtypes an
 compiles nothing.
 Arrays are 1-D C-contiguous device arrays of one kind (pycuda GPUArray, CuPy, torch, ...:
 see scangen.interop) and results come back in that kind; counts and indices are 64-bit.
+Elements may be of every scangen element type: int8 .. uint64, float16, float32, float64,
+complex64, complex128, ml_dtypes' bfloat16, and numpy structured dtypes of those.
 """
 from __future__ import annotations
 
@@ -19,14 +21,15 @@ import numpy as np
 
 from ..args import Argument, c_parameters
 from ..compile import check_with_nvcc, compile_module, context_key, release_at_exit
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
+from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip, kind_of
 from ..kernel import ScanKernel, counting_condition, mask_condition
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N
 from ..strategies.base import ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
-from ..types import MASK_C_TYPES, element_type
+from ..render import render_template
+from ..types import MASK_C_TYPES, c_equal, element_type
 from ..usercode import check_code
 
 #: What a kept element does: take the next place in out; the last element writes the count.
@@ -62,28 +65,57 @@ def _leading(array, count):
     return array[:count]
 
 
-def _predicate_preamble(c_type: str, predicate: str) -> str:
-    """The predicate as a device function of the element ``x`` and its index ``i``."""
-    check_code(predicate, "predicate", expression=True)
-    return (f"// Is element x (at index i) kept?\n"
-            f"static __device__ __forceinline__ bool scangen_keep(const {c_type} x, long long i)\n"
-            f"{{\n    return (\n// user predicate {{\n{predicate.strip()}\n// }} user predicate\n"
-            f"    );\n}}")
+def _helpers(etype, *, predicate=None, run_heads=False) -> str:
+    """The device functions a compaction's scan calls (templates/compaction.cuh.j2): the
+    predicate as ``scangen_keep(x, i)``, and with ``run_heads`` the elements' equality as
+    ``scangen_equal(a, b)`` (scangen.types.c_equal)."""
+    if predicate is not None:
+        predicate = check_code(predicate, "predicate", expression=True).strip()
+    return render_template("compaction.cuh.j2", dict(
+        c_type=etype.c_name, keep_type=_keep_type(etype), predicate=predicate,
+        equal=c_equal(etype, "a", "b") if run_heads else None, is_struct=etype.is_struct),
+        f"a compaction of {etype.name}")
 
 
-def _counting_scan(**options) -> ScanKernel:
-    """A ScanKernel that counts what it keeps: an int64 add of 0s and 1s (counts=True)."""
-    return ScanKernel(np.int64, "add", counts=True, **options)
+def _keep_type(etype) -> str:
+    """The C type of the predicate's ``x``: the element's own, but float for CUDA's 16-bit
+    floats (which hold no comparison with a float literal; a float holds them exactly)."""
+    return "float" if etype.is_half else etype.c_name
 
 
-def _counting_values_scan(**options) -> ScanKernel:
+def _mask_dtype(flags) -> np.dtype:
+    """The dtype Select's ``flags=`` names (bool or an integer type), or a TypeError: the
+    class takes the mask's dtype, each call takes the mask."""
+    if isinstance(flags, np.ndarray) or kind_of(flags) is not None:
+        raise TypeError(f"Select(dtype, flags=...) takes the dtype of the mask, not the mask "
+                        f"(an array of {dtype_of(flags, 'flags')}): build it with "
+                        f"flags=mask.dtype and pass the mask to each call, sel(x, mask); or "
+                        f"call scangen.select(x, flags=mask) once")
+    try:
+        dtype = np.dtype(flags)
+    except TypeError:
+        raise TypeError(f"flags= takes the dtype of the mask (bool or an integer dtype, e.g. "
+                        f"np.bool_), not {flags!r}") from None
+    if dtype not in MASK_C_TYPES:
+        raise TypeError(f"flags must be bool or an integer dtype, not {dtype}")
+    return dtype
+
+
+def _counting_scan(etype, helpers="", **options) -> ScanKernel:
+    """A ScanKernel that counts what it keeps: an int64 add of 0s and 1s (counts=True),
+    whose arguments and ``helpers`` name the element type ``etype``."""
+    return ScanKernel(np.int64, "add", counts=True, types=(etype,), _helpers=helpers,
+                      **options)
+
+
+def _counting_values_scan(etype, helpers="", **options) -> ScanKernel:
     """A counting scan whose condition reads the values (a run head): on the tiles and
     tuning measured for it (scangen.tuning.COUNTING_VALUES and COUNTING_VALUES_TUNING: one
     pass at every size), where the options name none."""
     if not {"algorithm", "section_size", "items_per_thread"} & options.keys():
         options = {"section_size": COUNTING_VALUES.section_size,
                    "items_per_thread": COUNTING_VALUES.items_per_thread, **options}
-    return _counting_scan(**{"tuning": COUNTING_VALUES_TUNING, **options})
+    return _counting_scan(etype, helpers, **{"tuning": COUNTING_VALUES_TUNING, **options})
 
 
 class _Compaction:
@@ -192,13 +224,20 @@ class Select(_Compaction):
     Parameters
     ----------
     dtype:
-        The element type of x.
+        The element type of x: int8 .. uint64, float16, float32, float64, complex64,
+        complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those (nested
+        structs and sub-arrays included).
     predicate:
-        A C expression in ``x`` (the element, of the element's C type) and ``i`` (its
-        64-bit index), e.g. ``"x > 0.5f"``. Leave it out and give ``flags`` instead.
+        A C expression in ``x`` (the element) and ``i`` (its 64-bit index), e.g.
+        ``"x > 0.5f"``. ``x`` has the element's C type (``scangen.types.element_type(dtype)
+        .c_name``): a struct's fields are ``x.name``, a complex number's parts ``x.re`` and
+        ``x.im``; float16 and bfloat16 elements come as a ``float`` (exact), since CUDA's
+        ``__half`` and ``__nv_bfloat16`` do not compare with float literals. Leave it out
+        and give ``flags`` instead.
     flags:
-        The dtype of a mask (bool, or any integer type): ``select(x, mask)`` keeps x[i]
-        where mask[i] is nonzero.
+        The dtype of a mask (bool, or any integer type), e.g. ``np.bool_`` or
+        ``mask.dtype``; the mask itself goes to each call: ``sel(x, mask)`` keeps x[i]
+        where mask[i] is nonzero. An array here is refused with a TypeError saying so.
     keep:
         False keeps the elements the predicate (or mask) rejects (``remove_if``).
     **scan_options:
@@ -217,24 +256,23 @@ class Select(_Compaction):
             raise ValueError(f"give a predicate or the dtype of a flags mask (flags=), one of "
                              f"them, not {given}")
         c = etype.c_name
-        preamble = ""
+        helpers = ""
         if predicate is not None:
-            preamble = _predicate_preamble(c, predicate)
+            helpers = _helpers(etype, predicate=predicate)
             condition, mask_argument = counting_condition("scangen_keep(x[i], i)", keep), ""
             self.flags_dtype = None
         else:
-            self.flags_dtype = np.dtype(flags)
-            if self.flags_dtype not in MASK_C_TYPES:
-                raise TypeError(f"flags must be bool or an integer dtype, not {self.flags_dtype}")
+            self.flags_dtype = _mask_dtype(flags)
             # in the form KernelSpec.counted_mask knows (its first pass loads 16 bytes)
             condition = mask_condition("flags", keep)
             mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *__restrict__ flags, "
         self.predicate = predicate
         super().__init__(dtype, _counting_scan(
+            etype, helpers,
             arguments=f"const {c} *__restrict__ x, {mask_argument}{c} *__restrict__ out, "
                       "long long *count",
             input_expr=condition, output_statement=_SCATTER_KEPT,
-            preamble=preamble, title="select" if keep else "remove_if", **scan_options))
+            title="select" if keep else "remove_if", **scan_options))
 
     def __call__(self, x, flags=None, *, out=None, stream=None, count_on_device=False):
         call = Call(stream, {"x": x, "flags": flags, "out": out}, writes=("out",))
@@ -260,36 +298,49 @@ class Partition(_Compaction):
     """Stable partition: the elements for which ``predicate`` holds, in order, then the
     others, in order. Call ``part(x)`` -> ``(out, n_true)``. The falses are placed with
     ``last_item`` (the number of trues), so the strategy is reduce_then_scan or
-    hierarchical ("auto" picks the former)."""
+    hierarchical ("auto" picks the former). Element types (``dtype``) and the predicate's
+    ``x`` and ``i`` as for Select: int8 .. uint64, float16, float32, float64, complex64,
+    complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those."""
 
     def __init__(self, dtype, predicate, **scan_options):
         etype = element_type(dtype)
         c = etype.c_name
         self.predicate = predicate
         super().__init__(dtype, _counting_scan(
+            etype, _helpers(etype, predicate=predicate),
             arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
             input_expr="scangen_keep(x[i], i) ? 1 : 0",
             output_statement="if (item != prev_item) out[prev_item] = x[i];"
                              " else out[last_item + (i - prev_item)] = x[i];"
                              " if (i == n - 1) *count = item;",
-            preamble=_predicate_preamble(c, predicate), title="partition", **scan_options))
+            title="partition", **scan_options))
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):
         return self._compact(x, out, stream, count_on_device, trimmed=False)
 
 
-#: x[i] starts a run: the first element, or one that differs from its predecessor.
-_RUN_HEAD = "(i == 0 || x[i] != x[i - 1])"
+#: x[i] starts a run: the first element, or one that differs from its predecessor
+#: (scangen_equal: _helpers with run_heads).
+_RUN_HEAD = "(i == 0 || !scangen_equal(x[i], x[i - 1]))"
 
 
 class Unique(_Compaction):
     """Drop consecutive duplicates (std::unique): on sorted data, the distinct values.
-    Elements compare with C's ``!=``, so every NaN is distinct (as in std::unique and
-    torch.unique_consecutive). Call ``u(x)`` -> the kept elements."""
+    Call ``u(x)`` -> the kept elements. Element types (``dtype``): int8 .. uint64, float16,
+    float32, float64, complex64, complex128, ml_dtypes' bfloat16, or a numpy structured
+    dtype of those.
+
+    Elements are equal as numpy's ``==`` says, scalar by scalar: complex numbers part by
+    part, structs field by field (every element of a sub-array; padding bytes are no part
+    of a value), each with C's ``==``. So every NaN is distinct (as in std::unique and
+    torch.unique_consecutive), a struct or complex value holding a NaN too, and -0.0
+    equals 0.0."""
 
     def __init__(self, dtype, **scan_options):
-        c = element_type(dtype).c_name
+        etype = element_type(dtype)
+        c = etype.c_name
         super().__init__(dtype, _counting_values_scan(
+            etype, _helpers(etype, run_heads=True),
             arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
             input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_SCATTER_KEPT,
             title="unique", **scan_options))
@@ -346,36 +397,38 @@ class RunLengthsModule:
             runs.ptr, np.int64(end))
 
 
-def _run_heads_scan(c_type: str, third: str, output_statement: str, title: str,
+def _run_heads_scan(etype, third: str, output_statement: str, title: str,
                     scan_options: dict) -> ScanKernel:
     """A counting scan of run heads over x, writing each run's value to ``values`` and what
     ``output_statement`` writes to the int64 array named ``third``, and the number of runs
     to ``count``."""
+    c_type = etype.c_name
     return _counting_values_scan(
+        etype, _helpers(etype, run_heads=True),
         arguments=f"const {c_type} *__restrict__ x, {c_type} *__restrict__ values, "
                   f"long long *__restrict__ {third}, long long *count",
         input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=output_statement, title=title,
         **scan_options)
 
 
-def _run_lengths(c_type: str, scan_options: dict) -> ScanKernel:
+def _run_lengths(etype, scan_options: dict) -> ScanKernel:
     """RunLengthEncode's kernel below 2^32 elements: a counting scan of run heads that
     writes each run's value at its head, the length of the run before it there too (from
     prev_last_counted, that run's head), the last run's length at the last element, and
     the number of runs."""
     return _run_heads_scan(
-        c_type, "counts",
+        etype, "counts",
         "if (item != prev_item) { values[prev_item] = x[i];"
         " if (prev_item > 0) counts[prev_item - 1] = i - prev_last_counted; }"
         " if (i == n - 1) { counts[item - 1] = n - last_counted; *count = item; }",
         "run_length_encode", scan_options)
 
 
-def _run_heads(c_type: str, scan_options: dict) -> ScanKernel:
+def _run_heads(etype, scan_options: dict) -> ScanKernel:
     """The first of RunLengthEncode's two kernels from 2^32 elements: the counting scan of
     run heads that writes each run's value and first index, and the number of runs."""
     return _run_heads_scan(
-        c_type, "starts",
+        etype, "starts",
         "if (item != prev_item) { values[prev_item] = x[i]; starts[prev_item] = i; }"
         " if (i == n - 1) *count = item;",
         "run_length_encode heads", scan_options)
@@ -383,7 +436,10 @@ def _run_heads(c_type: str, scan_options: dict) -> ScanKernel:
 
 class RunLengthEncode(_Compaction):
     """Runs of equal consecutive elements: call ``rle(x)`` -> ``(values, counts)``, counts
-    int64. Elements compare with C's ``!=`` (every NaN is a run of its own).
+    int64. Element types (``dtype``): int8 .. uint64, float16, float32, float64, complex64,
+    complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those. Elements are
+    equal as for Unique (numpy's ``==``, field by field for structs): every NaN is a run of
+    its own.
     ``count_on_device=True`` returns ``(values, counts, count)`` with no host
     synchronisation: values and counts have n elements, of which the first ``count`` (a new
     one-element int64 array of x's kind) are the runs'. ``values=`` and ``counts=`` (int64)
@@ -402,10 +458,10 @@ class RunLengthEncode(_Compaction):
     ``runs`` elements (both arrays are allocated for n)."""
 
     def __init__(self, dtype, **scan_options):
-        c = element_type(dtype).c_name
-        self._wide = functools.partial(_run_heads, c, scan_options)
+        etype = element_type(dtype)
+        self._wide = functools.partial(_run_heads, etype, scan_options)
         self._wide_kernels = None
-        super().__init__(dtype, _run_lengths(c, scan_options))
+        super().__init__(dtype, _run_lengths(etype, scan_options))
 
     def wide_kernels(self):
         """``(heads ScanKernel, lengths module)``: the two kernels from 2^32 elements,

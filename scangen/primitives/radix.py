@@ -41,7 +41,7 @@ from ..spec import as_flag, as_int
 from ..strategies.base import ceil_div
 from ..strategies.tile_state import TileState
 from ..tuning import Tuning
-from ..types import as_dtype, element_type
+from ..types import as_dtype, element_type, prerequisites
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
 MAX_RADIX_BITS = 8
@@ -268,8 +268,7 @@ class RadixModule:
 
         key = element_type(self.key_dtype)
         value = self.value_type
-        includes = list(key.includes) + ([] if value is None else list(value.includes))
-        declarations = "" if value is None else value.declarations
+        includes, declarations = prerequisites([key] + ([] if value is None else [value]))
         kind = self.key_dtype.kind
         return dict(
             key_dtype=str(self.key_dtype), key_c=key.c_name,
@@ -277,7 +276,7 @@ class RadixModule:
             key_order={"u": "unsigned", "i": "signed", "f": "float"}[kind],
             value_dtype=None if value is None else value.name,
             value_c=None if value is None else value.c_name,
-            includes=list(dict.fromkeys(includes)), type_declarations=declarations,
+            includes=list(includes), type_declarations=declarations,
             radix_bits=self.radix_bits, max_passes=self.max_passes,
             min_blocks=max(1, self.min_threads_per_sm // self.block_size),
             block_size=self.block_size,

@@ -1,13 +1,8 @@
 """Compile a representative matrix of rendered modules with nvcc (no GPU needed).
 
-Skips when nvcc is not on PATH. Each module is compiled exactly as rendered: byte for byte
-the text PyCUDA compiles (C++ with ``extern "C" __global__`` entry points, ``no_extern_c``),
-as its own translation unit with no wrapper. Modules cannot share a translation unit (they
-define the same extern "C" names, and a namespace does not separate those), so every module
-is one ``nvcc -cubin -arch=sm_90 --resource-usage`` process, and a thread pool as wide as
-the machine runs them all. The price is nvcc's fixed cost per translation unit (~0.3 s:
-host preprocessing and cicc parsing the CUDA headers), which one-file batching used to
-share; the whole matrix (~400 modules) takes under two minutes on two cores.
+Skips when nvcc is not on PATH. Each module is compiled exactly as rendered, one nvcc
+process each, all on a pool as wide as the machine (tests.support.nvcc); the whole matrix
+(~400 modules) takes under two minutes on two cores.
 
 Modules are grouped into named batches for reporting. Errors and warnings are reported per
 module, with the user piece (input_expr, operator, ...) a line falls in; every entry point
@@ -16,15 +11,8 @@ checked against the 48 KiB static limit and, with the dynamic shared memory its 
 pass, against what the spec claims (spec.shared_bytes).
 A typo in user code must make ScanKernel.check_compile() name the piece it is in.
 """
-import concurrent.futures
 import itertools
-import os
 import re
-import shutil
-import struct
-import subprocess
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,13 +26,9 @@ from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
 from tests.support import (AFFINE, AFFINE_MAPS, BFLOAT16, COMPACTION, DTYPES, OPERATORS,
                            PARTITION, RUN_LENGTHS, SATURATING_ADD, TABLE_LOOKUP, WIDE_STRUCTS,
-                           field_sums, needs_nvcc, skip_or_fail, type_operator_pairs, valid)
+                           field_sums, type_operator_pairs, valid)
+from tests.support.nvcc import Entry, compiling, needs_nvcc, results
 
-NVCC = shutil.which("nvcc")
-ARCH = "sm_90"
-
-# The rendered CUDA is compiled only where the CUDA toolkit is installed (rendering itself is
-# tested in test_render); SCANGEN_REQUIRE_NVCC=1 makes a missing nvcc a failure.
 pytestmark = needs_nvcc
 
 #: Every strategy; each renders different kernels (auto: one section, decoupled look-back
@@ -98,19 +82,6 @@ SEGMENTED = dict(arguments="const scan_t *x, const unsigned char *heads, scan_t 
 
 
 # --- the matrix -----------------------------------------------------------------------------
-
-@dataclass
-class Entry:
-    """One module to compile: a label saying what it is, and its module spec (a ScanKernel's
-    KernelSpec, or another module such as the radix passes')."""
-
-    label: str
-    kernel_spec: object
-    #: Scan's mode, or "" for a ScanKernel of its own.
-    mode: str = ""
-    #: Text to compile instead of the rendered one (only the harness's own canary).
-    text: str = None
-
 
 def scan(dtype, op="add", mode="inclusive", **kwargs):
     """A Scan's module, labelled."""
@@ -479,101 +450,6 @@ BATCHES = {
 }
 
 
-# --- compiling one module -------------------------------------------------------------------
-
-@dataclass
-class Compiled:
-    entry: Entry
-    path: Path
-    source: object  # the ModuleSource
-    returncode: int
-    log: str
-    #: kernel name -> static shared bytes, from ptxas --resource-usage (in ptxas's order)
-    shared: dict = field(default_factory=dict)
-    #: names of the global functions in the cubin's symbol table
-    symbols: list = field(default_factory=list)
-    #: kernel name -> bytes of register spill stores, from ptxas --resource-usage
-    spills: dict = field(default_factory=dict)
-
-    @property
-    def label(self):
-        return self.entry.label
-
-    def diagnostics(self, kind):
-        """'[label] line N (in <piece>): message' for each error or warning nvcc printed."""
-        found = []
-        for line in self.log.splitlines():
-            located = re.search(r"\.cu\((\d+)\): (?:catastrophic )?" + kind, line)
-            if located:
-                number = int(located.group(1))
-                piece = self.source.user_piece_at(number)
-                where = f"line {number}" + (f" (in the user's {piece})" if piece else "")
-                found.append(f"[{self.label}] {where}: {line.strip()}")
-            elif re.search(rf"\b{kind}\b", line, re.IGNORECASE) and "ptxas info" not in line:
-                found.append(f"[{self.label}] {line.strip()}")
-        return found
-
-
-def cubin_functions(data: bytes) -> list:
-    """The global FUNC symbols of an ELF64 (little-endian) cubin: the entry points a
-    driver's cuModuleGetFunction finds by name."""
-    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "not an ELF64 LE cubin"
-    shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + k * shentsize)
-                for k in range(shnum)]
-    names = []
-    for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
-        if sh_type != 2:  # SHT_SYMTAB
-            continue
-        strtab_offset = sections[link][4]
-        for position in range(offset, offset + size, entsize):
-            st_name, st_info = struct.unpack_from("<IB", data, position)
-            if st_info >> 4 == 1 and st_info & 0xF == 2:  # STB_GLOBAL, STT_FUNC
-                end = data.index(b"\0", strtab_offset + st_name)
-                names.append(data[strtab_offset + st_name:end].decode())
-    return names
-
-
-def compile_entry(entry: Entry, path: Path) -> Compiled:
-    source = entry.kernel_spec.module_source()
-    text = source.text if entry.text is None else entry.text
-    path.write_text(text)
-    cubin = path.with_suffix(".cubin")
-    result = subprocess.run([NVCC, "-cubin", f"-arch={ARCH}", "--resource-usage", "-o",
-                             str(cubin), str(path)],
-                            capture_output=True, text=True, timeout=600)
-    compiled = Compiled(entry, path, source, result.returncode, result.stderr + result.stdout)
-    kernel = None
-    for line in compiled.log.splitlines():
-        match = re.search(r"Compiling entry function '(\w+)'", line)
-        if match:
-            kernel = match.group(1)
-            continue
-        match = re.search(r"(\d+) bytes spill stores", line)
-        if match and kernel is not None:
-            compiled.spills[kernel] = int(match.group(1))
-            continue
-        match = re.search(r"ptxas info\s*: Used \d+ registers", line)
-        if match and kernel is not None:
-            smem = re.search(r"(\d+) bytes smem", line)
-            compiled.shared[kernel] = int(smem.group(1)) if smem else 0
-            kernel = None
-    if result.returncode == 0:
-        compiled.symbols = cubin_functions(cubin.read_bytes())
-    return compiled
-
-
-def _probe(directory):
-    """Can this nvcc build sm_90 device code at all (host preprocessor, arch support)?"""
-    path = directory / "probe.cu"
-    path.write_text('extern "C" __global__ void k(int *p) { *p = 1; }\n')
-    result = subprocess.run([NVCC, "-cubin", f"-arch={ARCH}", "-o",
-                             str(path.with_suffix(".cubin")), str(path)],
-                            capture_output=True, text=True, timeout=300)
-    return None if result.returncode == 0 else (result.stderr or result.stdout)[-2000:]
-
-
 def harness_entries():
     """The harness checks itself: a module with a planted unused variable (the warning check
     must see warnings) and one whose operator has a typo (the error is located in it)."""
@@ -609,32 +485,12 @@ def argument_name_entries():
 
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """Batch name -> list of Futures of Compiled, one per module; every module is queued at
-    once on a pool of nvcc processes as wide as the machine. A kernel spec that two batches
-    share compiles once."""
-    directory = tmp_path_factory.mktemp("nvcc")
-    problem = _probe(directory)
-    if problem:
-        skip_or_fail(f"nvcc cannot build {ARCH} code here:\n{problem}",
-                     required_by="SCANGEN_REQUIRE_NVCC")
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2))
+    """Batch name -> list of Futures of Compiled, one per module (tests.support.nvcc)."""
     batches = {name: build() for name, build in BATCHES.items()}
     batches["harness"] = harness_entries()
     batches["argument_names"] = argument_name_entries()
-    seen, futures = {}, {}
-    for name, entries in batches.items():
-        futures[name] = []
-        for index, entry in enumerate(entries):
-            key = (entry.kernel_spec, entry.text)
-            if key not in seen:
-                seen[key] = pool.submit(compile_entry, entry, directory / f"{name}_{index}.cu")
-            futures[name].append(seen[key])
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
-
-
-def results(compiled, name):
-    return [future.result() for future in compiled[name]]
+    with compiling(batches, tmp_path_factory.mktemp("nvcc")) as futures:
+        yield futures
 
 
 # --- the matrix covers what it claims ---------------------------------------------------------

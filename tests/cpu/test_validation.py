@@ -156,6 +156,19 @@ def test_section_too_large_for_shared_memory(build, dtype, section_size, items):
               items_per_thread=items)
 
 
+def test_the_tuned_tile_of_wide_values_fits_shared_memory():
+    """The tuned tile for values past 8 bytes (256 threads x 4) takes fewer items a thread
+    where a section would not fit: a segmented scan of a 32-byte struct scans 40-byte
+    (value, head) pairs, which 256 x 4 cannot hold."""
+    from tests.support import MIXED, MIXED_COMBINE
+
+    segmented = scangen.SegmentedScan(MIXED, MIXED_COMBINE).kernel("flags", np.dtype(bool))
+    assert (segmented.spec.block_size, segmented.spec.items_per_thread) == (256, 2)
+    assert segmented.spec.shared_bytes <= MAX_STATIC_SHARED_BYTES
+    assert (Scan(MIXED, MIXED_COMBINE).spec.block_size,
+            Scan(MIXED, MIXED_COMBINE).spec.items_per_thread) == (256, 4)
+
+
 @pytest.mark.parametrize("dtype,section_size,items", [
     ("float64", 4096, 8), ("float32", 8192, 8), ("int16", 16384, 16), ("uint8", 32768, 32),
 ])

@@ -84,6 +84,42 @@ def _argmax_reference(a, b):
 ARGMAX = Operator("b.value > a.value ? b : a", (np.iinfo(np.int32).min, -1), name="argmax",
                   reference=_argmax_reference)
 
+#: A struct of mixed field sizes: seven padding bytes after ``flag``, a sub-array, a nested
+#: struct with a float16 field (so a struct brings cuda_fp16.h too).
+MIXED = np.dtype([("flag", np.uint8), ("v", np.float64), ("idx", np.int32, (2,)),
+                  ("inner", [("a", np.int16), ("h", np.float16)])], align=True)
+
+MIXED_PREAMBLE = """
+// MIXED's fields combined one by one: sums (flag wraps), maxima in the nested struct.
+static __device__ __forceinline__ scan_t mixed_combine(scan_t a, scan_t b)
+{
+    scan_t r;
+    r.flag = (unsigned char)(a.flag + b.flag);
+    r.v = a.v + b.v;
+    r.idx[0] = a.idx[0] + b.idx[0];
+    r.idx[1] = a.idx[1] + b.idx[1];
+    r.inner.a = b.inner.a > a.inner.a ? b.inner.a : a.inner.a;
+    r.inner.h = (float)b.inner.h > (float)a.inner.h ? b.inner.h : a.inner.h;
+    return r;
+}"""
+
+
+def _mixed_reference(a, b):
+    out = np.empty(np.broadcast(a, b).shape, MIXED)
+    with np.errstate(over="ignore"):
+        out["flag"] = a["flag"] + b["flag"]
+    out["v"] = a["v"] + b["v"]
+    out["idx"] = a["idx"] + b["idx"]
+    out["inner"]["a"] = np.maximum(a["inner"]["a"], b["inner"]["a"])
+    out["inner"]["h"] = np.maximum(a["inner"]["h"], b["inner"]["h"])
+    return out
+
+
+#: An operator over MIXED, exact on integer-valued input (sums of small integers, maxima).
+MIXED_COMBINE = Operator("mixed_combine(a, b)", (0, 0.0, (0, 0), (-32768, -np.inf)),
+                         name="mixed_combine", preamble=MIXED_PREAMBLE,
+                         reference=_mixed_reference)
+
 #: Running (count, mean, M2) statistics, Chan et al.'s parallel combination.
 STATS = np.dtype([("count", np.float64), ("mean", np.float64), ("m2", np.float64)])
 STATS_PREAMBLE = """
@@ -139,6 +175,74 @@ WIDE_STRUCTS = {
     32: np.dtype([(f"f{k}", np.float64) for k in range(4)]),
     48: np.dtype([(f"f{k}", np.float64) for k in range(6)]),
 }
+
+
+#: Every element type scangen documents, as the type matrices take them: the scalar types,
+#: bfloat16 where ml_dtypes is installed, and two struct layouts.
+ELEMENT_DTYPES = [np.dtype(d) for d in DTYPES] + ([BFLOAT16] if BFLOAT16 is not None else []) \
+    + [AFFINE_PAIR, MIXED]
+
+
+def dtype_label(dtype) -> str:
+    """A short name of an ELEMENT_DTYPES dtype, for test ids."""
+    dtype = np.dtype(dtype)
+    return dtype.name if dtype.fields is None else "struct_" + "_".join(dtype.names)
+
+
+def sum_operator(dtype):
+    """An operator every ELEMENT_DTYPES dtype takes, with a numpy reference: add for the
+    scalar types, AFFINE_PAIRS and MIXED_COMBINE for the structs (add for any other, which
+    refuses a struct)."""
+    return {AFFINE_PAIR: AFFINE_PAIRS, MIXED: MIXED_COMBINE}.get(np.dtype(dtype),
+                                                                 BUILTIN_OPERATORS["add"])
+
+
+def small_values(rng, dtype, n, high):
+    """n integers from [0, high) as ``dtype``: for a struct, every scalar of an element (each
+    field, each sub-array element) holds its integer; for complex, the imaginary part too."""
+    return integers_as(rng.integers(0, high, n), dtype)
+
+
+def integers_as(values, dtype):
+    """Integers as ``dtype``, as small_values makes them."""
+    dtype = np.dtype(dtype)
+    if dtype.fields is None:
+        if kind(dtype) == "c":
+            return (values + 1j * values).astype(dtype)
+        return values.astype(dtype)
+    out = np.zeros(len(values), dtype)
+    _fill_fields(out, values)
+    return out
+
+
+def _fill_fields(out, values):
+    if out.dtype.fields is None:
+        out[...] = values.reshape(values.shape + (1,) * (out.ndim - values.ndim))
+        return
+    for name in out.dtype.names:
+        _fill_fields(out[name], values)
+
+
+def keep_predicate(dtype):
+    """``(C predicate, numpy twin)`` for Select and Partition of any ELEMENT_DTYPES dtype:
+    the element's first scalar (the value, a complex number's real part, a struct's first
+    field, recursively; not a sub-array) above 1, at an index i with i % 3 != 1. The twin
+    takes the host array and gives the mask of kept elements."""
+    dtype, path, names = np.dtype(dtype), "", []
+    while dtype.fields is not None:
+        names.append(dtype.names[0])
+        path += "." + dtype.names[0]
+        dtype = dtype.fields[dtype.names[0]][0]
+    if kind(dtype) == "c":
+        path += ".re"
+
+    def twin(x):
+        for name in names:
+            x = x[name]
+        values = x.real if kind(x.dtype) == "c" else x
+        return (values.astype(np.float64) > 1) & (np.arange(len(values)) % 3 != 1)
+
+    return f"x{path} > 1 && i % 3 != 1", twin
 
 
 #: Operators with a numpy twin, by name: the built-ins, then the non-commutative ones.
@@ -915,10 +1019,17 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "operator", "OPERATORS", "optional_nvcc", "ordered_bits", "PARTITION", "reference",
            "reference_fold", "require_gpus", "require_module", "require_nvcc", "skip_or_fail",
            "sums_exactly", "twin", "twin_identity", "TWINS",
+
+
+           "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
+           "dtype_label", "ELEMENT_DTYPES", "exact_affine_pairs", "expected",
+           "FakeDeviceArray", "flipped", "integers_as", "keep_predicate", "kind", "MIXED", "MIXED_COMBINE", "MODES",
+           "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
            "poison_values", "poisoned", "precompile", "random_chunks", "random_input",
            "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
-           "scan_reference", "segmented_reference", "simulate_device", "STATS", "TABLE_LOOKUP",
-           "type_operator_pairs", "valid", "VALUE_INDEX", "value_index_input"]
+           "scan_reference", "segmented_reference", "simulate_device", "small_values",
+           "STATS", "sum_operator", "TABLE_LOOKUP", "type_operator_pairs", "valid",
+           "VALUE_INDEX", "value_index_input"]
 
 
 def check_scan(gpuarray, rng, scan, n, op_name, in_place=False):
