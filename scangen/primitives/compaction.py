@@ -25,7 +25,7 @@ from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip, kind_of
 from ..kernel import ScanKernel, counting_condition, mask_condition
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
-from ..spec import LAST_COUNTED_MAX_N
+from ..spec import LAST_COUNTED_MAX_N, as_flag
 from ..strategies.base import ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
 from ..render import render_template
@@ -251,6 +251,7 @@ class Select(_Compaction):
 
     def __init__(self, dtype, predicate=None, *, flags=None, keep=True, **scan_options):
         etype = element_type(dtype)
+        keep = as_flag("keep", keep)
         if (predicate is None) == (flags is None):
             given = "neither" if predicate is None else "both"
             raise ValueError(f"give a predicate or the dtype of a flags mask (flags=), one of "
