@@ -306,6 +306,8 @@ class Partition(_Compaction):
     def __init__(self, dtype, predicate, **scan_options):
         etype = element_type(dtype)
         c = etype.c_name
+        # _helpers takes None as "no predicate"; a partition always has one
+        check_code(predicate, "predicate", expression=True)
         self.predicate = predicate
         super().__init__(dtype, _counting_scan(
             etype, _helpers(etype, predicate=predicate),

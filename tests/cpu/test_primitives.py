@@ -9,7 +9,7 @@ import pytest
 
 import scangen
 
-from tests.support import marked_source_line
+from tests.support import marked_source_line, simulate_device
 from tests.support import needs_nvcc
 
 
@@ -110,6 +110,7 @@ def test_a_count_read_on_the_host_waits_for_its_stream_and_copies_nothing(monkey
     def no_page_locked_memory(count):
         count.host, count.ptr = np.array([-1], np.int64), 0x1000
 
+    simulate_device(monkeypatch)  # the count is kept per thread and context
     monkeypatch.setattr(compaction._HostCount, "__init__", no_page_locked_memory)
     monkeypatch.setattr(compaction, "synchronize", lambda stream: events.append(("sync", stream)))
     monkeypatch.setattr(compaction, "memset_d8_async", lambda *a: events.append(("memset",)))
@@ -136,6 +137,7 @@ def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
     stream) are kept per calling thread, and kept between one thread's calls."""
     from scangen.primitives import compaction
 
+    simulate_device(monkeypatch)  # counts and scratch are kept per thread and context
     monkeypatch.setattr(compaction, "_HostCount", object)  # no page-locked memory here
     select = scangen.Select("float32", "x > 0")
     passes = scangen.RadixSort("uint32")._passes

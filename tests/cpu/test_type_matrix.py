@@ -29,7 +29,7 @@ KEYS = radix.KEY_DTYPES
 UNDOCUMENTED = [np.dtype(np.bool_), np.dtype("datetime64[ns]"), np.dtype("U4"),
                 np.dtype(object), np.dtype([("ok", np.int32), ("flag", np.bool_)])]
 #: How element_type refuses those.
-UNSUPPORTED = r"unsupported dtype|which scangen cannot put in a struct"
+UNSUPPORTED = r"unsupported (value_)?dtype|which scangen cannot put in a struct"
 
 
 @dataclass(frozen=True)
@@ -108,9 +108,9 @@ ENTRY_POINTS = [
     EntryPoint("RadixDigitOffsets", scangen.RadixDigitOffsets, KEYS, KEY_REFUSAL, KEYS_COMPILED),
     EntryPoint("radix_digit_offsets", lambda d: radix._digit_offsets(d, 8), KEYS, KEY_REFUSAL,
                KEYS_COMPILED),
-    EntryPoint("Histogram", scangen.Histogram, KEYS, "histogram takes uint8, uint16",
+    EntryPoint("Histogram", scangen.Histogram, KEYS, "histogram takes a dtype of uint8, uint16",
                KEYS_COMPILED),
-    EntryPoint("histogram", histogram._histogram, KEYS, "histogram takes uint8, uint16",
+    EntryPoint("histogram", histogram._histogram, KEYS, "histogram takes a dtype of uint8, uint16",
                KEYS_COMPILED),
 ]
 
@@ -221,7 +221,7 @@ def test_a_compaction_brings_its_element_type_before_the_predicate():
         text.index("bool scangen_keep(const scangen_struct1 x, long long i)")
     source = select.kernel.kernel_spec.module_source()
     assert set(source.user_spans) == {"predicate", "input_expr", "output_statement",
-                                      "operator"}
+                                      "operator", "dtype"}
     line = text[:text.index("bool scangen_keep(")].count("\n") + 1
     assert source.user_piece_at(line) is None
     assert "// user preamble" not in text

@@ -92,7 +92,7 @@ def test_new_output_and_stream(gpu, rng):
     stream.synchronize()
     assert y.dtype == np.float32 and y.shape == x.shape
     assert_scan_equal(y.get(), expected(x, scangen.BUILTIN_OPERATORS["max"], "exclusive"),
-                      np.float32, x.size)
+                      np.float32, x.size, op="max")
 
 
 def test_two_streams_at_once(gpu, rng):

@@ -86,7 +86,23 @@ def assert_equal(got, want, what):
     """Exact equality as numpy's == (a struct field by field: padding is no part of it);
     NaN where the reference has NaN."""
     assert got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"
+    if want.dtype.fields is not None or not np.issubdtype(want.dtype, np.number):
+        # structs and ml_dtypes' bfloat16: numpy's == finds NaN unequal to itself there, so
+        # NaN is matched field by field (as float64, exact for every float type)
+        for got_part, want_part in zip(_scalars(got), _scalars(want)):
+            np.testing.assert_array_equal(got_part, want_part, err_msg=what)
+        return
     np.testing.assert_array_equal(got, want, err_msg=what)
+
+
+def _scalars(x):
+    """Every scalar field of x (recursively through structs; sub-arrays whole), as plain
+    numpy arrays: floats as float64."""
+    if x.dtype.fields is None:
+        base = x.dtype.base if x.dtype.subdtype else x.dtype
+        return [x.astype(np.float64) if not np.issubdtype(base, np.number) or
+                kind(base) == "f" else x]
+    return [part for name in x.dtype.names for part in _scalars(x[name])]
 
 
 def with_nans(x, where):
