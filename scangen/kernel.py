@@ -259,6 +259,17 @@ class KernelSpec:
         return f"{self.hooks.title} ({self.scan.operator.name!r} on {self.scan.etype.name})"
 
 
+def options_repr(kernel: "ScanKernel") -> str:
+    """The scan options of ``kernel`` as a class's repr writes them after its own arguments:
+    reverse and initial where set, then the algorithm, section, items per thread and
+    strategy (what "auto" and the tuning chose included)."""
+    s = kernel.spec
+    extra = "".join([", reverse=True" if kernel.kernel_spec.hooks.reverse else "",
+                     f", initial={kernel.initial!r}" if kernel.initial is not None else ""])
+    return (f"{extra}, algorithm={s.algorithm!r}, section_size={s.section_size}, "
+            f"items_per_thread={s.items_per_thread}, strategy={s.strategy!r}")
+
+
 class ScanKernel:
     """A generic scan with input and output hooks (PyOpenCL's GenericScanKernel, for CUDA).
 

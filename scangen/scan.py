@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compile import GPUUnavailableError, ScanCompileError
-from .kernel import ScanKernel
+from .kernel import ScanKernel, options_repr
 from .interop import Call
 from .runtime.launcher import overlaps
 from .spec import MODES
@@ -104,14 +104,9 @@ class Scan:
         self._rows_kernel = None
 
     def __repr__(self):
-        s = self.spec
-        extra = "".join(
-            [f", result_dtype={self.dtype.name!r}" if self.dtype != self.input_dtype else "",
-             ", reverse=True" if self.kernel.kernel_spec.hooks.reverse else "",
-             f", initial={self.kernel.initial!r}" if self.kernel.initial is not None else ""])
-        return (f"Scan({self.input_dtype.name}, {s.operator.name!r}, mode={self.mode!r}{extra}, "
-                f"algorithm={s.algorithm!r}, section_size={s.section_size}, "
-                f"items_per_thread={s.items_per_thread}, strategy={s.strategy!r})")
+        result = f", result_dtype={self.dtype.name!r}" if self.dtype != self.input_dtype else ""
+        return (f"Scan({self.input_dtype.name}, {self.spec.operator.name!r}, "
+                f"mode={self.mode!r}{result}{options_repr(self.kernel)})")
 
     @property
     def dtype(self) -> np.dtype:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernel import ScanKernel
+from .kernel import ScanKernel, options_repr
 from .interop import Call
 from .runtime.launcher import check_array
 from .scan import _OUTPUT
@@ -15,6 +15,16 @@ from .types import MASK_C_TYPES, element_type
 
 #: The dtypes CSR offsets may have.
 _OFFSET_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+#: The forms a segmentation may take, each with the index dtypes it may have.
+_INDEX_TYPES = {
+    "flags": tuple(MASK_C_TYPES),
+    "offsets": _OFFSET_TYPES,
+    "keys": tuple(d for d in MASK_C_TYPES if d != np.bool_),
+}
+#: The index dtype of each form where none is named (plan, check_compile, kernel).
+_DEFAULT_INDEX = {"flags": np.dtype(np.bool_), "offsets": np.dtype(np.int64),
+                  "keys": np.dtype(np.int64)}
 
 _OFFSET_SEARCH = """// Whether i is one of offsets[0 .. count) (non-decreasing): a binary search.
 static __device__ __forceinline__ bool scangen_is_offset(const {c} *offsets, long long count,
@@ -52,6 +62,15 @@ class SegmentedScan:
     its last element to its first. ``initial=`` starts every segment from that value
     (inclusive: ``initial op x[head] op ...``; exclusive: ``initial`` at each head), and a
     call may pass another (``seg(x, flags=f, initial=v)``).
+
+    Inspection, without a GPU, as for Scan: ``seg.source`` is the CUDA of the flags form
+    with bool flags (the kernel built and checked at construction); ``seg.plan(n)`` the
+    launches for n elements and ``seg.check_compile()`` compiles with the nvcc on PATH.
+    ``plan`` and ``check_compile`` take ``form="flags"`` (the default), ``"offsets"`` or
+    ``"keys"``, and ``index_dtype=`` (default: bool flags, int64 offsets and keys);
+    ``check_compile()`` with no form compiles all three. ``seg.kernel(form, index_dtype)``
+    is the ScanKernel of one form (``.source`` of another form: ``seg.kernel("keys",
+    np.int32).source``).
     """
 
     def __init__(self, dtype, operator="add", *, mode="inclusive", **scan_options):
@@ -60,14 +79,45 @@ class SegmentedScan:
         self.etype = element_type(dtype)
         self.mode, self.operator, self.scan_options = mode, operator, scan_options
         self._kernels = {}
-        self.kernel("flags", np.dtype(np.bool_))  # validates the operator and options now
+        self.kernel("flags")  # validates the operator and options now
+
+    def __repr__(self):
+        return (f"SegmentedScan({self.dtype.name}, {self.kernel('flags').spec.operator.name!r}, "
+                f"mode={self.mode!r}{options_repr(self.kernel('flags'))})")
 
     @property
     def dtype(self) -> np.dtype:
         return self.etype.dtype
 
-    def kernel(self, form: str, index_dtype: np.dtype) -> ScanKernel:
-        """The ScanKernel of one form ("flags", "offsets", "keys") and index dtype."""
+    @property
+    def source(self) -> str:
+        """The CUDA of the flags form with bool flags (no GPU needed); another form's is
+        ``kernel(form, index_dtype).source``."""
+        return self.kernel("flags").source
+
+    def plan(self, n, form="flags", index_dtype=None):
+        """The launches that scan ``n`` elements segmented by ``form`` (no GPU needed)."""
+        return self.kernel(form, index_dtype).plan(n)
+
+    def check_compile(self, form=None, index_dtype=None) -> None:
+        """Compile ``form`` (default: every form, each with its default index dtype) with the
+        nvcc on PATH, without a GPU; a C error in the operator raises ScanCompileError with
+        the numbered source around it."""
+        if form is None and index_dtype is not None:
+            raise TypeError("index_dtype= names the dtype of one form's index: give form= too")
+        for each in _INDEX_TYPES if form is None else (form,):
+            self.kernel(each, index_dtype).check_compile()
+
+    def kernel(self, form: str, index_dtype=None) -> ScanKernel:
+        """The ScanKernel of one form ("flags", "offsets", "keys") and index dtype (default:
+        bool flags, int64 offsets and keys)."""
+        if form not in _INDEX_TYPES:
+            raise ValueError(f"form={form!r}: use 'flags', 'offsets' or 'keys'")
+        allowed = _INDEX_TYPES[form]
+        index_dtype = _DEFAULT_INDEX[form] if index_dtype is None else np.dtype(index_dtype)
+        if index_dtype not in allowed:
+            raise TypeError(f"{form} has dtype {index_dtype}; use one of "
+                            f"{', '.join(d.name for d in allowed)}")
         key = (form, index_dtype)
         if key not in self._kernels:
             c = MASK_C_TYPES[index_dtype]
@@ -104,18 +154,14 @@ class SegmentedScan:
         x_view, index = call.views["x"], call.views[form]
         check_array("x", x_view, self.dtype)
         if initial is not None:  # a bad one is refused before any work
-            self.kernel("flags", np.dtype(np.bool_)).initial_argument(initial)
+            self.kernel("flags").initial_argument(initial)
         n = x_view.size
         if out is None:
             out, out_view = call.empty((n,), self.dtype)
         else:
             out_view = call.views["out"]
             check_array("out", out_view, self.dtype, length=n)
-        allowed = _OFFSET_TYPES if form == "offsets" else \
-            [d for d in MASK_C_TYPES if form == "flags" or d != np.bool_]
-        if index.dtype not in allowed:
-            raise TypeError(f"{form} has dtype {index.dtype}; use one of "
-                            f"{', '.join(d.name for d in allowed)}")
+        kernel = self.kernel(form, index.dtype)  # refuses an index dtype of another form
         extra = ()
         if form == "offsets":
             check_array(form, index, index.dtype)
@@ -124,7 +170,7 @@ class SegmentedScan:
         else:
             check_array(form, index, index.dtype, length=n)
         if n:
-            self.kernel(form, index.dtype).launch_converted(
+            kernel.launch_converted(
                 (x_view.ptr, index.ptr) + extra + (out_view.ptr,),
                 n, call.stream, initial)
         return out

@@ -22,7 +22,7 @@ import numpy as np
 from ..args import Argument, c_parameters
 from ..compile import check_with_nvcc, compile_module, context_key, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip, kind_of
-from ..kernel import ScanKernel, counting_condition, mask_condition
+from ..kernel import ScanKernel, counting_condition, mask_condition, options_repr
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
@@ -120,7 +120,8 @@ def _counting_values_scan(etype, helpers="", **options) -> ScanKernel:
 
 class _Compaction:
     """What the compaction classes share: one counting scan (``kernel``, made by
-    _counting_scan), argument checks, the count."""
+    _counting_scan), argument checks, the count, and the inspection without a GPU that
+    Scan has (``source``, ``plan(n)``, ``check_compile()``, a repr of the options)."""
 
     def __init__(self, dtype, kernel: ScanKernel):
         self.etype = element_type(dtype)
@@ -139,10 +140,23 @@ class _Compaction:
     def dtype(self) -> np.dtype:
         return self.etype.dtype
 
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.etype.name}{self._arguments_repr()}"
+                f"{options_repr(self.kernel)})")
+
+    def _arguments_repr(self) -> str:
+        """The constructor's arguments after the dtype, as the repr writes them."""
+        return ""
+
     @property
     def source(self) -> str:
         """The CUDA of the kernel (no GPU needed)."""
         return self.kernel.source
+
+    def plan(self, n):
+        """The launches that compact ``n`` elements (no GPU needed); ``print()`` it to read
+        it."""
+        return self.kernel.plan(n)
 
     def check_compile(self) -> None:
         """Compile with the nvcc on PATH (no GPU needed); errors name the piece."""
@@ -274,6 +288,13 @@ class Select(_Compaction):
                       "long long *count",
             input_expr=condition, output_statement=_SCATTER_KEPT,
             title="select" if keep else "remove_if", **scan_options))
+        self.keep = keep
+
+    def _arguments_repr(self) -> str:
+        kept = "" if self.keep else ", keep=False"
+        if self.predicate is not None:
+            return f", {self.predicate!r}{kept}"
+        return f", flags={self.flags_dtype.name}{kept}"
 
     def __call__(self, x, flags=None, *, out=None, stream=None, count_on_device=False):
         call = Call(stream, {"x": x, "flags": flags, "out": out}, writes=("out",))
@@ -317,6 +338,9 @@ class Partition(_Compaction):
                              " else out[last_item + (i - prev_item)] = x[i];"
                              " if (i == n - 1) *count = item;",
             title="partition", **scan_options))
+
+    def _arguments_repr(self) -> str:
+        return f", {self.predicate!r}"
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):
         return self._compact(x, out, stream, count_on_device, trimmed=False)
@@ -473,7 +497,15 @@ class RunLengthEncode(_Compaction):
             self._wide_kernels = (self._wide(), RunLengthsModule())
         return self._wide_kernels
 
+    def plan(self, n):
+        """The launches of the counting scan for ``n`` elements (no GPU needed): from 2^32
+        elements, the heads scan's (``wide_kernels()``), which one ``run_lengths`` launch
+        follows."""
+        return (self.kernel if n < _ONE_PASS_BELOW else self.wide_kernels()[0]).plan(n)
+
     def check_compile(self) -> None:
+        """Compile all three kernels with the nvcc on PATH (no GPU needed): the one-pass
+        scan and the two from 2^32 elements."""
         self.kernel.check_compile()
         heads, lengths = self.wide_kernels()
         heads.check_compile()

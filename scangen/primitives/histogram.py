@@ -155,11 +155,16 @@ class Histogram:
     def release_device_memory(self) -> None:
         self._edges = None
 
+    def __repr__(self):
+        return f"Histogram({self.module.dtype.name})"
+
     @property
     def source(self) -> str:
+        """The CUDA of the histogram kernel (no GPU needed)."""
         return self.module.module_source().text
 
     def check_compile(self) -> None:
+        """Compile the kernel with the nvcc on PATH (no GPU needed)."""
         from ..compile import check_with_nvcc
 
         check_with_nvcc(self.module)

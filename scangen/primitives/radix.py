@@ -518,6 +518,9 @@ class RadixDigitOffsets(_RadixPrimitive):
             self._passes = self._order._passes
             self._places = RadixModule(self.key_dtype, output="places")
 
+    def __repr__(self):
+        return f"RadixDigitOffsets({self.key_dtype.name}, bits={self.bits})"
+
     @property
     def source(self) -> str:
         """The CUDA of the passes and (digits wider than a pass) of the places module (no
@@ -588,6 +591,11 @@ class RadixSort(_RadixPrimitive):
             element_type(value_dtype, "value_dtype").dtype
         self._passes = _RadixPasses(RadixModule(self.key_dtype, self.value_dtype,
                                                 index_values=_index_values))
+
+    def __repr__(self):
+        values = "" if self.value_dtype is None else f", value_dtype={self.value_dtype.name}"
+        index = ", _index_values=True" if self._passes.module.index_values else ""
+        return f"RadixSort({self.key_dtype.name}{values}{index})"
 
     def __call__(self, keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                  stream=None):
