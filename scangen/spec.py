@@ -15,12 +15,12 @@ import numpy as np
 
 from . import tuning as tuning_table
 from .ops import Operator, resolve_operator
+# How sections are stitched into a whole-array scan: the names scangen.strategies defines
+# ("auto" resolves per n in scangen.strategies.auto).
+from .strategies import NAMES as STRATEGIES
 from .types import ElementType
 
 MODES = ("inclusive", "exclusive")
-#: How sections are stitched into a whole-array scan (scangen.strategies). "auto" resolves
-#: per n in scangen.strategies.auto.
-STRATEGIES = ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
 
 MAX_BLOCK_THREADS = 1024
 #: Shared memory per block without an opt-in attribute: all a kernel may declare statically.
