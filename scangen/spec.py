@@ -22,6 +22,14 @@ from .types import ElementType
 
 MODES = ("inclusive", "exclusive")
 
+
+def check_mode(mode):
+    """``mode`` if it is one of MODES; else the one ValueError every entry point raises."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use {MODES[0]!r} or {MODES[1]!r}")
+    return mode
+
+
 MAX_BLOCK_THREADS = 1024
 #: Shared memory per block without an opt-in attribute: all a kernel may declare statically.
 #: Past it, a spec's sections live in dynamic shared memory (ScanSpec.dynamic_shared).
