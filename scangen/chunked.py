@@ -30,7 +30,7 @@ from .ops import resolve_operator
 from .one_shot import _operator, exclusive_scan, inclusive_scan
 from .reference import reference_scan
 from .runtime.gpu_thread import on_gpu_thread
-from .spec import MODES
+from .spec import check_mode
 from .types import element_type
 
 __all__ = ["CarryScan", "ChunkTotal", "GPUBackend", "ReferenceBackend", "operator_of",
@@ -49,11 +49,6 @@ def identity_of(op, dtype):
     return etype.numpy_value(op.identity_for(etype))
 
 
-def _check_mode(mode):
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
-
-
 class CarryScan:
     """The scan of one chunk with its carry: ``carry_in`` is combined first, ``carry_out``
     receives ``carry_in op x0 op ... op x(n-1)`` (the carry of the next chunk). They must be
@@ -65,7 +60,7 @@ class CarryScan:
     """
 
     def __init__(self, dtype, operator, mode="inclusive", **options):
-        _check_mode(mode)
+        check_mode(mode)
         # The carry is folded into x[0] (prev_item then carries it for every later index);
         # the exclusive output at 0 is the carry itself.
         output = {"inclusive": "out[i] = item;",
@@ -186,7 +181,7 @@ class GPUBackend:
     def scan(self, chunk, op, mode, carry=None):
         """The scan of the chunk, ``carry`` (a one-element array of its kind) combined
         first; None: no carry (the identity)."""
-        _check_mode(mode)
+        check_mode(mode)
         if carry is None:
             one_shot = inclusive_scan if mode == "inclusive" else exclusive_scan
             return _on_gpu(chunk, lambda stream: one_shot(chunk, op, stream=stream,
@@ -215,7 +210,7 @@ class ReferenceBackend:
         return reference_scan(chunk, op)[-1:]
 
     def scan(self, chunk, op, mode, carry=None):
-        _check_mode(mode)
+        check_mode(mode)
         if carry is None:
             return reference_scan(chunk, op, mode)
         # The carry is one more element before the first.

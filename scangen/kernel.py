@@ -17,7 +17,7 @@ from .kernels import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
-from .types import ElementType, StructType, element_type, prerequisites
+from .types import UNSIGNED_C_TYPES, ElementType, StructType, element_type, prerequisites
 from .strategies import Strategy, strategy_for
 from .usercode import check_code, strip_literals_and_comments
 
@@ -73,11 +73,6 @@ def mask_condition(mask: str, keep: bool = True) -> str:
     written this way, KernelSpec.counted_mask recognises it, and reduce_then_scan's first
     pass counts whole sections with 16-byte loads of the mask."""
     return counting_condition(f"{mask}[i] != 0", keep)
-
-
-#: Unsigned C types of a mask element's size, which the first pass counts in (16 / size a load).
-_MASK_WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
-               8: "unsigned long long"}
 
 
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
@@ -189,7 +184,8 @@ class KernelSpec:
                 continue
             for keep in (True, False):
                 if self.hooks.input_expr == mask_condition(argument.name, keep):
-                    return argument.name, _MASK_WORDS[dtype.itemsize], keep
+                    # counted in the unsigned word of the mask's size, 16 bytes a load
+                    return argument.name, UNSIGNED_C_TYPES[dtype.itemsize], keep
         return None
 
     @property

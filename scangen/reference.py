@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 
 from .ops import Operator, resolve_operator
+from .spec import check_mode
 from .types import element_type
 
 
 def sequential_scan(x, op, mode="inclusive"):
     """The definition, one element at a time: y[i] = y[i-1] op x[i]. Slow; for small n."""
     op = resolve_operator(op)
-    if mode not in ("inclusive", "exclusive"):
-        raise ValueError(f"unknown mode {mode!r}")
+    check_mode(mode)
     x = np.asarray(x)
     etype = element_type(x.dtype)
     out = np.empty_like(x)
@@ -44,8 +44,7 @@ def reference_scan(x, op, mode="inclusive"):
     op = resolve_operator(op)
     if op.reference is None:
         raise ValueError(f"operator {op.name!r} has no numpy reference; pass reference= to it")
-    if mode not in ("inclusive", "exclusive"):
-        raise ValueError(f"unknown mode {mode!r}")
+    check_mode(mode)
     x = np.asarray(x)
     etype = element_type(x.dtype)
     if isinstance(op.reference, np.ufunc):

@@ -7,7 +7,7 @@ from .compile import GPUUnavailableError, ScanCompileError
 from .kernel import ScanKernel, options_repr
 from .interop import Call
 from .runtime.launcher import overlaps
-from .spec import MODES
+from .spec import check_mode
 from .types import conversion, element_type
 
 __all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
@@ -76,9 +76,7 @@ class Scan:
     def __init__(self, dtype, operator="add", *, mode="inclusive", result_dtype=None,
                  reverse=False, initial=None, algorithm=None, section_size=None,
                  items_per_thread=None, strategy="auto", tuning=None):
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
-        self.mode = mode
+        self.mode = check_mode(mode)
         self.input_dtype = element_type(dtype).dtype
         result = self.input_dtype if result_dtype is None else \
             element_type(result_dtype, "result_dtype").dtype

@@ -10,7 +10,7 @@ from .kernel import ScanKernel, options_repr
 from .interop import Call
 from .runtime.launcher import check_array
 from .scan import _OUTPUT
-from .spec import MODES
+from .spec import check_mode
 from .types import MASK_C_TYPES, element_type
 
 #: The dtypes CSR offsets may have.
@@ -74,8 +74,7 @@ class SegmentedScan:
     """
 
     def __init__(self, dtype, operator="add", *, mode="inclusive", **scan_options):
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; use 'inclusive' or 'exclusive'")
+        check_mode(mode)
         self.etype = element_type(dtype)
         self.mode, self.operator, self.scan_options = mode, operator, scan_options
         self._kernels = {}

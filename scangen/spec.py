@@ -15,12 +15,20 @@ import numpy as np
 
 from . import tuning as tuning_table
 from .ops import Operator, resolve_operator
+# How sections are stitched into a whole-array scan: the names scangen.strategies defines
+# ("auto" resolves per n in scangen.strategies.auto).
+from .strategies import NAMES as STRATEGIES
 from .types import ElementType
 
 MODES = ("inclusive", "exclusive")
-#: How sections are stitched into a whole-array scan (scangen.strategies). "auto" resolves
-#: per n in scangen.strategies.auto.
-STRATEGIES = ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
+
+
+def check_mode(mode):
+    """``mode`` if it is one of MODES; else the one ValueError every entry point raises."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use {MODES[0]!r} or {MODES[1]!r}")
+    return mode
+
 
 MAX_BLOCK_THREADS = 1024
 #: Shared memory per block without an opt-in attribute: all a kernel may declare statically.

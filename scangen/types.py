@@ -192,6 +192,11 @@ for _name, _part in (("complex64", "float"), ("complex128", "double")):
         np.dtype(_name), f"scangen_{_name}", None,
         declarations=_COMPLEX.format(name=_name, c_name=f"scangen_{_name}", part=_part))
 
+#: The unsigned C type of each size in bytes (1, 2, 4, 8): the word a value's bits are read
+#: or counted in. From the rows above, so the spelling is written once.
+UNSIGNED_C_TYPES = {t.dtype.itemsize: t.c_name for t in ELEMENT_TYPES.values()
+                    if t.dtype.kind == "u"}
+
 
 @dataclass(frozen=True)
 class StructField:

@@ -37,11 +37,11 @@ from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
 from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
 from ..runtime.scratch import StreamScratch
 from ..runtime.streams import memset_d8_async
-from ..spec import as_flag, as_int
+from ..spec import MAX_STATIC_SHARED_BYTES, as_flag, as_int
 from ..strategies.base import ceil_div
 from ..strategies.tile_state import TileState
 from ..tuning import Tuning
-from ..types import as_dtype, element_type, prerequisites
+from ..types import UNSIGNED_C_TYPES, as_dtype, element_type, prerequisites
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
 MAX_RADIX_BITS = 8
@@ -51,8 +51,6 @@ MAX_DIGIT_BITS = 16
 KEY_DTYPES = tuple(np.dtype(t) for t in (
     "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
     "float32", "float64"))
-_BITS_C_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int",
-                 8: "unsigned long long"}
 #: A tile is a block of 256 threads x up to 24 keys (fewer where wide keys and values would
 #: not fit in shared memory). H200, 2026-11-25, with the shared-memory ranking (uint32,
 #: 2^26, median of 9, benchmarks/tune_radix.py; sort, then radix_digit_offsets, us, at the
@@ -72,7 +70,6 @@ _TILE = (256, 24)
 #: 1800-1807, 256 x 32 at 1024 154-157 / 488-491 / 1791-1815, 384 x 16 at 1152 151 / 497 /
 #: 1880. Fewer threads a multiprocessor lose more: 256 x 24 at 1024 158 / 533 / 1933.
 _DIGIT_PLACES_TILE = (512, 12, 1536)
-_STATIC_SHARED_BYTES = 48 * 1024
 
 #: Blocks of a grid-stride launch (the places kernels): enough to fill any GPU.
 _MAX_GRID_STRIDE_BLOCKS = 16384
@@ -184,7 +181,7 @@ class RadixModule:
         # (8 bytes) per digit, and the ticket's tile number (8 bytes). The ranking's digit
         # masks (as many as the counters) share the staging area.
         warps = self.block_size // 32
-        staging = _STATIC_SHARED_BYTES - 4 * warps * (self.radix + 1) - 16 * self.radix - 8
+        staging = MAX_STATIC_SHARED_BYTES - 4 * warps * (self.radix + 1) - 16 * self.radix - 8
         itemsize = self.moved_itemsize
         items = min(self.max_items, staging // (self.block_size * itemsize))
         if items < 1:
@@ -272,7 +269,7 @@ class RadixModule:
         kind = self.key_dtype.kind
         return dict(
             key_dtype=str(self.key_dtype), key_c=key.c_name,
-            key_bits_c=_BITS_C_TYPES[self.key_dtype.itemsize],
+            key_bits_c=UNSIGNED_C_TYPES[self.key_dtype.itemsize],
             key_order={"u": "unsigned", "i": "signed", "f": "float"}[kind],
             value_dtype=None if value is None else value.name,
             value_c=None if value is None else value.c_name,

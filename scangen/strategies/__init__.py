@@ -10,6 +10,14 @@ from .reduce_then_scan import REDUCE_THEN_SCAN
 from .single_pass import CHAINED, DECOUPLED_LOOKBACK
 
 _FIXED = {s.name: s for s in (Hierarchical(), REDUCE_THEN_SCAN, CHAINED, DECOUPLED_LOOKBACK)}
+#: Every strategy name a spec accepts: "auto" (chosen per n), then the fixed ones. The one
+#: list of them; scangen.STRATEGIES is this.
+NAMES = (Auto.name, *_FIXED)
+#: The names whose strategy knows the total before its output pass, so an output statement
+#: may read last_item: each strategy's provides_last_item says (auto's too: it then takes
+#: reduce_then_scan).
+TOTAL_NAMES = tuple(name for name in NAMES
+                    if (Auto if name == Auto.name else _FIXED[name]).provides_last_item)
 
 
 def strategy_for(name: str, needs_last_item: bool) -> Strategy:
@@ -18,9 +26,11 @@ def strategy_for(name: str, needs_last_item: bool) -> Strategy:
         return Auto(needs_last_item)
     strategy = _FIXED[name]
     if needs_last_item and not strategy.provides_last_item:
+        # Named in reverse: reduce_then_scan (what auto then takes) first, auto last.
+        choices = [repr(total) for total in reversed(TOTAL_NAMES)]
         raise ValueError(
             f"the output statement uses last_item (the total), which strategy {name!r} does "
-            f"not know before it writes; use 'reduce_then_scan', 'hierarchical' or 'auto'")
+            f"not know before it writes; use {', '.join(choices[:-1])} or {choices[-1]}")
     return strategy
 
 
@@ -34,4 +44,4 @@ def resolve(name: str, needs_last_item: bool, spec, n: int) -> Strategy:
     return strategy
 
 
-__all__ = ["Strategy", "resolve", "strategy_for"]
+__all__ = ["NAMES", "TOTAL_NAMES", "Strategy", "resolve", "strategy_for"]

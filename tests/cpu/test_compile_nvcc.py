@@ -25,8 +25,8 @@ from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
 from tests.support import (AFFINE, AFFINE_MAPS, BFLOAT16, COMPACTION, DTYPES, OPERATORS,
-                           PARTITION, RUN_LENGTHS, SATURATING_ADD, TABLE_LOOKUP, WIDE_STRUCTS,
-                           field_sums, type_operator_pairs, valid)
+                           PARTITION, RUN_LENGTHS, SATURATING_ADD, SINGLE_PASS, TABLE_LOOKUP,
+                           TOTAL_STRATEGIES, WIDE_STRUCTS, field_sums, type_operator_pairs, valid)
 from tests.support.nvcc import Entry, compiling, needs_nvcc, results
 
 pytestmark = needs_nvcc
@@ -34,9 +34,6 @@ pytestmark = needs_nvcc
 #: Every strategy; each renders different kernels (auto: one section, decoupled look-back
 #: and reduce_then_scan together; chained and decoupled_lookback differ in the protocol).
 assert STRATEGIES == ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
-SINGLE_PASS = ("chained", "decoupled_lookback")
-#: Strategies that know the total before the output pass (output may use last_item).
-WITH_LAST_ITEM = ("auto", "hierarchical", "reduce_then_scan")
 
 
 # --- operators only this file uses ----------------------------------------------------------
@@ -222,7 +219,7 @@ def batch_scan_kernels():
     for dtype, op in [("int32", "add"), ("int32", TABLE_LOOKUP)]:
         entries.append(scan_kernel("table preamble", dtype, op, TABLE_PREAMBLE,
                                    strategy=next(strategies), algorithm=next(algorithms)))
-    for strategy in WITH_LAST_ITEM:
+    for strategy in TOTAL_STRATEGIES:
         entries.append(scan_kernel("partition", "int64", "add", PARTITION, strategy=strategy,
                                    algorithm=next(algorithms)))
         entries.append(scan_kernel("partition", "int32", "add", PARTITION, strategy=strategy,
@@ -522,7 +519,7 @@ def test_batches_cover_the_matrix():
     # ScanKernels: the examples with every strategy that accepts them
     kernels = [e for e in entries if not e.mode]
     for what, strategies in [("compaction", STRATEGIES), ("affine maps", STRATEGIES),
-                             ("partition", WITH_LAST_ITEM), ("affine total", WITH_LAST_ITEM),
+                             ("partition", TOTAL_STRATEGIES), ("affine total", TOTAL_STRATEGIES),
                              ("segmented", STRATEGIES)]:
         assert {e.kernel_spec.scan.strategy for e in kernels
                 if e.label.startswith(f"ScanKernel {what} ")} == set(strategies), what

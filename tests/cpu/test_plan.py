@@ -30,13 +30,11 @@ from scangen.spec import MAX_BLOCK_THREADS, MAX_STATIC_SHARED_BYTES
 from scangen.tuning import max_shared_bytes
 from scangen.strategies import resolve
 from scangen.strategies.base import MAX_GRID
-from tests.support import (AFFINE, assert_scan_equal, expected, operator, random_input,
-                           segmented_reference)
+from tests.support import (AFFINE, SINGLE_PASS, TOTAL_STRATEGIES, assert_scan_equal, expected,
+                           operator, random_input, segmented_reference)
 from tests.support.plan_machine import PlanMachine, RecordHooks, ScanHooks, run_plan
 
 GRID_LIMIT = 2**31 - 1
-LAST_ITEM_STRATEGIES = ("auto", "hierarchical", "reduce_then_scan")
-SINGLE_PASS = ("chained", "decoupled_lookback")
 
 
 def ceil_div(a, b):
@@ -288,7 +286,7 @@ def _plan_kernels(case, strategy):
     dtype, op, mode, algorithm, section, items = case
     kwargs = dict(algorithm=algorithm, section_size=section, items_per_thread=items,
                   strategy=strategy)
-    last = strategy not in SINGLE_PASS
+    last = strategy in TOTAL_STRATEGIES
     return [scan(dtype, op, mode, **kwargs).kernel,
             recorder(dtype, op, last_item=last, **kwargs),
             recorder(dtype, op, last_item=last, segmented=True, **kwargs)]
@@ -665,7 +663,7 @@ def test_interpreted_hooks_see_item_prev_item_and_last_item(dtype, op, algorithm
                                                              strategy, rng):
     """item, prev_item and last_item, each against the reference (last_item where the
     strategy provides it: auto then always takes reduce_then_scan)."""
-    last = strategy in LAST_ITEM_STRATEGIES
+    last = strategy in TOTAL_STRATEGIES
     kernel = recorder(dtype, op, last_item=last, algorithm=algorithm, section_size=section,
                       strategy=strategy)
     # the ticket counter is 64 bits: here it wraps around during the test
@@ -689,7 +687,7 @@ def test_interpreted_hooks_see_item_prev_item_and_last_item(dtype, op, algorithm
 def test_interpreted_segmented_scans(dtype, op, strategy, rng):
     """(value, head) pairs through every level: acc_t of 2, 8 and 16 bytes (packed and split
     tile status); last_item is the last segment's total."""
-    last = strategy in LAST_ITEM_STRATEGIES
+    last = strategy in TOTAL_STRATEGIES
     kernel = recorder(dtype, op, last_item=last, segmented=True, algorithm="kogge_stone",
                       section_size=4, strategy=strategy)
     machine = PlanMachine(rng, ticket_start=int(rng.integers(0, 2**40)))
@@ -807,7 +805,7 @@ def test_interpreter_notices_a_missing_or_short_launch(strategy, rng):
     """Every launch of a deep plan matters, and every block of it: a mutant gives another
     item, prev_item or last_item, or the interpreter refuses it (an access outside a buffer,
     a race, an output statement run twice or never, tiles that would deadlock)."""
-    last = strategy in LAST_ITEM_STRATEGIES  # the grand total flows through every level
+    last = strategy in TOTAL_STRATEGIES  # the grand total flows through every level
     kernel = recorder("uint64", "affine_then", last_item=last, algorithm="kogge_stone",
                       section_size=4, strategy=strategy)
     for n in (70, 300):

@@ -24,12 +24,10 @@ from scangen.args import c_parameters
 from scangen.kernels import FAMILIES, IOS
 from scangen.render import ModuleSource, render
 from tests.support import (AFFINE, AFFINE_MAPS, COMPACTION, DTYPES, OPERATORS, PARTITION,
-                           SATURATING_ADD, TABLE_LOOKUP, type_operator_pairs)
+                           SATURATING_ADD, TABLE_LOOKUP, TOTAL_STRATEGIES,
+                           type_operator_pairs)
 
 REPO = Path(__file__).resolve().parents[2]
-SINGLE_PASS = ("chained", "decoupled_lookback")
-#: Strategies that know the total before the output pass (output may use last_item).
-WITH_LAST_ITEM = ("auto", "hierarchical", "reduce_then_scan")
 
 #: A hooks preamble with a nested aggregate initializer: "{{" is valid C and is data.
 TABLE_PREAMBLE = dict(arguments="const int *x, int *out",
@@ -354,7 +352,7 @@ def test_scan_kernels_render_for_every_strategy(strategy, algorithm):
     affine = ScanKernel("uint64", AFFINE, **AFFINE_MAPS, strategy=strategy, algorithm=algorithm)
     check_module(affine)
     assert affine.kernel_spec.kernels == compaction.kernel_spec.kernels
-    if strategy in WITH_LAST_ITEM:
+    if strategy in TOTAL_STRATEGIES:
         partition = ScanKernel("int64", "add", **PARTITION, strategy=strategy,
                                algorithm=algorithm)
         assert partition.kernel_spec.hooks.uses_last_item

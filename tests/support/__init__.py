@@ -17,6 +17,8 @@ import scangen
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
 from scangen.ops import AFFINE_THEN
 from scangen.bench import STRUCTS
+from scangen.strategies import TOTAL_NAMES, strategy_for
+from scangen.strategies.single_pass import SinglePass
 from scangen.types import element_type
 
 DTYPES = [t.name for t in ELEMENT_TYPES.values()]
@@ -312,8 +314,12 @@ def counting_kernel(strategy, dtype, section_size, items_per_thread, reverse=Fal
         tuning=tuning)
 
 
-#: Strategies that know the total before their output pass.
-TOTAL_STRATEGIES = ["auto", "hierarchical", "reduce_then_scan"]
+#: Strategies that know the total before their output pass (output may use last_item), and
+#: the single-pass ones (one launch, the total known only at the end): the library's own
+#: lists, so a strategy added there is tested here.
+TOTAL_STRATEGIES = TOTAL_NAMES
+SINGLE_PASS = tuple(name for name in scangen.STRATEGIES
+                    if isinstance(strategy_for(name, False), SinglePass))
 #: counting_kernel's (dtype, section, items per thread, reverse, initial, last_counted):
 #: blocks of one, two and eight warps; a block of 16 threads (not whole warps: values are
 #: scanned, not ballots); each way of counting also with last_counted (8-byte counts only).
@@ -1034,7 +1040,7 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "small_values",
            "STATS", "sum_operator", "TABLE_LOOKUP", "type_operator_pairs", "valid",
-           "VALUE_INDEX", "value_index_input"]
+           "VALUE_INDEX", "value_index_input", "SINGLE_PASS", "TOTAL_STRATEGIES"]
 
 
 def check_scan(gpuarray, rng, scan, n, op_name, in_place=False):
