@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .usercode import C_RESERVED_WORDS
+
 #: C scalar types a kernel argument may have, and the numpy dtype a value is converted to.
 #: Pointers may point to any type (a scalar, scan_t, or a type the preamble declares).
 C_SCALARS: dict[str, np.dtype] = {

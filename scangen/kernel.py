@@ -115,8 +115,8 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     types = tuple(t if isinstance(t, (ElementType, StructType)) else element_type(t)
                   for t in types)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
-                 is_segment_start_expr, bool(reverse), initial_type is not None,
-                 bool(counts), types, helpers.strip())
+                 is_segment_start_expr, reverse, initial_type is not None, counts, types,
+                 helpers.strip())
 
 
 @dataclass(frozen=True)
@@ -347,15 +347,14 @@ class ScanKernel:
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
                  _helpers=""):
         etype = element_type(dtype)
-        counts = as_flag("counts", counts)
-        if counts and tuning is None:
-            tuning = tuning_table.COUNTING_TUNING
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
                            counts, types, _helpers)
+        if hooks.counts and tuning is None:
+            tuning = tuning_table.COUNTING_TUNING
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
-                         segmented=is_segment_start_expr is not None, counts=counts)
+                         segmented=is_segment_start_expr is not None, counts=hooks.counts)
         self.kernel_spec = KernelSpec(scan, hooks)
         #: The initial value used when a call gives none (None: the kernel takes none).
         self.initial = None if initial is None else self._initial_value(initial)

@@ -15,6 +15,7 @@ import numpy as np
 
 from .usercode import reserved_name_reason
 
+
 @dataclass(frozen=True)
 class ElementType:
     """How one numpy dtype is spelled and bounded in CUDA C."""
