@@ -3,12 +3,15 @@ family and primitive on random sizes for a while, every result checked on the ho
 
     python3 tests/gpu/soak.py --minutes 10 --threads 8
 
-Prints calls made, elements scanned and device memory in use (cuMemGetInfo) as it goes, and
-exits non-zero on a wrong result, an exception in any thread, or device memory still growing
-after the warm-up (the first 40% of the run, which compiles every kernel and lets
-pools and scratch reach their sizes). Run
-it with stderr kept: a clean run also ends without a warning (a leaked or out-of-thread
-device allocation, a context error at exit).
+Prints calls made, elements scanned, device memory in use (cuMemGetInfo) and the bytes
+scangen's output pools manage as it goes, and exits non-zero on a wrong result, an exception
+in any thread, or device memory still growing after the warm-up (the first 40% of the run,
+which compiles every kernel and lets pools and scratch reach their sizes). Sizes come from a
+fixed menu (SIZES): a pool keeps a block for each size class it has served, so sizes drawn
+afresh every call would keep touching new classes and look like a leak; with a menu, every
+class is served during the warm-up and a leak is growth after it. Run it with stderr kept: a
+clean run also ends without a warning (a leaked or out-of-thread device allocation, a
+context error at exit).
 """
 import argparse
 import sys
@@ -25,14 +28,23 @@ import scangen
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, exact_affine_pairs, operator,
                            random_input, scan_reference, segmented_reference)
 
-#: Largest size drawn (log-uniform from 1).
-MOST = 1 << 22
-#: Device memory may still grow this much after the warm-up (a pool rounding a new size up).
-SLACK = 256 << 20
+#: The sizes calls draw from: 48 log-uniform from 1 to 2^22 (odd sizes, tails of every
+#: kind), the same every run.
+SIZES = np.unique(np.maximum(1, (2 ** np.random.default_rng(2026).uniform(0, 22, 48))
+                             .astype(np.int64)))
+#: Device memory may still grow this much after the warm-up (allocator granularity).
+SLACK = 64 << 20
 
 
 def _size(rng):
-    return max(1, int(2 ** rng.uniform(0, np.log2(MOST))))
+    return int(rng.choice(SIZES))
+
+
+def _pooled_bytes() -> int:
+    """Bytes scangen's output pools hold or have handed out."""
+    from scangen.runtime import pool
+
+    return sum(getattr(p, "managed_bytes", 0) for p in list(pool._pools.values()))
 
 
 def _one_call(gpuarray, rng, stream):
@@ -177,7 +189,8 @@ def main() -> int:
         if time.monotonic() >= warm and not after_warm_up:
             after_warm_up = peak
         print(f"{time.monotonic() - start:7.1f} s: {tally.calls} calls, "
-              f"{tally.elements / 1e9:.3f} G elements, {used >> 20} MiB in use", flush=True)
+              f"{tally.elements / 1e9:.3f} G elements, {used >> 20} MiB in use, "
+              f"{_pooled_bytes() >> 20} MiB pooled", flush=True)
     for thread in threads:
         thread.join()
     print(f"soak: {tally.calls} calls, {tally.elements} elements in {args.minutes} min; "
