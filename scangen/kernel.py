@@ -18,6 +18,7 @@ from .ops import resolve_operator
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
 from .types import UNSIGNED_C_TYPES, ElementType, StructType, element_type, prerequisites
 from .strategies import Strategy, strategy_for
+from .strategies.base import PlanOptions
 from .usercode import UserCodeError, check_code, identifiers, strip_literals_and_comments
 
 #: The names an output statement may read that cost something where it does (the others it
@@ -283,6 +284,15 @@ class KernelSpec:
         held only its tiles' ballots was measured slower (its output statements re-read the
         values, by then out of L2: docs/performance.md, fifteenth session)."""
         return self.scan.has_persistent_tiles and self.moves_warp_runs
+
+    @property
+    def plan_options(self) -> PlanOptions:
+        """What the strategies read while they plan (scangen.plan.make_plan): the one place
+        the module's modes become the plan's."""
+        return PlanOptions(spec=self.scan, needs_last_item=self.hooks.uses_last_item,
+                           persistent_tiles=self.persistent_tiles,
+                           counted_sections_per_block=self.counted_sections_per_block,
+                           dynamic_shared=tuple(self.dynamic_shared().items()))
 
     @property
     def strategy(self) -> Strategy:
