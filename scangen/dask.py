@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 
 import numpy as np
 
 from .chunked import GPUBackend, operator_of
 from .spec import as_int
+from .usercode import identifiers
 
 __all__ = ["inclusive_scan", "exclusive_scan", "select", "gpu_cluster"]
 
@@ -143,7 +143,7 @@ def select(darr, predicate, *, backend=None):
     numpy function of the chunk for ReferenceBackend.
     """
     darr, backend = _checked(darr, backend, {})
-    if isinstance(predicate, str) and re.search(r"\bi\b", predicate):
+    if isinstance(predicate, str) and "i" in identifiers(predicate):
         raise ValueError("a predicate of scangen.dask.select sees x only: i would be the index "
                          "within a chunk, not within the array")
     unknown = ((np.nan,) * darr.numblocks[0],)

@@ -7,7 +7,6 @@ the exclusive prefix ``prev_item`` and the total ``last_item``. ``Scan`` is one 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,10 +18,51 @@ from .ops import resolve_operator
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
 from .types import UNSIGNED_C_TYPES, ElementType, StructType, element_type, prerequisites
 from .strategies import Strategy, strategy_for
-from .usercode import check_code, strip_literals_and_comments
+from .strategies.base import PlanOptions
+from .usercode import UserCodeError, check_code, identifiers, strip_literals_and_comments
 
-_LAST_ITEM = re.compile(r"\blast_item\b")
-_LAST_COUNTED = re.compile(r"\b(prev_)?last_counted\b")
+#: The names an output statement may read that cost something where it does (the others it
+#: sees, item and prev_item, always exist): ``last_item``, the total, which only some
+#: strategies know before their output pass; ``last_counted`` and ``prev_last_counted``,
+#: for which a counting scan tracks the last counted index. Hooks.library_names_used says
+#: which of them an output statement names (scangen.usercode.identifiers: as C tokens, not
+#: in comments or literals, not as members).
+LIBRARY_OUTPUT_NAMES = frozenset({"last_item", "last_counted", "prev_last_counted"})
+
+
+def counting_condition(test: str, keep: bool = True) -> str:
+    """A counting ScanKernel's ``input_expr``: 1 where the C condition ``test`` holds
+    (``keep``), or where it does not, else 0."""
+    return f"({test if keep else f'!({test})'}) ? 1 : 0"
+
+
+@dataclass(frozen=True)
+class MaskInput:
+    """The input of a counting scan that counts the nonzero elements of an integer or bool
+    array argument (``keep``), or its zero ones: what a primitive passes a ScanKernel as
+    ``_input=`` instead of an ``input_expr`` (Select's flags). The expression comes from
+    here, so the module may count the mask by other means (reduce_then_scan's first pass
+    loads it 16 bytes a lane: KernelSpec.counted_mask) without reading the expression."""
+
+    #: The name of the pointer argument that holds the mask.
+    argument: str
+    keep: bool = True
+
+    @property
+    def input_expr(self) -> str:
+        return counting_condition(f"{self.argument}[i] != 0", self.keep)
+
+
+@dataclass(frozen=True)
+class Counting:
+    """What a counting scan (``counts=True``: ``input_expr`` is 0 or 1, the scan adds
+    integers) needs besides its counts."""
+
+    #: The output statement reads ``last_counted`` or ``prev_last_counted``: the module then
+    #: combines (count, last counted index + 1) pairs packed in 64 bits, not counts.
+    last_counted: bool = False
+    #: The input is a mask's elements (MaskInput); None: ``input_expr`` is the user's.
+    mask: MaskInput | None = None
 
 
 @dataclass(frozen=True)
@@ -42,8 +82,8 @@ class Hooks:
     #: The last argument is ``scangen_initial``, combined first (in scan order) into every
     #: item, prev_item and last_item.
     initial: bool = False
-    #: ``input_expr`` is 0 or 1 everywhere and the scan adds integers: it counts.
-    counts: bool = False
+    #: A counting scan (``counts=True``) and what it needs; None: the scan combines values.
+    counting: Counting | None = None
     #: Element types (scangen.types) other than the scan type that the arguments or the
     #: code name: the module includes their headers and declares them first.
     types: tuple = ()
@@ -52,27 +92,17 @@ class Hooks:
     #: so an error there is not blamed on the user; user code inside it carries markers of
     #: its own.
     helpers: str = ""
+    #: Which of LIBRARY_OUTPUT_NAMES the output statement names, found once, when the
+    #: hooks are made (make_hooks).
+    library_names_used: frozenset = frozenset()
+
+    @property
+    def counts(self) -> bool:
+        return self.counting is not None
 
     @property
     def uses_last_item(self) -> bool:
-        return bool(_LAST_ITEM.search(strip_literals_and_comments(self.output_statement)))
-
-    @property
-    def uses_last_counted(self) -> bool:
-        return bool(_LAST_COUNTED.search(strip_literals_and_comments(self.output_statement)))
-
-
-def counting_condition(test: str, keep: bool = True) -> str:
-    """A counting ScanKernel's ``input_expr``: 1 where the C condition ``test`` holds
-    (``keep``), or where it does not, else 0."""
-    return f"({test if keep else f'!({test})'}) ? 1 : 0"
-
-
-def mask_condition(mask: str, keep: bool = True) -> str:
-    """counting_condition of the integer or bool array ``mask`` being nonzero at ``i``:
-    written this way, KernelSpec.counted_mask recognises it, and reduce_then_scan's first
-    pass counts whole sections with 16-byte loads of the mask."""
-    return counting_condition(f"{mask}[i] != 0", keep)
+        return "last_item" in self.library_names_used
 
 
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
@@ -85,10 +115,11 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None, counts=False,
-               types=(), helpers=""):
+               types=(), helpers="", input=None):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
-    element types) whose C types the code names besides the scan type."""
+    element types) whose C types the code names besides the scan type; ``input`` (a
+    MaskInput, for a library client) replaces ``input_expr``."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -99,13 +130,23 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     if not isinstance(title, str):
         raise TypeError(f"title must be a string, not {type(title).__name__}")
     title = " ".join(title.split())  # one line: it goes into a // comment
+    reverse, counts = as_flag("reverse", reverse), as_flag("counts", counts)
+    if input is not None:
+        _check_mask(input, parsed, input_expr, counts)
+        input_expr = input.input_expr
     check_code(input_expr, "input_expr", expression=True)
     check_code(output_statement, "output_statement", expression=False)
     check_code(preamble, "preamble", expression=False)
+    _check_preamble_macros(preamble)
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
-    reverse, counts = as_flag("reverse", reverse), as_flag("counts", counts)
+    names_used = identifiers(output_statement) & LIBRARY_OUTPUT_NAMES
+    counting = None
+    if counts:
+        counting = Counting(
+            last_counted=not names_used.isdisjoint({"last_counted", "prev_last_counted"}),
+            mask=input)
     if initial_type is not None:
         # A type the struct module has no code for (struct, complex, bfloat16) goes by bytes.
         raw = None if initial_type.c_name in C_SCALARS else initial_type
@@ -115,8 +156,45 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     types = tuple(t if isinstance(t, (ElementType, StructType)) else element_type(t)
                   for t in types)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
-                 is_segment_start_expr, reverse, initial_type is not None, counts, types,
-                 helpers.strip())
+                 is_segment_start_expr, reverse, initial_type is not None, counting, types,
+                 helpers.strip(), names_used)
+
+
+def _check_mask(mask, arguments, input_expr, counts) -> None:
+    """A library client's MaskInput: the input of a counting scan, in place of input_expr,
+    naming a pointer argument to integers or bools."""
+    if not isinstance(mask, MaskInput):
+        raise TypeError(f"_input must be a scangen.kernel.MaskInput, not {type(mask).__name__}")
+    if input_expr is not None:
+        raise TypeError("give input_expr or _input (a MaskInput), not both")
+    if not counts:
+        raise ValueError(f"a MaskInput ({mask.argument!r}) is an input to count: pass "
+                         f"counts=True")
+    argument = next((a for a in arguments if a.name == mask.argument), None)
+    if argument is None:
+        raise ArgumentError(f"the MaskInput names {mask.argument!r}, which is none of the "
+                            f"arguments ({', '.join(a.name for a in arguments)})")
+    dtype = argument.scalar_dtype
+    if not argument.pointer or dtype is None or dtype.kind not in "biu":
+        raise ArgumentError(f"the MaskInput's {argument.described} must point to integers "
+                            f"or bools")
+
+
+def _check_preamble_macros(preamble: str) -> None:
+    """Refuse a macro of the preamble that names one of LIBRARY_OUTPUT_NAMES: scangen learns
+    which of them the output statement reads from the statement's own text, so a name
+    reached through a macro would be missed (last_item read where no total is known)."""
+    # Lines spliced and comments gone first, as the compiler does before it reads directives.
+    for line in strip_literals_and_comments(preamble.replace("\\\n", "")).splitlines():
+        directive = line.strip()
+        if directive[:1] != "#" or directive[1:].split(None, 1)[:1] != ["define"]:
+            continue
+        used = sorted(identifiers(directive[1:]) & LIBRARY_OUTPUT_NAMES)
+        if used:
+            raise UserCodeError(
+                f"preamble: a macro names {', '.join(used)}, which scangen finds only where "
+                f"the output statement names it itself; write it in output_statement: "
+                f"{directive!r}")
 
 
 @dataclass(frozen=True)
@@ -157,7 +235,7 @@ class KernelSpec:
         """Whether the module tracks the last counted index (a counting scan whose output
         statement reads ``last_counted`` or ``prev_last_counted``): its machinery then
         combines (count, last counted index + 1) pairs packed in 64 bits, not counts."""
-        return self.hooks.counts and self.hooks.uses_last_counted
+        return self.hooks.counting is not None and self.hooks.counting.last_counted
 
     @property
     def counts_by_ballots(self) -> bool:
@@ -167,26 +245,23 @@ class KernelSpec:
 
     @property
     def counted_mask(self) -> tuple[str, str, bool] | None:
-        """(mask argument, unsigned C type of its elements' size, keep) where a module that
-        counts by ballots, in array order and without last_counted, has ``input_expr`` =
-        mask_condition(mask, keep) for an integer array ``mask`` whose elements pack whole
-        into 16 bytes and a section into its threads' 16-byte loads (Select's flags): its
-        reduce_then_scan first pass then counts whole, aligned sections from those loads,
-        16 bytes a lane at a time instead of one element. None otherwise."""
-        if not self.counts_by_ballots or self.tracks_last_counted or self.hooks.reverse:
+        """(mask argument, unsigned C type of its elements' size, keep) where the input is
+        a mask (Counting.mask: Select's flags) that a module counting by ballots, in array
+        order and without last_counted, may load 16 bytes a lane: its elements pack whole
+        into 16 bytes and a section into its threads' 16-byte loads. reduce_then_scan's
+        first pass then counts whole, aligned sections from those loads instead of one
+        element at a time. None otherwise (the mask is counted by ballots, as any input)."""
+        counting = self.hooks.counting
+        if counting is None or counting.mask is None or not self.counts_by_ballots or \
+                counting.last_counted or self.hooks.reverse:
             return None
-        for argument in self.hooks.arguments:
-            dtype = argument.scalar_dtype
-            if not argument.pointer or dtype is None or dtype.kind not in "biu":
-                continue
-            per_load = 16 // dtype.itemsize
-            if self.scan.section_size % (per_load * self.scan.block_size):
-                continue
-            for keep in (True, False):
-                if self.hooks.input_expr == mask_condition(argument.name, keep):
-                    # counted in the unsigned word of the mask's size, 16 bytes a load
-                    return argument.name, UNSIGNED_C_TYPES[dtype.itemsize], keep
-        return None
+        mask = counting.mask
+        # make_hooks checked that it names a pointer to integers or bools
+        dtype = next(a for a in self.hooks.arguments if a.name == mask.argument).scalar_dtype
+        if self.scan.section_size % (16 // dtype.itemsize * self.scan.block_size):
+            return None
+        # counted in the unsigned word of the mask's size, 16 bytes a load
+        return mask.argument, UNSIGNED_C_TYPES[dtype.itemsize], mask.keep
 
     @property
     def counted_sections_per_block(self) -> int:
@@ -209,6 +284,15 @@ class KernelSpec:
         held only its tiles' ballots was measured slower (its output statements re-read the
         values, by then out of L2: docs/performance.md, fifteenth session)."""
         return self.scan.has_persistent_tiles and self.moves_warp_runs
+
+    @property
+    def plan_options(self) -> PlanOptions:
+        """What the strategies read while they plan (scangen.plan.make_plan): the one place
+        the module's modes become the plan's."""
+        return PlanOptions(spec=self.scan, needs_last_item=self.hooks.uses_last_item,
+                           persistent_tiles=self.persistent_tiles,
+                           counted_sections_per_block=self.counted_sections_per_block,
+                           dynamic_shared=tuple(self.dynamic_shared().items()))
 
     @property
     def strategy(self) -> Strategy:
@@ -291,7 +375,11 @@ class ScanKernel:
         exclusive prefix: the identity at ``i == 0``) and ``last_item`` (the total over all
         ``n``). Using ``last_item`` needs a strategy that knows the total before its output
         pass: ``auto`` then always takes ``reduce_then_scan``; ``chained`` and
-        ``decoupled_lookback`` are refused. The statement for ``i`` runs after
+        ``decoupled_lookback`` are refused. scangen learns whether the statement uses
+        ``last_item`` (and ``last_counted``, ``prev_last_counted``) from its C tokens: a
+        mention in a comment or a string, a longer name (``last_items``) or a member
+        (``s.last_item``) is no use, and a macro may not hide one (a preamble macro that
+        names one is refused). The statement for ``i`` runs after
         ``input_expr`` was evaluated for every index of ``i``'s section, so writing at
         ``i`` into an array ``input_expr`` reads at ``i`` only is safe (a scan in place).
     preamble:
@@ -332,6 +420,9 @@ class ScanKernel:
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 
+    Keywords that start with ``_`` are scangen's primitives' own: ``_helpers`` (C emitted
+    before the preamble) and ``_input`` (a MaskInput in place of ``input_expr``).
+
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
     CuPy arrays, torch tensors, anything with ``__cuda_array_interface__`` or ``__dlpack__``
@@ -341,15 +432,15 @@ class ScanKernel:
     torch stream, or a raw handle) defaults to the arrays' library's current stream.
     """
 
-    def __init__(self, dtype, operator="add", *, arguments, input_expr, output_statement,
+    def __init__(self, dtype, operator="add", *, arguments, input_expr=None, output_statement,
                  preamble="", is_segment_start_expr=None, reverse=False, initial=None,
                  counts=False, types=(), algorithm=None, section_size=None,
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
-                 _helpers=""):
+                 _helpers="", _input=None):
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
-                           counts, types, _helpers)
+                           counts, types, _helpers, _input)
         if hooks.counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,

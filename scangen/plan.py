@@ -140,11 +140,9 @@ def make_plan(kernel_spec, n) -> Plan:
     if kernel_spec.tracks_last_counted and n > LAST_COUNTED_MAX_N:
         raise ValueError(f"n={n}: a counting scan that reads last_counted takes at most "
                          f"{LAST_COUNTED_MAX_N} indices (2^32 - 1) per call")
-    needs_last_item = kernel_spec.hooks.uses_last_item
-    strategy = resolve(spec.strategy, needs_last_item, spec, n)
-    builder = PlanBuilder(spec, needs_last_item, kernel_spec.persistent_tiles,
-                          kernel_spec.counted_sections_per_block,
-                          kernel_spec.dynamic_shared_bytes)
+    options = kernel_spec.plan_options
+    strategy = resolve(spec.strategy, options.needs_last_item, spec, n)
+    builder = PlanBuilder(options)
     if n > 0:
         strategy.build(builder, n, USER_ARGS, 0)
     return Plan(kernel_spec, n, strategy.name, tuple(builder.launches),

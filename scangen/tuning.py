@@ -246,8 +246,8 @@ class Tuning:
     #: earlier instead of still loading. The module then holds a second section in shared
     #: memory. None: by value size, from PERSISTENT_TILES_MIN_BYTES (absent: never).
     tile_persistent_min_bytes: int | None = None
-    #: reduce_then_scan's first pass over a mask (a counting module whose input is
-    #: kernel.mask_condition, as Select's flags: KernelSpec.counted_mask): consecutive
+    #: reduce_then_scan's first pass over a mask (a counting module whose input is a
+    #: kernel.MaskInput, as Select's flags: KernelSpec.counted_mask): consecutive
     #: sections each block counts from 16-byte loads of the mask, all in flight together.
     #: H200, 2026-11-26 (benchmarks/tune_counting.py --select --mask-sections), Select(flags)
     #: of float32, half kept, reduce_then_scan, us at 2^26 / 2^28 in two rounds: by ballots

@@ -43,9 +43,11 @@ class UserCodeError(ValueError):
 
 
 #: Comments and string/char literals, matched from left to right as the compiler reads them
-#: (so a "/*" inside a string is no comment, and a quote inside a comment no string).
-_COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'
-                                 r"'(?:\\.|[^'\\\n])*'", re.S)
+#: (so a "/*" inside a string is no comment, and a quote inside a comment no string); a
+#: literal with its encoding prefix (u8"", L''), which is part of the one token.
+_COMMENT_OR_LITERAL = re.compile(r'//[^\n]*|/\*.*?\*/|(?:\b(?:u8|u|U|L))?(?:'
+                                 r'"(?:\\.|[^"\\\n])*"|'
+                                 r"'(?:\\.|[^'\\\n])*')", re.S)
 
 
 def strip_literals_and_comments(code: str) -> str:
@@ -53,6 +55,34 @@ def strip_literals_and_comments(code: str) -> str:
     counting. What is left of an unclosed comment or string stays, and check_code refuses
     it."""
     return _COMMENT_OR_LITERAL.sub(lambda m: " " if m.group().startswith("/") else "0", code)
+
+
+#: C tokens as the compiler splits them, once comments and literals are gone: a number (a
+#: preprocessing number: "1e5f" and "0x1Fu" are one token each, so no identifier hides in
+#: them), an identifier, or a punctuator (the three that may put a member name after them,
+#: then any other character).
+_TOKEN = re.compile(r"(?P<number>\.?[0-9](?:[eEpP][+-]|[0-9A-Za-z_.])*)"
+                    r"|(?P<name>[A-Za-z_][0-9A-Za-z_]*)|(?P<punctuator>->|::|\S)")
+#: After these, a name is a member (``s.last_item``, ``p->last_item``) or a qualified name
+#: (``ns::last_item``, ``::last_item``): never one of the plain names a template declares.
+_QUALIFYING = frozenset({".", "->", "::"})
+
+
+def identifiers(code: str) -> frozenset[str]:
+    """The names ``code`` refers to on its own: its C identifier tokens (keywords included),
+    less those inside comments and string or char literals, those after ``.``, ``->`` or
+    ``::`` (members and qualified names), and the digits and suffixes of numbers. scangen
+    reads this, not the text, to learn which of the names it may declare (``last_item``,
+    ``last_counted``) a piece of user code uses: ``last_items`` or ``my_last_item`` is
+    another name, and a mention in a comment no use. Macros are not expanded: a name
+    reached only through a macro defined elsewhere is not in the set."""
+    names, previous = set(), None
+    for token in _TOKEN.finditer(strip_literals_and_comments(code)):
+        name = token.group("name")
+        if name is not None and previous not in _QUALIFYING:
+            names.add(name)
+        previous = token.group()
+    return frozenset(names)
 
 
 def check_code(code: str, what: str, *, expression: bool) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from ..args import Argument, c_parameters
 from ..compile import check_with_nvcc, compile_module, context_key, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip, kind_of
-from ..kernel import ScanKernel, counting_condition, mask_condition, options_repr
+from ..kernel import MaskInput, ScanKernel, counting_condition, options_repr
 from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
@@ -271,22 +271,23 @@ class Select(_Compaction):
             raise ValueError(f"give a predicate or the dtype of a flags mask (flags=), one of "
                              f"them, not {given}")
         c = etype.c_name
-        helpers = ""
         if predicate is not None:
             helpers = _helpers(etype, predicate=predicate)
-            condition, mask_argument = counting_condition("scangen_keep(x[i], i)", keep), ""
+            given = dict(input_expr=counting_condition("scangen_keep(x[i], i)", keep))
+            mask_argument = ""
             self.flags_dtype = None
         else:
             self.flags_dtype = _mask_dtype(flags)
-            # in the form KernelSpec.counted_mask knows (its first pass loads 16 bytes)
-            condition = mask_condition("flags", keep)
+            # a mask, not an expression: reduce_then_scan's first pass may load it 16 bytes
+            # a lane (KernelSpec.counted_mask)
+            helpers, given = "", dict(_input=MaskInput("flags", keep))
             mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *__restrict__ flags, "
         self.predicate = predicate
         super().__init__(dtype, _counting_scan(
             etype, helpers,
             arguments=f"const {c} *__restrict__ x, {mask_argument}{c} *__restrict__ out, "
                       "long long *count",
-            input_expr=condition, output_statement=_SCATTER_KEPT,
+            output_statement=_SCATTER_KEPT, **given,
             title="select" if keep else "remove_if", **scan_options))
         self.keep = keep
 

@@ -82,24 +82,37 @@ class Temporary:
     what: str = ""
 
 
+@dataclass(frozen=True)
+class PlanOptions:
+    """Everything the strategies read while they plan, besides n: the scan spec and the
+    module's modes, made in one place (KernelSpec.plan_options). A mode that changes plans
+    is a field here, which the strategies read as ``builder.options``, set there."""
+
+    #: The scangen.spec.ScanSpec.
+    spec: object
+    #: The output reads last_item, so the plan computes the grand total before it.
+    needs_last_item: bool = False
+    #: The module has the persistent single-pass kernel (KernelSpec.persistent_tiles).
+    persistent_tiles: bool = False
+    #: Sections each block of reduce_then_scan's first pass counts over the user's input
+    #: (KernelSpec.counted_sections_per_block).
+    counted_sections_per_block: int = 1
+    #: (entry point, bytes) of the kernels that take dynamic shared memory (KernelSpec.
+    #: dynamic_shared); the others take none.
+    dynamic_shared: tuple[tuple[str, int], ...] = ()
+
+    def dynamic_shared_bytes(self, kernel: Kernel) -> int:
+        """The dynamic shared memory a launch of ``kernel`` passes."""
+        return dict(self.dynamic_shared).get(kernel.name, 0)
+
+
 class PlanBuilder:
     """Collects launches and temporaries while a strategy plans."""
 
-    def __init__(self, spec, needs_last_item: bool = False, persistent_tiles: bool = False,
-                 counted_sections_per_block: int = 1, dynamic_shared_bytes=lambda kernel: 0):
-        self.spec = spec
-        #: Kernel -> the dynamic shared memory its launches take (KernelSpec.
-        #: dynamic_shared_bytes).
-        self.dynamic_shared_bytes = dynamic_shared_bytes
-        #: Sections each block of reduce_then_scan's first pass counts over the user's input
-        #: (KernelSpec.counted_sections_per_block).
-        self.counted_sections_per_block = counted_sections_per_block
-        #: Whether the module has the persistent single-pass kernel (KernelSpec.
-        #: persistent_tiles).
-        self.persistent_tiles = persistent_tiles
-        #: Whether the output uses last_item, so the plan must compute the grand total.
-        self.needs_last_item = needs_last_item
-        self.itemsize = spec.acc_itemsize
+    def __init__(self, options: PlanOptions):
+        self.options = options
+        self.spec = options.spec
+        self.itemsize = options.spec.acc_itemsize
         self.launches: list[Launch] = []
         self.temporaries: list[Temporary] = []
         #: Tiles of the single-pass launch (0: none); how many tickets a call takes.
@@ -119,7 +132,7 @@ class PlanBuilder:
         self.launches.append(Launch(kernel, grid, self.spec.block_size, self.spec.shared_bytes,
                                     (io_arg,) + tuple(args), reads * self.itemsize,
                                     writes * self.itemsize, level, why, persistent,
-                                    self.dynamic_shared_bytes(kernel)))
+                                    self.options.dynamic_shared_bytes(kernel)))
 
 
 class Strategy:

@@ -20,7 +20,7 @@ class ReduceThenScan(SectionsThenTotals):
         one level down, and otherwise, a block reduces one."""
         if io != "user":
             return sections
-        return ceil_div(sections, builder.counted_sections_per_block)
+        return ceil_div(sections, builder.options.counted_sections_per_block)
 
 
 REDUCE_THEN_SCAN = ReduceThenScan()

@@ -43,7 +43,7 @@ class SectionsThenTotals(Strategy):
         buffers = self.buffers(builder, n, level)
         # The first pass writes one entry past the section totals (the identity); it is
         # scanned, to end with the grand total, only where the output reads last_item.
-        grand_total = io == "user" and builder.needs_last_item
+        grand_total = io == "user" and builder.options.needs_last_item
         totals = builder.temporary(f"totals{level}", sections + 1,
                                    f"{sections} section totals, then the grand total"
                                    if grand_total else f"{sections} section totals")

@@ -48,7 +48,7 @@ class SinglePass(Strategy):
             builder.temporaries.append(Temporary("status_values", state.value_bytes(tiles),
                                                  persistent=True, what="tile value slots"))
         builder.single_pass_tiles = tiles
-        persistent = builder.persistent_tiles and \
+        persistent = builder.options.persistent_tiles and \
             n * spec.acc_itemsize >= spec.tuning.persistent_min_bytes(spec.acc_itemsize)
         family = SCAN_TILES_PERSISTENT if persistent else SCAN_TILES
         builder.launch(Kernel(family, "user"), tiles, io_arg,

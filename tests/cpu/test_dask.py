@@ -104,6 +104,9 @@ def test_refusals(rng):
         sd.inclusive_scan(x[x > 0])
     with pytest.raises(ValueError, match="index within a chunk"):
         sd.select(x, "x > 0 && i % 2 == 0")
+    # a field named i, or i in a comment or a character, is no use of the index
+    for predicate in ("x.i > 0", "p->i > 0 /* not i */", "x > 'i'"):
+        sd.select(x, predicate)
     with pytest.raises(TypeError, match="bitwise"):
         sd.inclusive_scan(x.astype(np.float32), "bit_or")
 

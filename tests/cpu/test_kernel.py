@@ -7,6 +7,7 @@ import pytest
 import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
 from scangen import UserCodeError
+from scangen.kernel import MaskInput
 from scangen.runtime import launcher
 from tests.support import COMPACTION, FakeDeviceArray, simulate_device
 from tests.support import needs_nvcc
@@ -86,9 +87,46 @@ def test_last_item_needs_a_strategy_that_knows_the_total():
     assert "scan_tiles_user" not in kernel.source
     assert kernel.plan(1 << 20).strategy == "reduce_then_scan"
     assert compaction(strategy="auto").plan(1 << 20).strategy == "decoupled_lookback"
-    # a mention in a comment or a string is not a use
-    assert not compaction(output_statement='out[i] = item; // not last_item').kernel_spec \
-        .hooks.uses_last_item
+
+
+@pytest.mark.parametrize("statement,used", [
+    ("out[i] = x[i] / (float)last_item;", True),
+    ("out[i] = item; /* not last_item */ // nor last_item", False),
+    ('out[i] = item; if (i == 0) printf("last_item");', False),
+    ("const long long last_items = item; out[i] = last_items;", False),
+    ("out[i] = my_last_item(item);", False),
+    ("out[i] = item + pairs[i].last_item + ns::last_item;", False),
+    ("out[i] = item + pairs[i].last_item + last_item;", True),
+])
+def test_last_item_is_a_use_of_the_name_as_a_c_token(statement, used):
+    kernel = compaction(output_statement=statement)
+    hooks = kernel.kernel_spec.hooks
+    assert hooks.uses_last_item == used
+    assert hooks.library_names_used == ({"last_item"} if used else frozenset())
+    assert kernel.plan(1 << 20).strategy == ("reduce_then_scan" if used else
+                                             "decoupled_lookback")
+
+
+@pytest.mark.parametrize("preamble", [
+    "#define TOTAL last_item",
+    "  #  define TOTAL(x) ((x) + \\\n    last_item)",
+    "#define RUN_START prev_last_counted",
+])
+def test_a_preamble_macro_may_not_hide_an_output_name(preamble):
+    with pytest.raises(UserCodeError, match="preamble: a macro names (last_item|prev_last_"
+                                            "counted).*write it in output_statement"):
+        compaction(preamble=preamble, output_statement="out[i] = item;")
+
+
+def test_a_preamble_may_use_the_output_names_otherwise():
+    # a parameter of that name, a macro in a comment or a string: the output statement
+    # reads none of them, so no total is needed
+    kernel = compaction(
+        preamble="__device__ float share(long long last_item, float v) { return v / last_item; }"
+                 "\n// #define TOTAL last_item\n#define NAME \"last_item\"\n#define TOTALS 3",
+        output_statement="out[i] = share(item, x[i]);")
+    assert not kernel.kernel_spec.hooks.uses_last_item
+    assert kernel.plan(1 << 20).strategy == "decoupled_lookback"
 
 
 def test_source_holds_the_hooks_and_plan_needs_no_gpu():
@@ -300,34 +338,63 @@ def test_counting_kernels_count_with_ballots_in_every_user_body():
     assert not narrow.kernel_spec.counts_by_ballots and "load_ballots" not in narrow.source
 
 
-def test_a_mask_condition_is_counted_from_16_byte_loads():
-    from scangen.kernel import mask_condition
+def mask_kernel(argument="const int *keep", mask=MaskInput("keep"), **options):
+    """A counting ScanKernel whose input is the mask ``keep`` (as Select's flags)."""
+    return scangen.ScanKernel(np.int64, "add", arguments=f"{argument}, long long *out",
+                              **{"output_statement": "out[i] = item;", "counts": True,
+                                 "_input": mask, **options})
 
+
+def test_a_mask_input_is_counted_from_16_byte_loads():
     for flags, word in ((np.bool_, "unsigned char"), (np.int16, "unsigned short"),
                         (np.int64, "unsigned long long")):
         for keep in (True, False):
             select = scangen.Select(np.float32, flags=flags, keep=keep)
             assert select.kernel.kernel_spec.counted_mask == ("flags", word, keep)
             assert "count_mask_sections(io.flags, first, totals)" in select.kernel.source
-    # a ScanKernel that writes the condition the same way is recognised too
-    kernel = compaction(counts=True, arguments="const int *keep, long long *out",
-                        input_expr=mask_condition("keep"), output_statement="out[i] = item;")
+    # the MaskInput writes the expression the other kernels count by ballots
+    kernel = mask_kernel()
     assert kernel.kernel_spec.counted_mask == ("keep", "unsigned int", True)
-    # no mask: a predicate, a float array, reverse, last_counted, sections the loads don't fill
+    assert kernel.kernel_spec.hooks.input_expr == "(keep[i] != 0) ? 1 : 0"
+    dropped = mask_kernel(mask=MaskInput("keep", keep=False))
+    assert dropped.kernel_spec.counted_mask == ("keep", "unsigned int", False)
+    assert dropped.kernel_spec.hooks.input_expr == "(!(keep[i] != 0)) ? 1 : 0"
+    # the same expression written as input_expr is the user's: counted by ballots
+    by_hand = compaction(counts=True, arguments="const int *keep, long long *out",
+                         input_expr="(keep[i] != 0) ? 1 : 0", output_statement="out[i] = item;")
+    assert by_hand.kernel_spec.counted_mask is None
+    assert "count_mask_section" not in by_hand.source
+    # no 16-byte loads: a predicate, reverse, last_counted, sections the loads don't fill
     assert scangen.Select(np.float32, "x > 0").kernel.kernel_spec.counted_mask is None
-    unrecognised = [
-        dict(arguments="const float *keep, long long *out", input_expr=mask_condition("keep"),
-             output_statement="out[i] = item;"),
-        dict(arguments="const int *keep, long long *out", input_expr=mask_condition("keep"),
-             output_statement="out[i] = item;", reverse=True),
-        dict(arguments="const int *keep, long long *out", input_expr=mask_condition("keep"),
-             output_statement="out[i] = last_counted;"),
-        dict(arguments="const int *keep, long long *out", input_expr=mask_condition("keep"),
-             output_statement="out[i] = item;", section_size=64, items_per_thread=2)]
-    for options in unrecognised:
-        kernel = compaction(counts=True, **options)
+    for options in (dict(reverse=True), dict(output_statement="out[i] = last_counted;"),
+                    dict(section_size=64, items_per_thread=2)):
+        kernel = mask_kernel(**options)
+        assert kernel.kernel_spec.counts_by_ballots
         assert kernel.kernel_spec.counted_mask is None, options
         assert "count_mask_section" not in kernel.source
+
+
+@pytest.mark.parametrize("options,error,message", [
+    (dict(mask=MaskInput("flags")), ArgumentError,
+     r"MaskInput names 'flags', which is none of the arguments \(keep, out\)"),
+    (dict(argument="const float *keep"), ArgumentError,
+     r"MaskInput's argument 'keep' \(const float \*keep\) must point to integers or bools"),
+    (dict(argument="int keep"), ArgumentError, r"argument 'keep' \(int keep\) must point"),
+    (dict(argument="const my_t *keep"), ArgumentError, "must point to integers or bools"),
+    (dict(counts=False), ValueError, r"MaskInput \('keep'\) is an input to count: pass "
+                                     r"counts=True"),
+    (dict(input_expr="keep[i]"), TypeError, r"give input_expr or _input \(a MaskInput\)"),
+    (dict(mask="keep[i] != 0"), TypeError, "_input must be a scangen.kernel.MaskInput, not str"),
+])
+def test_a_mask_input_names_a_pointer_to_integers(options, error, message):
+    with pytest.raises(error, match=message):
+        mask_kernel(**options)
+
+
+def test_input_expr_is_required():
+    with pytest.raises(TypeError, match="input_expr must be a string of C code, not NoneType"):
+        scangen.ScanKernel(np.int64, "add", arguments="long long *out",
+                           output_statement="out[i] = item;")
 
 
 @pytest.mark.parametrize("per_block", [1, 3, 16])
@@ -378,11 +445,15 @@ def test_last_counted_packs_count_and_index():
     ).kernel_spec.tracks_last_counted
     plain = compaction(counts=True)
     assert not plain.kernel_spec.tracks_last_counted and "LAST_MASK" not in plain.source
-    # the name in a comment or a string is no use of it
-    assert not scangen.ScanKernel(
-        np.int64, "add", arguments="const int *x, long long *out", input_expr="x[i] & 1",
-        output_statement='out[i] = item; /* last_counted */', counts=True
-    ).kernel_spec.tracks_last_counted
+    # the name in a comment or a string, a longer name or a member is no use of it
+    for statement in ('out[i] = item; /* last_counted */ // prev_last_counted',
+                      'if (i == 0) printf("last_counted");',
+                      "const long long last_counted_here = item; out[i] = last_counted_here;",
+                      "out[i] = runs[i].last_counted + runs[i].prev_last_counted;"):
+        assert not scangen.ScanKernel(
+            np.int64, "add", arguments="const int *x, long long *out, const run_t *runs",
+            input_expr="x[i] & 1", output_statement=statement, counts=True
+        ).kernel_spec.tracks_last_counted, statement
     assert kernel.plan(2 ** 32 - 1).n == 2 ** 32 - 1
     with pytest.raises(ValueError, match=r"last_counted takes at most 4294967295 indices"):
         kernel.plan(2 ** 32)

@@ -29,7 +29,8 @@ from scangen.render import render
 from scangen.spec import MAX_BLOCK_THREADS, MAX_STATIC_SHARED_BYTES
 from scangen.tuning import max_shared_bytes
 from scangen.strategies import resolve
-from scangen.strategies.base import MAX_GRID
+from scangen.strategies.base import MAX_GRID, PlanBuilder
+from scangen.strategies.reduce_then_scan import REDUCE_THEN_SCAN
 from tests.support import (AFFINE, SINGLE_PASS, TOTAL_STRATEGIES, assert_scan_equal, expected,
                            operator, random_input, segmented_reference)
 from tests.support.plan_machine import PlanMachine, RecordHooks, ScanHooks, run_plan
@@ -546,6 +547,32 @@ def test_plan_takes_numpy_integers():
         plan = kernel.plan(n)
         assert type(plan.n) is int and plan == make_plan(kernel.kernel_spec, 70000)
     assert make_plan(kernel.kernel_spec, np.int8(5)).n == 5
+
+
+def test_the_strategies_plan_from_the_options_alone():
+    """KernelSpec.plan_options is what a plan reads of the module's modes: a field set on
+    its own changes what the strategy plans."""
+    kernel = scangen.Select(np.float32, flags=np.bool_, strategy="reduce_then_scan").kernel
+    options = kernel.kernel_spec.plan_options
+    assert options == dataclasses.replace(options) and hash(options) == hash(options)
+    assert (options.spec, options.needs_last_item, options.counted_sections_per_block) == \
+        (kernel.spec, False, kernel.spec.tuning.mask_sections_per_block)
+    sections, n = 37, 37 * kernel.spec.section_size
+
+    def planned(**change):
+        builder = PlanBuilder(dataclasses.replace(options, **change))
+        REDUCE_THEN_SCAN.build(builder, n, USER_ARGS, 0)
+        return builder
+
+    first, *_ = planned().launches
+    assert first.grid == -(-sections // options.counted_sections_per_block)
+    assert planned(counted_sections_per_block=1).launches[0].grid == sections
+    assert planned().temporaries[0].nbytes == (sections + 1) * 8
+    # with last_item, the top level's totals end with the grand total
+    assert "then the grand total" in planned(needs_last_item=True).temporaries[0].what
+    assert "grand total" not in planned().temporaries[0].what
+    dynamic = planned(dynamic_shared=((first.kernel.name, 4096),)).launches[0]
+    assert dynamic.dynamic_shared_bytes == 4096 and first.dynamic_shared_bytes == 0
 
 
 @pytest.mark.parametrize("n", [-1, np.int64(-3), 2.5, "10", None, 10.0, np.float64(4.0), True,
