@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel import ScanKernel, options_repr
+from .render import render_template
 from .interop import Call
 from .runtime.launcher import check_array
 from .scan import _OUTPUT
@@ -26,20 +27,11 @@ _INDEX_TYPES = {
 _DEFAULT_INDEX = {"flags": np.dtype(np.bool_), "offsets": np.dtype(np.int64),
                   "keys": np.dtype(np.int64)}
 
-_OFFSET_SEARCH = """// Whether i is one of offsets[0 .. count) (non-decreasing): a binary search.
-static __device__ __forceinline__ bool scangen_is_offset(const {c} *offsets, long long count,
-                                                         long long i)
-{{
-    long long low = 0, high = count;
-    while (low < high) {{
-        const long long middle = low + (high - low) / 2;
-        if ((long long)offsets[middle] < i)
-            low = middle + 1;
-        else
-            high = middle;
-    }}
-    return low < count && (long long)offsets[low] == i;
-}}"""
+def _offset_search(offset_c: str) -> str:
+    """The device function the offsets form's segment test calls, ``scangen_is_offset``
+    (templates/segmented.cuh.j2), for offsets of C type ``offset_c``."""
+    return render_template("segmented.cuh.j2", dict(offset_c=offset_c),
+                           "a segmented scan by offsets")
 
 
 class SegmentedScan:
@@ -128,7 +120,7 @@ class SegmentedScan:
             else:
                 arguments = f"const {c} *offsets, long long offset_count"
                 head = "scangen_is_offset(offsets, offset_count, i)"
-                helpers = _OFFSET_SEARCH.format(c=c)
+                helpers = _offset_search(c)
             self._kernels[key] = ScanKernel(
                 self.dtype, self.operator,
                 arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",
