@@ -202,8 +202,11 @@ def build_primitive(args):
                        else f"{args.what} takes no --predicate")
     if args.bits is not None and args.what != "radix_digit_offsets":
         raise CLIError(f"--bits belongs to radix_digit_offsets, not {args.what}")
-    options = dict(algorithm=args.algorithm, section_size=args.section_size,
-                   items_per_thread=args.items_per_thread, strategy=args.strategy)
+    # Only the options given: a primitive's defaults (Unique's measured tile, say) hold
+    # where none is.
+    options = {k: v for k, v in dict(algorithm=args.algorithm, section_size=args.section_size,
+                                     items_per_thread=args.items_per_thread,
+                                     strategy=args.strategy).items() if v is not None}
     try:
         return build(args.dtype, args.predicate, options, args.bits)
     except (ValueError, TypeError) as err:
