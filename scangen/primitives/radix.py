@@ -372,14 +372,14 @@ def _buffer(name):
     return NULL if name is None else BufferArg(name)
 
 
-def _plan_sort(builder, module, n, begin, end, descending, *, keys="keys", values="values",
-               out_keys="out_keys", out_values="out_values") -> None:
+def _plan_sort(builder, module, n, begin, end, descending, portion_tiles, *, keys="keys",
+               values="values", out_keys="out_keys", out_values="out_values") -> None:
     """The launches that sort ``n`` keys (buffer ``keys``, and ``values`` if the module
     carries any; None: argsort's first pass numbers the keys) by bits begin..end into
     ``out_keys`` (and ``out_values``): the digit counts of every pass in one launch, then
     one radix_onesweep launch per pass and portion of the keys, least significant digit
     first, ping-ponging between the outputs and spare buffers so that the last pass lands
-    in the outputs."""
+    in the outputs. A launch covers ``portion_tiles`` tiles at most."""
     carries = module.value_dtype is not None
     # (shift, bits) of each pass; with no bits to sort by, one pass over a digit that is
     # always 0 (a stable pass then copies keys and values, and numbers argsort's indices)
@@ -397,7 +397,7 @@ def _plan_sort(builder, module, n, begin, end, descending, *, keys="keys", value
         reads=key_bytes, writes=count_bytes, blocks_per_sm=_DIGIT_COUNT_BLOCKS_PER_SM,
         why=f"the digits of {len(passes)} pass(es) counted in one read of the keys, "
             f"a grid-stride loop over {tiles} tiles")
-    portion = min(tiles, ONESWEEP_PORTION_TILES)
+    portion = min(tiles, portion_tiles)
     words = portion * radix
     builder.temporary("ticket", TICKET_BYTES, "atomic tile counter", persistent=True)
     builder.temporary("status", words * DIGIT_STATUS.word_bytes,
@@ -441,10 +441,10 @@ def _plan_sort(builder, module, n, begin, end, descending, *, keys="keys", value
 
 
 @functools.lru_cache(maxsize=256)
-def _sort_plan(module, n, begin, end, descending) -> ModulePlan:
+def _sort_plan(module, n, begin, end, descending, portion_tiles) -> ModulePlan:
     builder = ModulePlanBuilder()
     if n:
-        _plan_sort(builder, module, n, begin, end, descending,
+        _plan_sort(builder, module, n, begin, end, descending, portion_tiles,
                    values=None if module.index_values else "values")
     what = "argsort" if module.index_values else "radix sort"
     values = "" if module.value_dtype is None or module.index_values else \
@@ -455,7 +455,7 @@ def _sort_plan(module, n, begin, end, descending) -> ModulePlan:
 
 
 @functools.lru_cache(maxsize=256)
-def _offsets_plan(modules, bits, n, shift, descending) -> ModulePlan:
+def _offsets_plan(modules, bits, n, shift, descending, portion_tiles) -> ModulePlan:
     """RadixDigitOffsets' plan (see its docstring) with its ``modules``."""
     radix = 1 << bits
     key_dtype = modules[0].key_dtype
@@ -492,7 +492,7 @@ def _offsets_plan(modules, bits, n, shift, descending) -> ModulePlan:
         builder.temporary("sorted", n * key_dtype.itemsize, "the keys by the digit")
         builder.temporary("order", n * 8, "the keys' indices by the digit")
         _plan_sort(builder, passes, n, shift, min(shift + bits, width), descending,
-                   values=None, out_keys="sorted", out_values="order")
+                   portion_tiles, values=None, out_keys="sorted", out_values="order")
         grid = min(ceil_div(n, module.block_size), _MAX_GRID_STRIDE_BLOCKS)
         builder.launch(module, "radix_places_from_order", grid, module.block_size,
                        dict(order=BufferArg("order"), dest=BufferArg("dest"), n=n),
@@ -569,7 +569,7 @@ class RadixDigitOffsets:
         ``print()`` it to read it."""
         return _offsets_plan(self.modules, self.bits, as_count(n),
                              _check_bits("shift", shift, 8 * self.key_dtype.itemsize - 1),
-                             as_flag("descending", descending))
+                             as_flag("descending", descending), ONESWEEP_PORTION_TILES)
 
     def __call__(self, keys, shift, *, descending=False, stream=None):
         call = Call(stream, {"keys": keys})
@@ -627,7 +627,8 @@ class RadixSort:
         end = _check_bits("end_bit", width if end_bit is None else end_bit, width)
         if begin > end:
             raise ValueError(f"begin_bit={begin} is past end_bit={end}")
-        return _sort_plan(self.module, as_count(n), begin, end, descending)
+        return _sort_plan(self.module, as_count(n), begin, end, descending,
+                          ONESWEEP_PORTION_TILES)
 
     def __call__(self, keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                  stream=None):

@@ -58,13 +58,10 @@ def keys_of(rng, dtype, n):
 @pytest.fixture
 def small_portions(monkeypatch):
     """Portions of two tiles, so that sorts of a few tiles take several onesweep launches
-    per pass (each plan made afresh)."""
+    per pass (plans are cached with the portion they were made for)."""
+    scangen.RadixSort("uint16").plan(10 * 6144)  # cached with the usual portion
     monkeypatch.setattr(radix, "ONESWEEP_PORTION_TILES", 2)
-    radix._sort_plan.cache_clear()
-    radix._offsets_plan.cache_clear()
-    yield 2
-    radix._sort_plan.cache_clear()
-    radix._offsets_plan.cache_clear()
+    return 2
 
 
 # --- radix sort and argsort ---------------------------------------------------------------
@@ -248,6 +245,9 @@ def test_run_length_encode_plans_heads_then_lengths_on_the_host(rng, monkeypatch
     assert out["count"][0] == runs
     np.testing.assert_array_equal(out["values"][:runs], x[heads])
     np.testing.assert_array_equal(out["counts"][:runs], np.diff(np.append(heads, 5000)))
+    # no elements (the two kernels asked for at every size): no runs, nothing launched
+    monkeypatch.setattr(compaction, "_ONE_PASS_BELOW", 0)
+    assert rle.plan(0).zeroed == (("count", 8),) and not rle.plan(0).launches
 
 
 # --- named arguments ----------------------------------------------------------------------
