@@ -30,8 +30,8 @@ keys = gpuarray.to_gpu(np.random.default_rng(1).integers(0, 2 ** 32, n, dtype=np
 sort = scangen.RadixSort(np.uint32)
 if "TILE" in os.environ:  # THREADSxITEMS, to try another tile shape
     threads, items = (int(v) for v in os.environ["TILE"].split("x"))
-    sort._passes = radix._RadixPasses(radix.RadixModule(np.dtype(np.uint32), block_size=threads,
-                                            max_items=items))
+    sort.module = radix.RadixPassesModule(np.dtype(np.uint32), block_size=threads,
+                                          max_items=items)
 sort(keys)
 driver.Context.synchronize()
 start, stop = driver.Event(), driver.Event()
@@ -42,6 +42,6 @@ for _ in range(int(os.environ.get("TRIALS", "1"))):
     stop.record()
     stop.synchronize()
     times.append(stop.time_since(start) * 1e3)
-tile = sort._passes.module
+tile = sort.module
 print(f"sort of {n} uint32 keys ({tile.block_size}x{tile.items_per_thread}): "
       f"{min(times):.1f} us (best of {len(times)})")

@@ -4,8 +4,8 @@
 
 Each shape is THREADSxITEMS@T[/W]: blocks of THREADS threads ranking up to ITEMS keys each,
 compiled under a register bound that keeps T threads per multiprocessor, each digit's
-look-back reading W predecessors a poll (RadixModule's block_size, max_items,
-min_threads_per_sm and lookback_tiles; defaults in scangen/primitives/radix.py: _TILE,
+look-back reading W predecessors a poll (block_size, max_items, min_threads_per_sm and
+lookback_tiles of RadixPassesModule and DigitPlacesModule; defaults in scangen/primitives/radix.py: _TILE,
 ONESWEEP_MIN_THREADS_PER_SM, ONESWEEP_LOOKBACK_TILES, and _DIGIT_PLACES_TILE for the digit
 offsets). For each it sorts uint32 keys (checked against numpy once) and runs
 radix_digit_offsets over 8 bits on the same tile (which has no look-back), timed with
@@ -59,11 +59,10 @@ def main(argv=None):
         for threads, items, per_sm, width in args.shapes:
             tile = dict(block_size=threads, max_items=items, min_threads_per_sm=per_sm)
             sort = scangen.RadixSort(np.uint32)
-            sort._passes = radix._RadixPasses(radix.RadixModule(
-                np.dtype(np.uint32), lookback_tiles=width, **tile))
+            sort.module = radix.RadixPassesModule(np.dtype(np.uint32), lookback_tiles=width,
+                                                  **tile)
             offsets = scangen.RadixDigitOffsets(np.uint32)
-            offsets._passes = radix._DigitPlaces(radix.RadixModule(
-                np.dtype(np.uint32), output="dest", **tile))
+            offsets.modules = (radix.DigitPlacesModule(np.dtype(np.uint32), **tile),)
             correct = np.array_equal(sort(on_device).get(), np.sort(keys))
             sorted_in = timer.seconds_per_call(lambda: sort(on_device), 8 * n)
             placed_in = timer.seconds_per_call(lambda: offsets(on_device, 8), 12 * n)

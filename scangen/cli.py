@@ -202,8 +202,11 @@ def build_primitive(args):
                        else f"{args.what} takes no --predicate")
     if args.bits is not None and args.what != "radix_digit_offsets":
         raise CLIError(f"--bits belongs to radix_digit_offsets, not {args.what}")
-    options = dict(algorithm=args.algorithm, section_size=args.section_size,
-                   items_per_thread=args.items_per_thread, strategy=args.strategy)
+    # Only the options given: a primitive's defaults (Unique's measured tile, say) hold
+    # where none is.
+    options = {k: v for k, v in dict(algorithm=args.algorithm, section_size=args.section_size,
+                                     items_per_thread=args.items_per_thread,
+                                     strategy=args.strategy).items() if v is not None}
     try:
         return build(args.dtype, args.predicate, options, args.bits)
     except (ValueError, TypeError) as err:
@@ -212,15 +215,32 @@ def build_primitive(args):
 
 # ----------------------------------------------------------------- subcommands
 
+#: What source and plan take besides the spec options: a scan or a primitive.
+_WHAT = (
+    arg("what", nargs="?", default="scan", choices=["scan", *PRIMITIVES],
+        help="a scan (the default) or a primitive: " + ", ".join(PRIMITIVES)),
+    arg("--predicate", metavar="C_EXPR",
+        help="the predicate of select, remove_if and partition: a C expression in x "
+        "(the element) and i (its index), e.g. 'x > 0.5f'"),
+    arg("--bits", type=int, metavar="B",
+        help="the digit width of radix_digit_offsets: 1 to 16 (default 8; wider "
+        "than 8 adds the places module)"),
+)
+
+
+def build_what(args):
+    """The scan or primitive ``what`` names, from the spec options."""
+    if args.what != "scan":
+        return build_primitive(args)
+    if args.predicate is not None:
+        raise CLIError("--predicate belongs to select, remove_if and partition")
+    if args.bits is not None:
+        raise CLIError("--bits belongs to radix_digit_offsets")
+    return build_scan(args)
+
+
 @subcommand("source", "print the CUDA source a scan or a primitive emits (no GPU needed)",
-            arg("what", nargs="?", default="scan", choices=["scan", *PRIMITIVES],
-                help="a scan (the default) or a primitive: " + ", ".join(PRIMITIVES)),
-            arg("--predicate", metavar="C_EXPR",
-                help="the predicate of select, remove_if and partition: a C expression in x "
-                "(the element) and i (its index), e.g. 'x > 0.5f'"),
-            arg("--bits", type=int, metavar="B",
-                help="the digit width of radix_digit_offsets: 1 to 16 (default 8; wider "
-                "than 8 adds the places module)"),
+            *_WHAT,
             arg("--check", action="store_true",
                 help="also compile it with the nvcc on PATH (no GPU needed); a C error in "
                 "your code is reported with the numbered source around it (exit 1)"),
@@ -228,14 +248,7 @@ def build_primitive(args):
             description="Print the CUDA source of every kernel the described scan (or "
             "primitive) launches. Needs no GPU and no PyCUDA.")
 def cmd_source(args) -> int:
-    if args.what == "scan":
-        if args.predicate is not None:
-            raise CLIError("--predicate belongs to select, remove_if and partition")
-        if args.bits is not None:
-            raise CLIError("--bits belongs to radix_digit_offsets")
-        scan = build_scan(args)
-    else:
-        scan = build_primitive(args)
+    scan = build_what(args)
     print(scan.source, end="")
     if args.check:
         scan.check_compile()
@@ -246,13 +259,19 @@ def cmd_source(args) -> int:
 @subcommand("plan", "print the kernel launches that scan N elements (no GPU needed)",
             arg("--n", type=parse_size, required=True, metavar="N",
                 help="number of elements, e.g. 1000000, 2^20 or 2**20"),
+            *_WHAT,
+            arg("--bins", type=int, metavar="B",
+                help="the bins of histogram (default 10)"),
             spec_options=True,
             description="Print the launch plan (kernels, grids, temporaries, bytes moved) that "
-            "scans N elements with the described scan. Needs no GPU and no PyCUDA.")
+            "scans N elements with the described scan, or that a primitive runs over N "
+            "elements. Needs no GPU and no PyCUDA.")
 def cmd_plan(args) -> int:
-    scan = build_scan(args)
+    scan = build_what(args)
+    if args.bins is not None and args.what != "histogram":
+        raise CLIError(f"--bins belongs to histogram, not {args.what}")
     try:
-        plan = scan.plan(args.n)
+        plan = scan.plan(args.n) if args.bins is None else scan.plan(args.n, args.bins)
     except (ValueError, TypeError) as err:
         raise CLIError(str(err)) from None
     print(plan.describe())
@@ -370,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
               {PROG} source --dtype int32 --op add --mode exclusive --algorithm brent_kung
               {PROG} source --dtype float64 --expr 'b != 0 ? b : a' --identity 0 --name last_nonzero
               {PROG} plan --n 1000000 --algorithm coarsened --items-per-thread 8
+              {PROG} plan --n 2^24 radix_sort --dtype uint32
               {PROG} demo
               {PROG} bench --sizes 2^20 2^24 --no-peers
 

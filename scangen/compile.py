@@ -8,7 +8,8 @@ saying what is missing. The text compiled is exactly the rendered text (C++, wit
 What is compiled is a *module spec*: a hashable object with ``module_source()`` (the
 rendered ModuleSource), ``entry_points()`` (each ``__global__`` function's name and its
 parameters, as scangen.args.Argument) and ``description`` (what to call it in an error).
-A ScanKernel's KernelSpec is one; the radix sort's module is another. A module spec may
+A ScanKernel's KernelSpec is one; a module with kernels of its own (scangen.modules.Module:
+radix passes, histogram, run lengths) is another. A module spec may
 also have ``dynamic_shared()``: {entry point: bytes of dynamic shared memory its launches
 take}; the compiled module lets each such kernel use that much (the opt-in attribute).
 """

@@ -66,18 +66,8 @@ class Plan:
             f"  {len(self.launches)} launch(es), {self.levels} level(s)",
         ]
         for i, launch in enumerate(self.launches):
-            args = ", ".join(_format_arg(a) for a in launch.args)
-            grid = f"min({launch.grid}, resident)" if launch.persistent else launch.grid
-            dynamic = f" ({launch.dynamic_shared_bytes} dynamic)" \
-                if launch.dynamic_shared_bytes else ""
-            lines.append(
-                f"  [{i}] level {launch.level} {launch.kernel.name}<<<{grid}, "
-                f"{launch.block}, {launch.shared_bytes} B smem{dynamic}>>>({args})")
-            lines.append(f"      {launch.why}; reads {launch.bytes_read} B, "
-                         f"writes {launch.bytes_written} B")
-        for temp in self.temporaries:
-            kept = ", kept between calls" if temp.persistent else ""
-            lines.append(f"  temporary {temp.name}: {temp.nbytes} B ({temp.what}{kept})")
+            lines += launch_lines(i, launch, f"level {launch.level} ")
+        lines += temporary_lines(self.temporaries)
         payload = 2 * self.n * spec.etype.itemsize
         lines.append(f"  temporary bytes: {self.temp_bytes}")
         lines.append(f"  bytes read: {self.bytes_read}, written: {self.bytes_written}, "
@@ -87,16 +77,53 @@ class Plan:
         return "\n".join(lines)
 
 
+def launch_lines(index: int, launch: Launch, where: str = "") -> list[str]:
+    """A launch as plans print it: ``[index] {where}kernel<<<grid, block, smem>>>(args)``
+    and a line saying why and what it moves."""
+    args = ", ".join(_format_arg(a) for a in launch.args)
+    grid = launch.grid
+    if launch.persistent:
+        grid = f"min({launch.grid}, resident)"
+    elif launch.blocks_per_sm:
+        grid = f"min({launch.grid}, {launch.blocks_per_sm} per SM)"
+    dynamic = f" ({launch.dynamic_shared_bytes} dynamic)" \
+        if launch.dynamic_shared_bytes else ""
+    shared = "" if launch.shared_bytes is None else f", {launch.shared_bytes} B smem{dynamic}"
+    return [f"  [{index}] {where}{launch.kernel.name}<<<{grid}, {launch.block}{shared}>>>"
+            f"({args})",
+            f"      {launch.why}; reads {launch.bytes_read} B, "
+            f"writes {launch.bytes_written} B"]
+
+
+def temporary_lines(temporaries) -> list[str]:
+    lines = []
+    for temp in temporaries:
+        kept = ", kept between calls" if temp.persistent else ""
+        lines.append(f"  temporary {temp.name}: {temp.nbytes} B ({temp.what}{kept})")
+    return lines
+
+
 def _format_arg(arg) -> str:
+    if isinstance(arg, tuple):  # a module's (parameter name, value)
+        name, value = arg
+        return f"{name}={format_value(value)}"
     if arg is USER_ARGS:
         return "<arguments>"
-    if isinstance(arg, BufferArg):
-        return arg.name
-    if arg is NULL:
-        return "NULL"
-    if isinstance(arg, RuntimeArg):
-        return f"<{arg.name}>"
+    if isinstance(arg, (BufferArg, RuntimeArg)) or arg is NULL:
+        return format_value(arg)
     return f"n={arg}"
+
+
+def format_value(value) -> str:
+    """An argument's value as plans print it: a buffer's name (and offset), NULL, a value
+    the call supplies in angle brackets, or the number."""
+    if isinstance(value, BufferArg):
+        return f"{value.name}+{value.offset}" if value.offset else value.name
+    if value is NULL:
+        return "NULL"
+    if isinstance(value, RuntimeArg):
+        return f"<{value.name}>"
+    return str(value)
 
 
 def as_count(n) -> int:

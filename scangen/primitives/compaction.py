@@ -20,13 +20,16 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..compile import check_with_nvcc, compile_module, context_key, release_at_exit
+from ..compile import context_key, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip, kind_of
 from ..kernel import MaskInput, ScanKernel, counting_condition, options_repr
-from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
+from ..modules import Module, ModulePlanBuilder
+from ..plan import as_count
+from ..runtime.launcher import _gpuarray, check_array, overlaps
+from ..runtime.modules import ModuleRuntime
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
-from ..strategies.base import ceil_div
+from ..strategies.base import BufferArg, ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
 from ..render import render_template
 from ..types import MASK_C_TYPES, c_equal, element_type
@@ -388,9 +391,9 @@ _LENGTHS_BLOCKS_PER_SM = 8
 
 
 @dataclass(frozen=True)
-class RunLengthsModule:
-    """The second of RunLengthEncode's two kernels from 2^32 elements, ``run_lengths``: a
-    module spec for scangen.compile."""
+class RunLengthsModule(Module):
+    """The second of RunLengthEncode's two kernels from 2^32 elements, ``run_lengths``
+    (templates/run_lengths.cu.j2)."""
 
     template: ClassVar[str] = "run_lengths.cu.j2"
     parameters: ClassVar[tuple] = (
@@ -402,11 +405,6 @@ class RunLengthsModule:
     def entry_points(self):
         return (("run_lengths", self.parameters),)
 
-    def module_source(self):
-        from ..render import render_module
-
-        return render_module(self)
-
     @property
     def description(self) -> str:
         return "run lengths from run starts"
@@ -414,15 +412,6 @@ class RunLengthsModule:
     def context(self) -> dict:
         return dict(block_size=_LENGTHS_BLOCK_SIZE, items_per_thread=_LENGTHS_ITEMS_PER_THREAD,
                     parameters=c_parameters(self.parameters))
-
-    def launch(self, starts, counts, runs, end: int, stream) -> None:
-        """Queue the kernel on ``stream``: at most ``end`` runs (the count is read on the
-        device), one wave of blocks or fewer."""
-        blocks = wave_grid(ceil_div(end, _LENGTHS_BLOCK_SIZE * _LENGTHS_ITEMS_PER_THREAD),
-                           _LENGTHS_BLOCKS_PER_SM)
-        launch_function(compile_module(self), "run_lengths", stream)(
-            (blocks, 1, 1), (_LENGTHS_BLOCK_SIZE, 1, 1), stream, starts.ptr, counts.ptr,
-            runs.ptr, np.int64(end))
 
 
 def _run_heads_scan(etype, third: str, output_statement: str, title: str,
@@ -489,6 +478,7 @@ class RunLengthEncode(_Compaction):
         etype = element_type(dtype)
         self._wide = functools.partial(_run_heads, etype, scan_options)
         self._wide_kernels = None
+        self._runtime = ModuleRuntime()
         super().__init__(dtype, _run_lengths(etype, scan_options))
 
     def wide_kernels(self):
@@ -499,10 +489,30 @@ class RunLengthEncode(_Compaction):
         return self._wide_kernels
 
     def plan(self, n):
-        """The launches of the counting scan for ``n`` elements (no GPU needed): from 2^32
-        elements, the heads scan's (``wide_kernels()``), which one ``run_lengths`` launch
-        follows."""
-        return (self.kernel if n < _ONE_PASS_BELOW else self.wide_kernels()[0]).plan(n)
+        """The launches for ``n`` elements (no GPU needed): below 2^32 the counting scan's
+        plan; from 2^32 a plan of the heads scan (``wide_kernels()``) and the
+        ``run_lengths`` launch after it."""
+        if n < _ONE_PASS_BELOW:
+            return self.kernel.plan(n)
+        heads, lengths = self.wide_kernels()
+        n = as_count(n)
+        builder = ModulePlanBuilder()
+        if n == 0:  # only where the two kernels are asked for below 2^32 (tests)
+            builder.zero("count", 8)
+            return builder.build(f"run_length_encode of {self.etype.name} in two kernels", n,
+                                 [lengths.description])
+        builder.scan(heads, n, dict(x=BufferArg("x"), values=BufferArg("values"),
+                                    starts=BufferArg("starts"), count=BufferArg("count")),
+                     "each run's value and first index, and the number of runs")
+        tile = _LENGTHS_BLOCK_SIZE * _LENGTHS_ITEMS_PER_THREAD
+        builder.launch(lengths, "run_lengths", ceil_div(n, tile), _LENGTHS_BLOCK_SIZE,
+                       dict(starts=BufferArg("starts"), counts=BufferArg("counts"),
+                            runs=BufferArg("count"), end=n),
+                       reads=n * 8, writes=n * 8, blocks_per_sm=_LENGTHS_BLOCKS_PER_SM,
+                       why="counts[r] = starts[r + 1] - starts[r] for the runs the scan "
+                           "counted (read on the device)")
+        return builder.build(f"run_length_encode of {self.etype.name} in two kernels", n,
+                             [lengths.description])
 
     def check_compile(self) -> None:
         """Compile all three kernels with the nvcc on PATH (no GPU needed): the one-pass
@@ -510,7 +520,7 @@ class RunLengthEncode(_Compaction):
         self.kernel.check_compile()
         heads, lengths = self.wide_kernels()
         heads.check_compile()
-        check_with_nvcc(lengths)
+        lengths.check_compile()
 
     def __call__(self, x, *, values=None, counts=None, stream=None, count_on_device=False):
         call = Call(stream, {"x": x, "values": values, "counts": counts},
@@ -525,14 +535,14 @@ class RunLengthEncode(_Compaction):
             count, count_view = self._launch(call, [call.views["x"], values_view, counts_view],
                                              n, count_on_device)
         else:
-            heads, lengths = self.wide_kernels()
             # A new array each call (pooled): with the count left on the device, a call on
             # another stream may start before this one's lengths kernel has read its starts.
             _, starts = call.empty((n,), np.int64)
             # The count too is the call's own (the lengths kernel reads it after this returns).
-            count, count_view = self._launch(call, [call.views["x"], values_view, starts], n,
-                                             True, heads)
-            lengths.launch(starts, counts_view, count_view, n, call.stream)
+            count, count_view = call.empty((1,), np.int64)
+            self._runtime.run(self.plan(n), {"x": call.views["x"], "values": values_view,
+                                             "starts": starts, "count": count_view,
+                                             "counts": counts_view}, call.stream)
         if count_on_device:
             return values, counts, count
         runs = self._read(count_view, call.stream)

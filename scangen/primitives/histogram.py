@@ -12,9 +12,11 @@ import numpy as np
 from ..args import Argument, c_parameters
 from ..compile import context_key, release_at_exit
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
-from ..runtime.streams import memset_d8_async
-from ..strategies.base import ceil_div
+from ..modules import Module, ModulePlan, ModulePlanBuilder
+from ..plan import as_count
+from ..runtime.launcher import _gpuarray, check_array
+from ..runtime.modules import ModuleRuntime
+from ..strategies.base import BufferArg, RuntimeArg, ceil_div
 from ..types import as_dtype, element_type
 from .radix import KEY_DTYPES
 
@@ -38,8 +40,8 @@ _PARAMETERS = (
 
 
 @dataclass(frozen=True)
-class HistogramModule:
-    """The histogram kernel for one value dtype: a module spec for scangen.compile."""
+class HistogramModule(Module):
+    """The histogram kernel for one value dtype (templates/histogram.cu.j2)."""
 
     template: ClassVar[str] = "histogram.cu.j2"
     dtype: np.dtype
@@ -52,11 +54,6 @@ class HistogramModule:
 
     def entry_points(self):
         return (("histogram_counts", _PARAMETERS),)
-
-    def module_source(self):
-        from ..render import render_module
-
-        return render_module(self)
 
     @property
     def description(self) -> str:
@@ -77,6 +74,30 @@ class HistogramModule:
                     block_size=_BLOCK_SIZE, items_per_thread=self.items_per_thread,
                     blocks_per_sm=_BLOCKS_PER_SM,
                     shared_bins=_SHARED_BINS, parameters=c_parameters(_PARAMETERS))
+
+
+#: What the kernel takes of the call's range (Histogram.__call__ gives them).
+_RANGE_VALUES = ("low", "high", "span", "scale_in_bins", "margin_in_bins")
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(module, n, bins) -> ModulePlan:
+    """The counts zeroed, then (n > 0) one wave of blocks walking the tiles."""
+    builder = ModulePlanBuilder()
+    builder.zero("counts", bins * 8)
+    if n:
+        tiles = ceil_div(n, module.tile_size)
+        builder.launch(
+            module, "histogram_counts", tiles, _BLOCK_SIZE,
+            dict(x=BufferArg("x"), edges=BufferArg("edges"), counts=BufferArg("counts"),
+                 n=n, bins=bins, **{name: RuntimeArg(name) for name in _RANGE_VALUES}),
+            reads=n * module.dtype.itemsize + (bins + 1) * module.edge_dtype.itemsize,
+            writes=bins * 8, blocks_per_sm=_BLOCKS_PER_SM,
+            why=f"a grid-stride loop over {tiles} tiles of {module.tile_size}, counts in "
+                f"shared memory{'' if bins <= _SHARED_BINS else ' (too many bins: global)'}")
+    return builder.build(f"histogram of {module.dtype} into {bins} bins", n,
+                         [f"{module.description}: tiles of {module.tile_size} = "
+                          f"{_BLOCK_SIZE} threads x {module.items_per_thread}"])
 
 
 def outer_edges(bins, range) -> tuple[float, float]:
@@ -150,6 +171,7 @@ class Histogram:
                             f"{', '.join(str(k) for k in KEY_DTYPES)}, not {dtype}")
         self.module = HistogramModule(dtype)
         self._edges = None  # the last call's bins: see _bins
+        self._runtime = ModuleRuntime()
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
@@ -161,13 +183,17 @@ class Histogram:
     @property
     def source(self) -> str:
         """The CUDA of the histogram kernel (no GPU needed)."""
-        return self.module.module_source().text
+        return self.module.source
 
     def check_compile(self) -> None:
         """Compile the kernel with the nvcc on PATH (no GPU needed)."""
-        from ..compile import check_with_nvcc
+        self.module.check_compile()
 
-        check_with_nvcc(self.module)
+    def plan(self, n, bins=10) -> ModulePlan:
+        """The launches that count ``n`` values into ``bins`` bins (no GPU needed); the
+        range's values are the call's (``<low>`` ...). ``print()`` it to read it."""
+        outer_edges(bins, (0, 1))  # bins' checks
+        return _plan(self.module, as_count(n), int(bins))
 
     def _bins(self, bins, range):
         """``(low, high, edges on the host, on the device, margin)`` for these bins: the last
@@ -188,18 +214,12 @@ class Histogram:
         check_array("x", view, self.module.dtype)
         low, high, edges, device_edges, margin = self._bins(bins, range)
         bins = len(edges) - 1
+        plan = self.plan(view.size, bins)
         counts, counts_view = call.empty((bins,), np.int64)
-        memset_d8_async(counts_view.ptr, 0, counts_view.nbytes, call.stream)
-        n = view.size
-        if n:
-            from ..compile import compile_module
-
-            blocks = wave_grid(ceil_div(n, self.module.tile_size), _BLOCKS_PER_SM)
-            launch_function(compile_module(self.module), "histogram_counts", call.stream)(
-                (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, view.ptr, device_edges.ptr,
-                counts_view.ptr, np.int64(n), np.int32(bins), np.float64(low),
-                np.float64(high), np.float64(high - low), np.float64(bins / (high - low)),
-                np.float64(margin))
+        self._runtime.run(plan, {"x": view, "edges": device_edges, "counts": counts_view},
+                          call.stream, dict(low=low, high=high, span=high - low,
+                                            scale_in_bins=bins / (high - low),
+                                            margin_in_bins=margin))
         return counts, edges.copy()
 
 

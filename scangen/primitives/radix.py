@@ -25,21 +25,20 @@ order, as torch.sort(stable=True, descending=True)).
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from ..args import Argument
-from ..compile import release_at_exit, stream_key
 from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
-from ..runtime.scratch import StreamScratch
-from ..runtime.streams import memset_d8_async
+from ..modules import Module, ModulePlan, ModulePlanBuilder
+from ..plan import as_count
+from ..runtime.launcher import check_array
+from ..runtime.modules import ModuleRuntime
 from ..spec import MAX_STATIC_SHARED_BYTES, as_flag, as_int
-from ..strategies.base import ceil_div
-from ..strategies.tile_state import TileState
+from ..strategies.base import NULL, BufferArg, RuntimeArg, ceil_div
+from ..strategies.tile_state import TICKET_BYTES, TileState
 from ..tuning import Tuning
 from ..types import UNSIGNED_C_TYPES, as_dtype, element_type, prerequisites
 
@@ -89,7 +88,7 @@ ONESWEEP_PORTION_TILES = 16384
 #: 2^26 uint32 keys alike (1931-1933 us).
 ONESWEEP_MIN_THREADS_PER_SM = 1024
 #: Predecessors a onesweep digit's look-back reads per poll, all loaded before any is
-#: decoded (RadixModule.lookback_tiles; see templates/tile/state.cuh.j2's read_status).
+#: decoded (RadixPassesModule.lookback_tiles; see templates/tile/state.cuh.j2's read_status).
 #: H200, 2026-11-25, 2^26 uint32 keys, sort and radix_digit_offsets in us (cupy.sort
 #: 1745): 1 a poll 1972/510 and 1963/504, 2 1881/504, 4 1882/515 and 1879/511, 8 1909/544;
 #: one read a round trip as before 2010/529 and 1968/511.
@@ -111,51 +110,95 @@ def key_type(dtype) -> np.dtype:
     return key
 
 
-@dataclass(frozen=True)
-class RadixModule:
-    """The module of radix passes for one key type (and value type): a module spec for
-    scangen.compile, hashable, rendered from templates/radix.cu.j2.
+class _RadixTiles:
+    """What the tiled radix modules share: digits of ``radix_bits`` bits, tiles of
+    ``block_size`` threads x ``items_per_thread`` keys, and the key's typedefs and ordered
+    bits in the template (``_key_context``)."""
 
-    ``output`` is "keys" (keys, and values if any, move to their places), "dest" (no
-    passes: the tile counts and tile places kernels of radix_digit_offsets, see
-    _DigitPlaces) or "places" (no passes: the two kernels that finish a digit wider than a
-    pass, see RadixDigitOffsets).
-    ``index_values``: the value array may be NULL, and each key then carries its index
-    (argsort's first pass)."""
+    def _fill_tile(self, tile) -> None:
+        """The tile fields left None take ``tile``'s (block_size, max_items,
+        min_threads_per_sm)."""
+        for field, default in zip(("block_size", "max_items", "min_threads_per_sm"), tile):
+            if getattr(self, field) is None:
+                object.__setattr__(self, field, default)
+
+    @property
+    def items_per_thread(self) -> int:
+        return self.max_items
+
+    @property
+    def tile_size(self) -> int:
+        return self.block_size * self.items_per_thread
+
+    @property
+    def radix(self) -> int:
+        return 1 << self.radix_bits
+
+    def tiles(self, n: int) -> int:
+        return ceil_div(n, self.tile_size)
+
+    @property
+    def layout(self) -> str:
+        """The module and its tile, as plans print it."""
+        return (f"{self.description}: digits of {self.radix_bits} bits, tiles of "
+                f"{self.tile_size} = {self.block_size} threads x {self.items_per_thread}")
+
+    def _tile_context(self) -> dict:
+        return dict(radix_bits=self.radix_bits,
+                    min_blocks=max(1, self.min_threads_per_sm // self.block_size),
+                    items_per_thread=self.items_per_thread, tile_size=self.tile_size)
+
+
+def _key_context(module, output: str, value_type=None) -> dict:
+    """What every part of templates/radix.cu.j2 reads: the key's (and value's) types, the
+    part (``output``), the block size and the entry points' parameter lists."""
+    from ..args import c_parameters
+
+    key = element_type(module.key_dtype)
+    includes, declarations = prerequisites([key] + ([] if value_type is None else
+                                                    [value_type]))
+    return dict(
+        output=output, key_dtype=str(module.key_dtype), key_c=key.c_name,
+        key_bits_c=UNSIGNED_C_TYPES[module.key_dtype.itemsize],
+        key_order={"u": "unsigned", "i": "signed", "f": "float"}[module.key_dtype.kind],
+        value_dtype=None if value_type is None else value_type.name,
+        value_c=None if value_type is None else value_type.c_name,
+        includes=list(includes), type_declarations=declarations,
+        block_size=module.block_size,
+        parameters={name: c_parameters(params) for name, params in module.entry_points()})
+
+
+@dataclass(frozen=True)
+class RadixPassesModule(_RadixTiles, Module):
+    """The radix passes over keys of one type (and values of one type), rendered from
+    templates/radix.cu.j2: radix_digit_counts counts the digits of every pass in one read,
+    radix_onesweep moves the keys (and values) of one portion to their places by one
+    digit. ``index_values``: the value array may be NULL, and each key then carries its
+    index (argsort's first pass)."""
 
     template: ClassVar[str] = "radix.cu.j2"
     key_dtype: np.dtype
     value_dtype: np.dtype | None = None
-    output: str = "keys"
     index_values: bool = False
     radix_bits: int = MAX_RADIX_BITS
-    #: The tile: block_size threads, up to max_items keys each (None: _TILE's, or
-    #: _DIGIT_PLACES_TILE's for "dest").
+    #: The tile: block_size threads, up to max_items keys each (None: _TILE's).
     block_size: int | None = None
     max_items: int | None = None
     #: Predecessors a digit's look-back reads per poll.
     lookback_tiles: int = ONESWEEP_LOOKBACK_TILES
-    #: The register bound of the ranking kernels: a multiprocessor holds this many threads
-    #: (None: ONESWEEP_MIN_THREADS_PER_SM, or _DIGIT_PLACES_TILE's for "dest").
+    #: The register bound of the ranking kernel: a multiprocessor holds this many threads
+    #: (None: ONESWEEP_MIN_THREADS_PER_SM).
     min_threads_per_sm: int | None = None
 
     def __post_init__(self):
         key_type(self.key_dtype)
-        if self.output not in ("keys", "dest", "places"):
-            raise ValueError(f"output must be 'keys', 'dest' or 'places', not {self.output!r}")
-        if self.output != "keys" and self.value_dtype is not None:
-            raise ValueError(f"a {self.output!r} module moves no values")
         if self.index_values and self.value_dtype != np.dtype(np.int64):
             raise ValueError("index values are int64")
         if not 1 <= self.radix_bits <= MAX_RADIX_BITS:
             raise ValueError(f"a pass takes digits of 1..{MAX_RADIX_BITS} bits")
         if not 1 <= self.lookback_tiles <= 32:
             raise ValueError("lookback_tiles must be 1..32")
-        tile = _DIGIT_PLACES_TILE if self.output == "dest" else \
-            (*_TILE, ONESWEEP_MIN_THREADS_PER_SM)
-        for field, default in zip(("block_size", "max_items", "min_threads_per_sm"), tile):
-            if getattr(self, field) is None:
-                object.__setattr__(self, field, default)
+        self._fill_tile((*_TILE, ONESWEEP_MIN_THREADS_PER_SM))
         # Values too wide to stage in shared memory: a TypeError when the module is made
         # (and with it the sort), not at its first call.
         _ = self.items_per_thread
@@ -174,8 +217,6 @@ class RadixModule:
     def items_per_thread(self) -> int:
         """Keys per thread: as many as the staging area (keys and values of a whole tile)
         holds, up to max_items."""
-        if self.output != "keys":
-            return self.max_items
         # What the digit counters leave of the static limit: a counter per digit (and one
         # for lanes past the end) per warp, the tile's counts, starts (4 bytes) and bases
         # (8 bytes) per digit, and the ticket's tile number (8 bytes). The ranking's digit
@@ -195,39 +236,8 @@ class RadixModule:
         """Passes one digit count serves: every digit of the key."""
         return ceil_div(8 * self.key_dtype.itemsize, self.radix_bits)
 
-    @property
-    def tile_size(self) -> int:
-        return self.block_size * self.items_per_thread
-
-    @property
-    def radix(self) -> int:
-        return 1 << self.radix_bits
-
-    def tiles(self, n: int) -> int:
-        return ceil_div(n, self.tile_size)
-
-    # The module spec protocol of scangen.compile.
-
     def entry_points(self):
-        if self.output == "places":
-            return (("radix_places_from_order",
-                     (Argument("order", "long long", pointer=True, const=True),
-                      Argument("dest", "long long", pointer=True), _N)),
-                    ("radix_digit_starts",
-                     (Argument("sorted", "radix_key_t", pointer=True, const=True),
-                      Argument("digit_start", "long long", pointer=True))
-                     + _PASS_PARAMETERS))
         keys = Argument("keys", "radix_key_t", pointer=True, const=True)
-        if self.output == "dest":
-            return (("radix_tile_counts",
-                     (keys, Argument("tile_counts", "long long", pointer=True),
-                      Argument("digits", "unsigned char", pointer=True))
-                     + _PASS_PARAMETERS),
-                    ("radix_tile_places",
-                     (Argument("digits", "unsigned char", pointer=True, const=True),
-                      Argument("tile_bases", "long long", pointer=True, const=True),
-                      Argument("dest", "long long", pointer=True),
-                      Argument("digit_start", "long long", pointer=True), _N)))
         counts = (keys, Argument("counts", "unsigned long long", pointer=True), _N,
                   Argument("first_shift", "int"), Argument("passes", "int"),
                   Argument("end_bit", "int"), _FLIP)
@@ -246,179 +256,94 @@ class RadixModule:
                     *_PASS_PARAMETERS)
         return (("radix_digit_counts", counts), ("radix_onesweep", onesweep))
 
-    def module_source(self):
-        from ..render import render_module
-
-        return render_module(self)
-
     @property
     def description(self) -> str:
-        if self.output == "places":
-            return f"radix places and digit starts of {self.key_dtype} keys"
-        if self.output == "dest":
-            return f"radix digit offsets of {self.key_dtype} keys"
         values = "" if self.value_dtype is None else f" with {self.value_dtype} values"
         return f"radix passes over {self.key_dtype} keys{values}"
 
     def context(self) -> dict:
-        from ..args import c_parameters
-
-        key = element_type(self.key_dtype)
-        value = self.value_type
-        includes, declarations = prerequisites([key] + ([] if value is None else [value]))
-        kind = self.key_dtype.kind
         return dict(
-            key_dtype=str(self.key_dtype), key_c=key.c_name,
-            key_bits_c=UNSIGNED_C_TYPES[self.key_dtype.itemsize],
-            key_order={"u": "unsigned", "i": "signed", "f": "float"}[kind],
-            value_dtype=None if value is None else value.name,
-            value_c=None if value is None else value.c_name,
-            includes=list(includes), type_declarations=declarations,
-            radix_bits=self.radix_bits, max_passes=self.max_passes,
-            min_blocks=max(1, self.min_threads_per_sm // self.block_size),
-            block_size=self.block_size,
-            items_per_thread=self.items_per_thread, tile_size=self.tile_size,
-            output=self.output, index_values=self.index_values,
+            _key_context(self, "keys", self.value_type), **self._tile_context(),
+            max_passes=self.max_passes, index_values=self.index_values,
             lookback_tiles=self.lookback_tiles,
             backoff_min_ns=Tuning.backoff_min_ns, backoff_max_ns=Tuning.backoff_max_ns,
-            **DIGIT_STATUS.template_context(),
-            parameters={name: c_parameters(params) for name, params in self.entry_points()})
+            **DIGIT_STATUS.template_context())
 
 
-def _ptr(array) -> int:
-    """A device address for a launch (an int: launches pack arguments by the kernel's format,
-    and a numpy scalar per pointer costs a fifth of a microsecond); 0 for none or empty."""
-    return array.ptr if array is not None and array.size else 0
+@dataclass(frozen=True)
+class DigitPlacesModule(_RadixTiles, Module):
+    """radix_digit_offsets' kernels for a digit up to a pass wide (templates/radix.cu.j2,
+    kernels/radix_tile_places.cuh.j2): radix_tile_counts (each tile's count of every
+    digit, and each key's digit) and radix_tile_places (each key's place from its tile's
+    bases)."""
 
+    template: ClassVar[str] = "radix.cu.j2"
+    key_dtype: np.dtype
+    radix_bits: int = MAX_RADIX_BITS
+    #: The tile and register bound (None: _DIGIT_PLACES_TILE's).
+    block_size: int | None = None
+    max_items: int | None = None
+    min_threads_per_sm: int | None = None
 
-class _Scratch:
-    """What a module's launches on one stream use, kept between calls: arrays (digit
-    counts, portion bases, a sort's spare buffers), grown as needed, and the onesweep
-    passes' ticket and tile status."""
+    def __post_init__(self):
+        key_type(self.key_dtype)
+        if not 1 <= self.radix_bits <= MAX_RADIX_BITS:
+            raise ValueError(f"a pass takes digits of 1..{MAX_RADIX_BITS} bits")
+        self._fill_tile(_DIGIT_PLACES_TILE)
 
-    def __init__(self):
-        self.arrays = {}
-        self.status = StreamScratch(DIGIT_STATUS)
-
-    def get(self, name, size, dtype):
-        array = self.arrays.get(name)
-        if array is None or array.size < size or array.dtype != dtype:
-            array = self.arrays[name] = _gpuarray().empty(max(size, 1), dtype)
-        return array
-
-
-class _ModuleLaunches:
-    """A module and the scratch its launches use, per calling thread and stream."""
-
-    def __init__(self, module: RadixModule):
-        self.module = module
-        # Keyed by the thread and compile.stream_key (the context and the stream): a call's
-        # launches use it in stream order, and a call from another thread (the one-shot
-        # functions share their objects) may queue its own on the same stream between
-        # them, so it has its own; another context's memory is not this one's.
-        self._scratch = {}  # -> _Scratch
-        release_at_exit(self)
-
-    def release_device_memory(self) -> None:
-        self._scratch.clear()
-
-    def scratch(self, stream) -> _Scratch:
-        """The calling thread's scratch for ``stream`` in the current context."""
-        key = (threading.get_ident(), *stream_key(stream))
-        scratch = self._scratch.get(key)
-        if scratch is None:
-            scratch = self._scratch[key] = _Scratch()
-        return scratch
+    def entry_points(self):
+        return (("radix_tile_counts",
+                 (Argument("keys", "radix_key_t", pointer=True, const=True),
+                  Argument("tile_counts", "long long", pointer=True),
+                  Argument("digits", "unsigned char", pointer=True))
+                 + _PASS_PARAMETERS),
+                ("radix_tile_places",
+                 (Argument("digits", "unsigned char", pointer=True, const=True),
+                  Argument("tile_bases", "long long", pointer=True, const=True),
+                  Argument("dest", "long long", pointer=True),
+                  Argument("digit_start", "long long", pointer=True), _N)))
 
     @property
-    def source(self) -> str:
-        """The CUDA of the module's kernels."""
-        return self.module.module_source().text
+    def description(self) -> str:
+        return f"radix digit offsets of {self.key_dtype} keys"
 
-    def check_compile(self) -> None:
-        from ..compile import check_with_nvcc
-
-        check_with_nvcc(self.module)
+    def context(self) -> dict:
+        return dict(_key_context(self, "dest"), **self._tile_context())
 
 
-class _RadixPasses(_ModuleLaunches):
-    """Runs a module's launches on a stream: the digit counts of all passes, then each pass
-    as one onesweep launch per portion of the keys."""
+@dataclass(frozen=True)
+class WideDigitPlacesModule(Module):
+    """The two kernels that finish a digit wider than a pass (templates/radix.cu.j2,
+    kernels/radix_places.cuh.j2): radix_places_from_order (each key's place from the
+    stable order by the digit) and radix_digit_starts (where each digit starts, from the
+    keys in that order). Grid-stride loops of ``block_size`` threads a block."""
 
-    def count(self, keys, n, passes, descending, stream) -> None:
-        """Count the digits of ``passes`` ((shift, bits) of each, consecutive) over the n
-        keys, for run() to find where each pass's digits start."""
-        from ..compile import compile_module
+    template: ClassVar[str] = "radix.cu.j2"
+    key_dtype: np.dtype
+    block_size: int = _TILE[0]
 
-        module = self.module
-        counts = self.scratch(stream).get("digit_counts", len(passes) * module.radix,
-                                          np.uint64)
-        memset_d8_async(counts.ptr, 0, len(passes) * module.radix * 8, stream)
-        grid = wave_grid(module.tiles(n), _DIGIT_COUNT_BLOCKS_PER_SM)
-        end_bit = passes[-1][0] + passes[-1][1]
-        launch_function(compile_module(module), "radix_digit_counts", stream)(
-            (grid, 1, 1), (module.block_size, 1, 1), stream, _ptr(keys), counts.ptr,
-            np.int64(n), np.int32(passes[0][0]), np.int32(len(passes)), np.int32(end_bit),
-            _flip(descending))
+    def __post_init__(self):
+        key_type(self.key_dtype)
 
-    def run(self, keys, moved, n, number, shift, bits, descending, stream):
-        """Pass ``number`` of those count() counted, over the digit at ``shift`` (``bits``
-        wide): ``moved`` is the arguments after the keys (the outputs, and values if any)."""
-        from ..compile import compile_module
-
-        module = self.module
-        launch = launch_function(compile_module(module), "radix_onesweep", stream)
-        scratch = self.scratch(stream)
-        counts = scratch.get("digit_counts", (number + 1) * module.radix, np.uint64)
-        # Where each digit starts in a portion: written by the portion before it.
-        bases = [scratch.get(name, module.radix, np.int64) for name in ("bases", "bases_next")]
-        tiles = module.tiles(n)
-        portion = min(tiles, ONESWEEP_PORTION_TILES)
-        state = scratch.status
-        addresses = state.bind_state(portion * module.radix, stream)
-        pass_args = _pass_arguments(n, shift, bits, descending)
-        for first_tile in range(0, tiles, portion):
-            grid = min(portion, tiles - first_tile)
-            ticket_base, epoch = state.next_single_pass_call(grid, stream)
-            launch((grid, 1, 1), (module.block_size, 1, 1), stream, _ptr(keys),
-                   *(_ptr(a) for a in moved), counts.ptr + 8 * number * module.radix,
-                   bases[0].ptr, bases[1].ptr, addresses["ticket"],
-                   ticket_base, addresses["status"], epoch, first_tile, *pass_args)
-            bases.reverse()
-
-
-class _DigitPlaces(_ModuleLaunches):
-    """radix_digit_offsets of a digit up to a pass wide: the tile counts of every digit, an
-    exclusive scan of them in digit-major order (in place: each becomes the base of its tile
-    and digit), and each key's place from its tile's bases."""
+    def entry_points(self):
+        return (("radix_places_from_order",
+                 (Argument("order", "long long", pointer=True, const=True),
+                  Argument("dest", "long long", pointer=True), _N)),
+                ("radix_digit_starts",
+                 (Argument("sorted", "radix_key_t", pointer=True, const=True),
+                  Argument("digit_start", "long long", pointer=True))
+                 + _PASS_PARAMETERS))
 
     @property
-    def source(self) -> str:
-        """The CUDA of the tile kernels and of the scan between them."""
-        return super().source + "\n" + _tile_bases_scan().source
+    def description(self) -> str:
+        return f"radix places and digit starts of {self.key_dtype} keys"
 
-    def check_compile(self) -> None:
-        super().check_compile()
-        _tile_bases_scan().check_compile()
+    @property
+    def layout(self) -> str:
+        return f"{self.description}: blocks of {self.block_size} threads"
 
-    def run(self, keys, dest, digit_start, n, shift, descending, stream) -> None:
-        """dest and digit_start of the n keys for the module's digit at ``shift``."""
-        from ..compile import compile_module
-
-        module = self.module
-        compiled = compile_module(module)
-        scratch = self.scratch(stream)
-        tiles = module.tiles(n)
-        bases = scratch.get("tile_bases", module.radix * tiles, np.int64)
-        grid, block = (tiles, 1, 1), (module.block_size, 1, 1)
-        pass_args = _pass_arguments(n, shift, module.radix_bits, descending)
-        digits = scratch.get("digits", n, np.uint8)
-        launch_function(compiled, "radix_tile_counts", stream)(
-            grid, block, stream, _ptr(keys), bases.ptr, digits.ptr, *pass_args)
-        _tile_bases_scan().launch_converted((bases.ptr,), module.radix * tiles, stream)
-        launch_function(compiled, "radix_tile_places", stream)(
-            grid, block, stream, digits.ptr, bases.ptr, _ptr(dest), _ptr(digit_start),
-            np.int64(n))
+    def context(self) -> dict:
+        return _key_context(self, "places")
 
 
 @functools.cache
@@ -432,30 +357,154 @@ def _tile_bases_scan():
                       title="radix digit offsets: tile bases")
 
 
-def _flip(descending) -> np.uint64:
+def _flip(descending) -> int:
     """What ordered bits are xor-ed with: all ones for a descending order."""
-    return np.uint64(2 ** 64 - 1 if descending else 0)
+    return 2 ** 64 - 1 if descending else 0
 
 
-def _pass_arguments(n, shift, bits, descending) -> tuple:
-    """The values of _PASS_PARAMETERS: n, the digit's shift and mask, and the flip."""
-    return np.int64(n), np.int32(shift), np.uint32((1 << bits) - 1), _flip(descending)
+def _pass_arguments(n, shift, bits, descending) -> dict:
+    """The arguments of _PASS_PARAMETERS: n, the digit's shift and mask, and the flip."""
+    return dict(n=n, shift=shift, mask=(1 << bits) - 1, flip=_flip(descending))
 
 
-def _finish_wide_digit(module, sorted_keys, order, dest, digit_start, n, shift, bits,
-                       descending, stream) -> None:
-    """The places module's two launches: dest from the stable order by the digit, and where
-    each digit starts from the keys in that order."""
-    from ..compile import compile_module
+def _buffer(name):
+    """A buffer argument by name; None (no such array) is NULL."""
+    return NULL if name is None else BufferArg(name)
 
-    compiled = compile_module(module)
-    grid = (min(ceil_div(n, module.block_size), _MAX_GRID_STRIDE_BLOCKS), 1, 1)
-    block = (module.block_size, 1, 1)
-    launch_function(compiled, "radix_places_from_order", stream)(
-        grid, block, stream, _ptr(order), _ptr(dest), np.int64(n))
-    launch_function(compiled, "radix_digit_starts", stream)(
-        grid, block, stream, _ptr(sorted_keys), _ptr(digit_start),
-        *_pass_arguments(n, shift, bits, descending))
+
+def _plan_sort(builder, module, n, begin, end, descending, portion_tiles, *, keys="keys",
+               values="values", out_keys="out_keys", out_values="out_values") -> None:
+    """The launches that sort ``n`` keys (buffer ``keys``, and ``values`` if the module
+    carries any; None: argsort's first pass numbers the keys) by bits begin..end into
+    ``out_keys`` (and ``out_values``): the digit counts of every pass in one launch, then
+    one radix_onesweep launch per pass and portion of the keys, least significant digit
+    first, ping-ponging between the outputs and spare buffers so that the last pass lands
+    in the outputs. A launch covers ``portion_tiles`` tiles at most."""
+    carries = module.value_dtype is not None
+    # (shift, bits) of each pass; with no bits to sort by, one pass over a digit that is
+    # always 0 (a stable pass then copies keys and values, and numbers argsort's indices)
+    passes = [(shift, min(MAX_RADIX_BITS, end - shift))
+              for shift in range(begin, end, MAX_RADIX_BITS)] or [(0, 0)]
+    radix, tiles = module.radix, module.tiles(n)
+    count_bytes = len(passes) * radix * 8
+    counts = builder.temporary("digit_counts", count_bytes,
+                               "each pass's count of every digit")
+    builder.zero("digit_counts", count_bytes)
+    key_bytes = n * module.key_dtype.itemsize
+    builder.launch(module, "radix_digit_counts", tiles, module.block_size, dict(
+        keys=BufferArg(keys), counts=counts, n=n, first_shift=passes[0][0],
+        passes=len(passes), end_bit=passes[-1][0] + passes[-1][1], flip=_flip(descending)),
+        reads=key_bytes, writes=count_bytes, blocks_per_sm=_DIGIT_COUNT_BLOCKS_PER_SM,
+        why=f"the digits of {len(passes)} pass(es) counted in one read of the keys, "
+            f"a grid-stride loop over {tiles} tiles")
+    portion = min(tiles, portion_tiles)
+    words = portion * radix
+    builder.temporary("ticket", TICKET_BYTES, "atomic tile counter", persistent=True)
+    builder.temporary("status", words * DIGIT_STATUS.word_bytes,
+                      f"{portion} tiles x {radix} digits: {DIGIT_STATUS.describe(words)}",
+                      persistent=True)
+    builder.single_pass_tiles = max(builder.single_pass_tiles, words)
+    for name in ("bases", "bases_next"):
+        builder.temporary(name, radix * 8, "where each digit starts in a portion")
+    if len(passes) > 1:
+        builder.temporary("spare_keys", key_bytes, "keys between passes")
+        if carries:
+            builder.temporary("spare_values", n * module.value_dtype.itemsize,
+                              "values between passes")
+    targets = [(out_keys, out_values), ("spare_keys", "spare_values")]
+    source = (keys, values)
+    for number, (shift, bits) in enumerate(passes):
+        target = targets[(len(passes) - 1 - number) % 2]
+        # Where each digit starts in a portion: written by the portion before it.
+        bases = ["bases", "bases_next"]
+        for first_tile in range(0, tiles, portion):
+            grid = min(portion, tiles - first_tile)
+            args = dict(keys=BufferArg(source[0]), keys_out=BufferArg(target[0]))
+            if carries:
+                args.update(values=_buffer(source[1]), values_out=BufferArg(target[1]))
+            args.update(
+                digit_counts=BufferArg("digit_counts", 8 * number * radix),
+                portion_in=BufferArg(bases[0]), portion_out=BufferArg(bases[1]),
+                ticket=BufferArg("ticket"), ticket_base=RuntimeArg("ticket_base"),
+                status=BufferArg("status"), epoch=RuntimeArg("epoch"), first_tile=first_tile,
+                **_pass_arguments(n, shift, bits, descending))
+            moved = (min(n, (first_tile + grid) * module.tile_size)
+                     - first_tile * module.tile_size) * module.moved_itemsize
+            builder.launch(
+                module, "radix_onesweep", grid, module.block_size, args, reads=moved,
+                writes=moved,
+                why=f"pass {number + 1} of {len(passes)}, bits {shift}..{shift + bits - 1}"
+                    f" ({bits} bits): tiles {first_tile}..{first_tile + grid - 1} by ticket,"
+                    f" each digit's count by look-back")
+            bases.reverse()
+        source = target
+
+
+@functools.lru_cache(maxsize=256)
+def _sort_plan(module, n, begin, end, descending, portion_tiles) -> ModulePlan:
+    builder = ModulePlanBuilder()
+    if n:
+        _plan_sort(builder, module, n, begin, end, descending, portion_tiles,
+                   values=None if module.index_values else "values")
+    what = "argsort" if module.index_values else "radix sort"
+    values = "" if module.value_dtype is None or module.index_values else \
+        f" with {module.value_dtype} values"
+    order = ", descending" if descending else ""
+    return builder.build(f"{what} of {module.key_dtype} keys{values}, bits {begin}..{end}"
+                         f"{order}", n, [module.layout])
+
+
+@functools.lru_cache(maxsize=256)
+def _offsets_plan(modules, bits, n, shift, descending, portion_tiles) -> ModulePlan:
+    """RadixDigitOffsets' plan (see its docstring) with its ``modules``."""
+    radix = 1 << bits
+    key_dtype = modules[0].key_dtype
+    builder = ModulePlanBuilder()
+    if bits <= MAX_RADIX_BITS:
+        (module,) = modules
+    else:
+        passes, module = modules
+    if n == 0:
+        builder.zero("digit_start", radix * 8)
+    elif bits <= MAX_RADIX_BITS:
+        tiles = module.tiles(n)
+        bases = builder.temporary("tile_bases", radix * tiles * 8,
+                                  "each tile's count of every digit, then its base")
+        digits = builder.temporary("digits", n, "each key's digit")
+        pass_args = _pass_arguments(n, shift, bits, descending)
+        builder.launch(module, "radix_tile_counts", tiles, module.block_size,
+                       dict(keys=BufferArg("keys"), tile_counts=bases, digits=digits,
+                            **pass_args),
+                       reads=n * key_dtype.itemsize, writes=radix * tiles * 8 + n,
+                       why=f"each of {tiles} tiles' count of every digit, digit-major")
+        builder.scan(_tile_bases_scan(), radix * tiles, dict(tile_counts=bases),
+                     "each (digit, tile) count becomes the keys before it")
+        builder.launch(module, "radix_tile_places", tiles, module.block_size,
+                       dict(digits=digits, tile_bases=bases, dest=BufferArg("dest"),
+                            digit_start=BufferArg("digit_start"), n=n),
+                       reads=n + radix * tiles * 8, writes=n * 8 + radix * 8,
+                       why="each key's place: its tile's base plus its rank in the tile")
+    else:
+        # A stable argsort by the digit's bits (bits past the key's width read as zero:
+        # nothing to sort by there), then each key's place from that order, and each
+        # digit's start from the keys in that order.
+        width = 8 * key_dtype.itemsize
+        builder.temporary("sorted", n * key_dtype.itemsize, "the keys by the digit")
+        builder.temporary("order", n * 8, "the keys' indices by the digit")
+        _plan_sort(builder, passes, n, shift, min(shift + bits, width), descending,
+                   portion_tiles, values=None, out_keys="sorted", out_values="order")
+        grid = min(ceil_div(n, module.block_size), _MAX_GRID_STRIDE_BLOCKS)
+        builder.launch(module, "radix_places_from_order", grid, module.block_size,
+                       dict(order=BufferArg("order"), dest=BufferArg("dest"), n=n),
+                       reads=n * 8, writes=n * 8, why="dest[order[j]] = j")
+        builder.launch(module, "radix_digit_starts", grid, module.block_size,
+                       dict(sorted=BufferArg("sorted"), digit_start=BufferArg("digit_start"),
+                            **_pass_arguments(n, shift, bits, descending)),
+                       reads=n * key_dtype.itemsize, writes=radix * 8,
+                       why="where each digit starts among the keys in that order")
+    order = ", descending" if descending else ""
+    return builder.build(f"radix digit offsets of {key_dtype} keys, {bits} bits at shift "
+                         f"{shift}{order}", n, [m.layout for m in modules])
 
 
 def _check_bits(name, value, width) -> int:
@@ -465,22 +514,7 @@ def _check_bits(name, value, width) -> int:
     return value
 
 
-class _RadixPrimitive:
-    """What the radix classes share: their passes' source and compile check."""
-
-    _passes: _ModuleLaunches
-
-    @property
-    def source(self) -> str:
-        """The CUDA of the radix kernels (no GPU needed)."""
-        return self._passes.source
-
-    def check_compile(self) -> None:
-        """Compile the module with the nvcc on PATH (no GPU needed)."""
-        self._passes.check_compile()
-
-
-class RadixDigitOffsets(_RadixPrimitive):
+class RadixDigitOffsets:
     """Where each key goes when keys are stably ordered by one digit.
 
     ``RadixDigitOffsets(key_dtype, bits=8)(keys, shift)`` -> ``(dest, digit_start)``, both
@@ -492,10 +526,11 @@ class RadixDigitOffsets(_RadixPrimitive):
     positives' sign bit set (-0.0 as +0.0, NaN as all ones). Bits past the key's width
     read as zero. ``descending=True`` orders by the flipped pattern. ``bits`` is 1 to 16:
     up to 8, three launches (each tile's digit counts, an exclusive ScanKernel over them,
-    each key's rank in its tile added to its tile's base; see _DigitPlaces); wider, a
+    each key's rank in its tile added to its tile's base; DigitPlacesModule); wider, a
     stable argsort by the digit in passes of 8 bits and then two launches that give each
-    key's place and each digit's start. Scratch: n bytes (each key's digit) and 8 bytes
-    per digit and tile (_DIGIT_PLACES_TILE), kept between calls."""
+    key's place and each digit's start (WideDigitPlacesModule). ``plan(n, shift)`` lists
+    the launches (no GPU needed). Scratch: n bytes (each key's digit) and 8 bytes per
+    digit and tile (_DIGIT_PLACES_TILE), kept between calls."""
 
     def __init__(self, key_dtype, bits=8):
         self.key_dtype = key_type(key_dtype)
@@ -503,73 +538,52 @@ class RadixDigitOffsets(_RadixPrimitive):
         if not 1 <= bits <= MAX_DIGIT_BITS:
             raise ValueError(f"bits={bits}: a digit has 1..{MAX_DIGIT_BITS} bits")
         self.bits = bits
-        self._order = None
-        if bits <= MAX_RADIX_BITS:  # tile counts, their scan, each key's place
-            self._passes = _DigitPlaces(RadixModule(self.key_dtype, output="dest",
-                                                    radix_bits=self.bits))
-        else:
-            # Wider than one pass: a stable argsort by the digit's bits (passes of at most 8
-            # bits, least significant first), then the places module: each key's place
-            # from that order, and each digit's start from the keys in that order.
-            self._order = RadixSort(self.key_dtype, np.int64, _index_values=True)
-            self._passes = self._order._passes
-            self._places = RadixModule(self.key_dtype, output="places")
+        #: The modules of the digit offsets' own kernels: up to a pass wide the tile
+        #: kernels, wider the passes of an argsort and the places kernels.
+        self.modules: tuple[Module, ...] = \
+            (DigitPlacesModule(self.key_dtype, radix_bits=bits),) if bits <= MAX_RADIX_BITS \
+            else (RadixPassesModule(self.key_dtype, np.dtype(np.int64), index_values=True),
+                  WideDigitPlacesModule(self.key_dtype))
+        self._runtime = ModuleRuntime(DIGIT_STATUS)
 
     def __repr__(self):
         return f"RadixDigitOffsets({self.key_dtype.name}, bits={self.bits})"
 
     @property
     def source(self) -> str:
-        """The CUDA of the passes and (digits wider than a pass) of the places module (no
-        GPU needed)."""
-        if self._order is None:
-            return self._passes.source
-        return self._passes.source + "\n" + self._places.module_source().text
+        """The CUDA of every kernel the digit offsets launch (no GPU needed)."""
+        texts = [module.source for module in self.modules]
+        if self.bits <= MAX_RADIX_BITS:
+            texts.append(_tile_bases_scan().source)
+        return "\n".join(texts)
 
     def check_compile(self) -> None:
         """Compile every module the digit offsets use with the nvcc on PATH."""
-        from ..compile import check_with_nvcc
+        for module in self.modules:
+            module.check_compile()
+        if self.bits <= MAX_RADIX_BITS:
+            _tile_bases_scan().check_compile()
 
-        self._passes.check_compile()
-        if self._order is not None:
-            check_with_nvcc(self._places)
+    def plan(self, n, shift=0, *, descending=False) -> ModulePlan:
+        """The launches that place ``n`` keys by the digit at ``shift`` (no GPU needed);
+        ``print()`` it to read it."""
+        return _offsets_plan(self.modules, self.bits, as_count(n),
+                             _check_bits("shift", shift, 8 * self.key_dtype.itemsize - 1),
+                             as_flag("descending", descending), ONESWEEP_PORTION_TILES)
 
     def __call__(self, keys, shift, *, descending=False, stream=None):
         call = Call(stream, {"keys": keys})
         view = call.views["keys"]
         check_array("keys", view, self.key_dtype)
-        width = 8 * self.key_dtype.itemsize
-        shift = _check_bits("shift", shift, width - 1)
-        descending = as_flag("descending", descending)
-        n = view.size
-        dest, dest_view = call.empty((n,), np.int64)
+        plan = self.plan(view.size, shift, descending=descending)
+        dest, dest_view = call.empty((view.size,), np.int64)
         digit_start, digit_start_view = call.empty((1 << self.bits,), np.int64)
-        if n == 0:
-            _zero(digit_start_view, call.stream)
-        elif self._order is None:
-            self._passes.run(view, dest_view, digit_start_view, n, shift, descending,
-                             call.stream)
-        else:
-            scratch = self._passes.scratch(call.stream)
-            sorted_keys = scratch.get("sorted", n, self.key_dtype)
-            order = scratch.get("order", n, np.int64)
-            # Bits past the key's width read as zero: nothing to sort by there.
-            end = min(shift + self.bits, width)
-            self._order.sort_views(view, None, sorted_keys, order, n, shift, end, descending,
-                                   call.stream)
-            _finish_wide_digit(self._places, sorted_keys, order, dest_view, digit_start_view,
-                               n, shift, self.bits, descending, call.stream)
+        self._runtime.run(plan, {"keys": view, "dest": dest_view,
+                                 "digit_start": digit_start_view}, call.stream)
         return dest, digit_start
 
 
-def _zero(view, stream) -> None:
-    from ..runtime.streams import memset_d8_async
-
-    if view.size:
-        memset_d8_async(view.ptr, 0, view.nbytes, stream)
-
-
-class RadixSort(_RadixPrimitive):
+class RadixSort:
     """A stable LSD radix sort of keys (and values carried along).
 
     ``RadixSort(key_dtype, value_dtype=None)(keys, values=None, *, descending=False,
@@ -578,21 +592,43 @@ class RadixSort(_RadixPrimitive):
     Keys: uint8..uint64, int8..int64, float32, float64 (NaN last, -0.0 and +0.0 in input
     order, as numpy's stable sort);
     values: any scangen dtype (structs too). ``begin_bit``/``end_bit`` sort by those bits
-    of the order-preserving pattern only (see RadixDigitOffsets). One pass per 8 bits; the
-    scratch of a pass (counts, offsets, a spare buffer) is kept between calls, per stream.
+    of the order-preserving pattern only (see RadixDigitOffsets). One pass per 8 bits
+    (RadixPassesModule); ``plan(n)`` lists the launches (no GPU needed). The scratch of a
+    pass (counts, offsets, a spare buffer) is kept between calls, per stream.
     """
 
     def __init__(self, key_dtype, value_dtype=None, *, _index_values=False):
         self.key_dtype = key_type(key_dtype)
         self.value_dtype = None if value_dtype is None else \
             element_type(value_dtype, "value_dtype").dtype
-        self._passes = _RadixPasses(RadixModule(self.key_dtype, self.value_dtype,
-                                                index_values=_index_values))
+        self.module = RadixPassesModule(self.key_dtype, self.value_dtype,
+                                        index_values=_index_values)
+        self._runtime = ModuleRuntime(DIGIT_STATUS)
 
     def __repr__(self):
         values = "" if self.value_dtype is None else f", value_dtype={self.value_dtype.name}"
-        index = ", _index_values=True" if self._passes.module.index_values else ""
+        index = ", _index_values=True" if self.module.index_values else ""
         return f"RadixSort({self.key_dtype.name}{values}{index})"
+
+    @property
+    def source(self) -> str:
+        """The CUDA of the radix kernels (no GPU needed)."""
+        return self.module.source
+
+    def check_compile(self) -> None:
+        """Compile the module with the nvcc on PATH (no GPU needed)."""
+        self.module.check_compile()
+
+    def plan(self, n, *, descending=False, begin_bit=0, end_bit=None) -> ModulePlan:
+        """The launches that sort ``n`` keys (no GPU needed); ``print()`` it to read it."""
+        width = 8 * self.key_dtype.itemsize
+        descending = as_flag("descending", descending)
+        begin = _check_bits("begin_bit", begin_bit, width)
+        end = _check_bits("end_bit", width if end_bit is None else end_bit, width)
+        if begin > end:
+            raise ValueError(f"begin_bit={begin} is past end_bit={end}")
+        return _sort_plan(self.module, as_count(n), begin, end, descending,
+                          ONESWEEP_PORTION_TILES)
 
     def __call__(self, keys, values=None, *, descending=False, begin_bit=0, end_bit=None,
                  stream=None):
@@ -601,7 +637,7 @@ class RadixSort(_RadixPrimitive):
         check_array("keys", keys, self.key_dtype)
         n = keys.size
         carries = self.value_dtype is not None
-        if carries and values is None and not self._passes.module.index_values:
+        if carries and values is None and not self.module.index_values:
             raise TypeError(f"this RadixSort carries {self.value_dtype} values: call it as "
                             "sort(keys, values)")
         if values is not None:
@@ -609,41 +645,14 @@ class RadixSort(_RadixPrimitive):
                 raise TypeError("this RadixSort sorts keys only; build it with value_dtype "
                                 "to carry values")
             check_array("values", values, self.value_dtype, length=n)
-        width = 8 * self.key_dtype.itemsize
-        descending = as_flag("descending", descending)
-        begin = _check_bits("begin_bit", begin_bit, width)
-        end = _check_bits("end_bit", width if end_bit is None else end_bit, width)
-        if begin > end:
-            raise ValueError(f"begin_bit={begin} is past end_bit={end}")
+        plan = self.plan(n, descending=descending, begin_bit=begin_bit, end_bit=end_bit)
         out_keys, out_keys_view = call.empty((n,), self.key_dtype)
         out_values, out_values_view = call.empty((n,), self.value_dtype) if carries \
             else (None, None)
         if n:
-            self.sort_views(keys, values, out_keys_view, out_values_view, n, begin, end,
-                            descending, call.stream)
+            self._runtime.run(plan, {"keys": keys, "values": values, "out_keys": out_keys_view,
+                                     "out_values": out_values_view}, call.stream)
         return (out_keys, out_values) if carries else out_keys
-
-    def sort_views(self, keys, values, out_keys, out_values, n, begin, end, descending,
-                   stream) -> None:
-        """The passes over bits begin..end of n keys (views, checked by the caller) into
-        out_keys (and out_values)."""
-        carries = self.value_dtype is not None
-        # (shift, bits) of each pass; with no bits to sort by, one pass over a digit that is
-        # always 0 (a stable pass then copies keys and values, and numbers argsort's indices)
-        passes = [(shift, min(MAX_RADIX_BITS, end - shift))
-                  for shift in range(begin, end, MAX_RADIX_BITS)] or [(0, 0)]
-        # Ping-pong between the output and a spare so that the last pass lands in the output.
-        scratch = self._passes.scratch(stream)
-        spare_keys = scratch.get("keys", n, self.key_dtype)
-        spare_values = scratch.get("values", n, self.value_dtype) if carries else None
-        targets = [(out_keys, out_values), (spare_keys, spare_values)]
-        source = (keys, values)
-        self._passes.count(keys, n, passes, descending, stream)
-        for number, (shift, bits) in enumerate(passes):
-            target = targets[(len(passes) - 1 - number) % 2]
-            moved = (target[0],) + ((source[1], target[1]) if carries else ())
-            self._passes.run(source[0], moved, n, number, shift, bits, descending, stream)
-            source = target
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------

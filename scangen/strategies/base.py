@@ -19,14 +19,17 @@ def ceil_div(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class BufferArg:
-    """A kernel argument that is device memory: a temporary's name."""
+    """A kernel argument that is device memory: a temporary's name (or, in a module's plan,
+    an array of the call), ``offset`` bytes into it."""
 
     name: str
+    offset: int = 0
 
 
 @dataclass(frozen=True)
 class RuntimeArg:
-    """A scalar the runtime supplies per call: "ticket_base" or "epoch" (single pass)."""
+    """A scalar the runtime supplies per call: "ticket_base" or "epoch" (single pass), or
+    in a module's plan a value of the call (a histogram's range)."""
 
     name: str
 
@@ -43,14 +46,16 @@ NULL = None
 
 @dataclass(frozen=True)
 class Launch:
+    #: A scan's Kernel, or a module's entry point (scangen.modules.EntryPoint).
     kernel: Kernel
     grid: int
     block: int
     #: Shared memory of the module's hungriest kernel, static and dynamic together
-    #: (ScanSpec.shared_bytes).
-    shared_bytes: int
-    #: One entry per parameter of the family, after the io's: USER_ARGS (user io) or the
-    #: totals buffer (totals io) first.
+    #: (ScanSpec.shared_bytes); None where the kernel declares its own (a module's).
+    shared_bytes: int | None
+    #: A scan's: one entry per parameter of the family, after the io's: USER_ARGS (user io)
+    #: or the totals buffer (totals io) first. A module's: (parameter name, value) pairs in
+    #: the entry point's order (scangen.modules.named_arguments).
     args: tuple
     bytes_read: int
     bytes_written: int
@@ -63,6 +68,10 @@ class Launch:
     #: Of ``shared_bytes``, what the launch passes as dynamic shared memory (KernelSpec.
     #: dynamic_shared_bytes; 0: the kernel declares all of its own).
     dynamic_shared_bytes: int = 0
+    #: A grid-stride kernel (0: not one): ``grid`` is the most blocks it needs; the runtime
+    #: launches at most this many per multiprocessor of the device
+    #: (scangen.runtime.launcher.wave_grid).
+    blocks_per_sm: int = 0
 
     def tickets(self, blocks: int) -> int:
         """Tickets a single-pass launch of ``grid`` tiles takes when run as ``blocks``

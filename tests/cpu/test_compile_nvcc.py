@@ -261,18 +261,19 @@ def batch_radix_histogram():
     values, destinations with narrow digits), the places of digits wider than a pass, and
     the histogram kernel."""
     from scangen.primitives.histogram import HistogramModule
-    from scangen.primitives.radix import KEY_DTYPES, RadixModule
+    from scangen.primitives.radix import (KEY_DTYPES, DigitPlacesModule, RadixPassesModule,
+                                          WideDigitPlacesModule)
 
     pair = np.dtype([("x", np.float32), ("count", np.int16)], align=True)
     entries = []
     values = itertools.cycle([None, np.dtype("uint8"), np.dtype("float64"),
                               np.dtype("complex128"), pair])
     for key in KEY_DTYPES:
-        modules = [RadixModule(key, next(values)), RadixModule(key, np.dtype("int64"),
-                                                                index_values=True),
-                   RadixModule(key, output="dest", radix_bits=1 + key.itemsize % 8),
-                   RadixModule(key, output="places"), HistogramModule(key)]
-        entries += [Entry(f"{m.description} {getattr(m, 'output', '')}", m) for m in modules]
+        modules = [RadixPassesModule(key, next(values)),
+                   RadixPassesModule(key, np.dtype("int64"), index_values=True),
+                   DigitPlacesModule(key, radix_bits=1 + key.itemsize % 8),
+                   WideDigitPlacesModule(key), HistogramModule(key)]
+        entries += [Entry(f"{m.description} {type(m).__name__}", m) for m in modules]
     return entries
 
 

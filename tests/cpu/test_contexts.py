@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from scangen import compile as scan_compile
-from scangen.primitives import compaction, radix
+from scangen.primitives import compaction
+from scangen.runtime.modules import ModuleRuntime
 from scangen.runtime import launcher
 from scangen.runtime.streams import RawStream
 from tests.support import FakeContext
@@ -41,7 +42,7 @@ def _one_each(contexts, get):
 
 
 def test_radix_scratch_is_per_context_and_stream(contexts):
-    launches = radix._ModuleLaunches(None)
+    launches = ModuleRuntime()
     _one_each(contexts, lambda: launches.scratch(None))
     stream = RawStream(0x1234)
     assert launches.scratch(stream) is launches.scratch(stream)

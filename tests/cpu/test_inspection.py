@@ -8,10 +8,12 @@ import pytest
 import scangen
 import scangen.compile
 import scangen.primitives.compaction
-from scangen.plan import Plan
+from scangen.modules import ModulePlan
+from scangen.plan import BufferArg, Plan
 from tests.support import needs_nvcc
 
-#: id -> (build, what the repr names, entry points the source defines, whether it plans).
+#: id -> (build, what the repr names, entry points the source defines, whether one scan does
+#: its work: its plan is that scan's).
 #: Options differ from the defaults where a class has any, so the repr must show them.
 CLASSES = {
     "Scan": (lambda: scangen.Scan(np.int16, "max", mode="exclusive", reverse=True),
@@ -81,11 +83,13 @@ def test_repr_names_dtype_and_options(case):
         assert name in text, (name, text)
 
 
-@pytest.mark.parametrize("case", [case for case in CLASSES if CLASSES[case][3]])
+@pytest.mark.parametrize("case", CLASSES)
 def test_plan_lists_launches(case):
     plan = CLASSES[case][0]().plan(1000)
-    assert isinstance(plan, Plan) and plan.n == 1000 and plan.launches
-    assert "1000" in str(plan)
+    # a scan's plan where one scan does the work, else the primitive's own
+    assert isinstance(plan, Plan if CLASSES[case][3] else ModulePlan)
+    assert plan.n == 1000 and plan.launches
+    assert "n=1000" in str(plan)
 
 
 @pytest.mark.parametrize("case", CLASSES)
@@ -95,7 +99,6 @@ def test_check_compile_hands_every_module_to_nvcc(case, monkeypatch):
     compiled = []
     record = lambda module: compiled.append(module.module_source().text)  # noqa: E731
     monkeypatch.setattr(scangen.compile, "check_with_nvcc", record)
-    monkeypatch.setattr(scangen.primitives.compaction, "check_with_nvcc", record)
     obj = CLASSES[case][0]()
     obj.check_compile()
     assert compiled
@@ -153,10 +156,18 @@ def test_segmented_inspection_refuses_unknown_forms_and_dtypes(call, error, mess
         call(scangen.SegmentedScan(np.int64, "add"))
 
 
-def test_run_length_encode_plans_its_heads_scan_from_two_to_the_32():
+def test_run_length_encode_plans_its_heads_scan_and_lengths_from_two_to_the_32():
     rle = scangen.RunLengthEncode(np.int32)
     assert rle.plan(2**32 - 1).kernel_spec == rle.kernel.kernel_spec
-    assert rle.plan(2**32).kernel_spec == rle.wide_kernels()[0].kernel_spec
+    wide = rle.plan(2**32)
+    heads, lengths = rle.wide_kernels()
+    assert wide.steps[0].kernel is heads and wide.steps[0].n == 2**32
+    assert wide.launches[:-1] == heads.plan(2**32).launches
+    last = wide.launches[-1]
+    assert last.kernel.module == lengths and last.kernel.name == "run_lengths"
+    assert dict(last.args) == {"starts": BufferArg("starts"), "counts": BufferArg("counts"),
+                               "runs": BufferArg("count"), "end": 2**32}
+    assert "run_lengths<<<" in str(wide) and "run_length_encode heads" in str(wide)
 
 
 @needs_nvcc

@@ -140,7 +140,7 @@ def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
     simulate_device(monkeypatch)  # counts and scratch are kept per thread and context
     monkeypatch.setattr(compaction, "_HostCount", object)  # no page-locked memory here
     select = scangen.Select("float32", "x > 0")
-    passes = scangen.RadixSort("uint32")._passes
+    passes = scangen.RadixSort("uint32")._runtime
     stream = types.SimpleNamespace(handle=0x55)
 
     def buffers():

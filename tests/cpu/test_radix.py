@@ -11,12 +11,13 @@ import scangen
 from scangen.primitives.histogram import (HistogramModule, bin_edges, fast_path_margin,
                                           outer_edges)
 from scangen.primitives import radix
-from scangen.primitives.radix import KEY_DTYPES, RadixModule
+from scangen.primitives.radix import (KEY_DTYPES, DigitPlacesModule, RadixPassesModule,
+                                      WideDigitPlacesModule)
 
 
 @pytest.mark.parametrize("key", KEY_DTYPES, ids=str)
 def test_keys_order_by_their_kind(key):
-    text = RadixModule(key).module_source().text
+    text = RadixPassesModule(key).module_source().text
     kind = {"u": "unsigned", "i": "signed", "f": "float"}[key.kind]
     assert f"({kind} keys)" in text
     assert f"typedef {scangen.ELEMENT_TYPES[key].c_name} radix_key_t;" in text
@@ -28,40 +29,40 @@ def test_tiles_shrink_as_keys_and_values_widen():
     shapes = {(key, value): (m.block_size, m.items_per_thread)
               for key, value in [("uint32", None), ("uint16", "uint16"), ("uint32", "uint32"),
                                  ("float64", "int64"), ("uint64", "complex128")]
-              for m in [RadixModule(np.dtype(key), value and np.dtype(value))]}
+              for m in [RadixPassesModule(np.dtype(key), value and np.dtype(value))]}
     # 24 keys a thread, or as many as the staging area left by the digit counters holds
     # (36824 bytes: 256 threads x 17 of 8 bytes, x 8 of 16, x 5 of 24)
     assert shapes == {("uint32", None): (256, 24), ("uint16", "uint16"): (256, 24),
                       ("uint32", "uint32"): (256, 17), ("float64", "int64"): (256, 8),
                       ("uint64", "complex128"): (256, 5)}
     # radix_digit_offsets stages nothing: every key type takes its tile, and its bound
-    dest = RadixModule(np.dtype("float64"), output="dest")
+    dest = DigitPlacesModule(np.dtype("float64"))
     assert (dest.block_size, dest.items_per_thread, dest.min_threads_per_sm) == \
         radix._DIGIT_PLACES_TILE
     assert f"static const int MIN_BLOCKS = {1536 // 512};" in dest.module_source().text
     big = np.dtype([("a", np.float64, (32,))])
     with pytest.raises(TypeError, match="too large to stage"):
-        RadixModule(np.dtype("uint32"), big).items_per_thread
+        RadixPassesModule(np.dtype("uint32"), big).items_per_thread
     with pytest.raises(TypeError, match="too large to stage"):  # when made, not when called
         scangen.RadixSort(np.uint32, big)
 
 
 def test_entry_points_match_the_source():
-    for module in (RadixModule(np.dtype("int16"), np.dtype("float32")),
-                   RadixModule(np.dtype("float32"), output="dest", radix_bits=3),
-                   RadixModule(np.dtype("int8"), np.dtype("int64"), index_values=True)):
+    for module in (RadixPassesModule(np.dtype("int16"), np.dtype("float32")),
+                   DigitPlacesModule(np.dtype("float32"), radix_bits=3),
+                   RadixPassesModule(np.dtype("int8"), np.dtype("int64"), index_values=True)):
         text = module.module_source().text
         for name, parameters in module.entry_points():
             declared = ", ".join(p.declaration for p in parameters)
             assert f"{name}({declared})" in text
         assert ("values ? values[start + j] : (radix_value_t)(start + j)" in text) == \
-            module.index_values
+            getattr(module, "index_values", False)
     assert "static const int RADIX_BITS = 3;" in \
-        RadixModule(np.dtype("float32"), output="dest", radix_bits=3).module_source().text
+        DigitPlacesModule(np.dtype("float32"), radix_bits=3).module_source().text
     default = f"static const int LOOKBACK_TILES = {radix.ONESWEEP_LOOKBACK_TILES};"
-    assert default in RadixModule(np.dtype("uint32")).module_source().text
+    assert default in RadixPassesModule(np.dtype("uint32")).module_source().text
     assert "static const int LOOKBACK_TILES = 7;" in \
-        RadixModule(np.dtype("uint32"), lookback_tiles=7).module_source().text
+        RadixPassesModule(np.dtype("uint32"), lookback_tiles=7).module_source().text
 
 
 def test_sources_show_the_passes():
@@ -85,13 +86,12 @@ def test_sources_show_the_passes():
     (lambda: scangen.RadixDigitOffsets(np.uint32, bits=0), ValueError, "1..16 bits"),
     (lambda: scangen.RadixDigitOffsets(np.uint32, bits=17), ValueError, "1..16 bits"),
     (lambda: scangen.RadixDigitOffsets(np.uint32, bits=2.0), TypeError, "bits must be an int"),
-    (lambda: RadixModule(np.dtype("uint32"), np.dtype("int8"), output="dest"), ValueError,
-     "moves no values"),
-    (lambda: RadixModule(np.dtype("uint32"), np.dtype("int8"), output="places"), ValueError,
-     "moves no values"),
-    (lambda: RadixModule(np.dtype("uint32"), output="ranks"), ValueError, "'places'"),
-    (lambda: RadixModule(np.dtype("uint32"), lookback_tiles=0), ValueError, "1..32"),
-    (lambda: RadixModule(np.dtype("uint32"), lookback_tiles=33), ValueError, "1..32"),
+    (lambda: DigitPlacesModule(np.dtype("uint32"), radix_bits=9), ValueError, "1..8 bits"),
+    (lambda: WideDigitPlacesModule(np.dtype("float16")), TypeError, "cannot be radix sorted"),
+    (lambda: RadixPassesModule(np.dtype("uint32"), np.dtype("int32"), index_values=True),
+     ValueError, "index values are int64"),
+    (lambda: RadixPassesModule(np.dtype("uint32"), lookback_tiles=0), ValueError, "1..32"),
+    (lambda: RadixPassesModule(np.dtype("uint32"), lookback_tiles=33), ValueError, "1..32"),
     (lambda: scangen.Histogram(np.complex64), TypeError, "histogram takes"),
 ])
 def test_construction_errors(make, error, message):

@@ -125,7 +125,7 @@ def module_specs(thing) -> list:
     if isinstance(thing, scangen.Histogram):
         return [thing.module]
     if isinstance(thing, (scangen.RadixSort, scangen.RadixDigitOffsets)):
-        return [thing._passes.module]
+        return [thing.module] if isinstance(thing, scangen.RadixSort) else list(thing.modules)
     return [thing.kernel.kernel_spec]
 
 

@@ -8,7 +8,8 @@ import scangen
 from scangen import compile as scan_compile
 from scangen.primitives import radix
 from scangen.primitives.histogram import HistogramModule
-from scangen.primitives.radix import KEY_DTYPES, MAX_DIGIT_BITS, RadixModule
+from scangen.primitives.radix import (KEY_DTYPES, MAX_DIGIT_BITS, DigitPlacesModule,
+                                      RadixPassesModule, WideDigitPlacesModule)
 
 from tests.support import digit_offsets, precompile
 from tests.support import require_module
@@ -50,10 +51,10 @@ def descending_order(keys):
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile_in_parallel(gpu):
-    modules = [RadixModule(k) for k in KEY_DTYPES]
-    modules += [RadixModule(k, np.dtype(np.int64), index_values=True) for k in KEY_DTYPES]
-    modules += [RadixModule(k, output="dest") for k in KEY_DTYPES]
-    modules += [RadixModule(k, output="places") for k in KEY_DTYPES]
+    modules = [RadixPassesModule(k) for k in KEY_DTYPES]
+    modules += [RadixPassesModule(k, np.dtype(np.int64), index_values=True) for k in KEY_DTYPES]
+    modules += [DigitPlacesModule(k) for k in KEY_DTYPES]
+    modules += [WideDigitPlacesModule(k) for k in KEY_DTYPES]
     precompile(modules)
 
 
@@ -141,7 +142,7 @@ def test_bit_range(gpu, rng, begin, end):
 def test_radix_digit_offsets(gpu, rng, dtype, shift, bits, descending):
     # and either side of the tile of the digit offsets' tile kernels (digits up to 8 bits),
     # with few distinct keys too (many keys of one digit in a warp's round)
-    tile = RadixModule(np.dtype(dtype), output="dest").tile_size
+    tile = DigitPlacesModule(np.dtype(dtype)).tile_size
     edges = [tile - 1, tile, tile + 1, 2 * tile - 1, 2 * tile, 2 * tile + 1]
     cases = [(n, "random") for n in SIZES + edges] + [(n, "duplicates") for n in edges]
     for n, pattern in cases:

@@ -60,8 +60,9 @@ def built_keys(dtype):
 def _compile_in_parallel():
     things = [t for d in ELEMENT_DTYPES for name, t in built(d).items() if name != "segmented"]
     things += [t for d in KEY_DTYPES for t in built_keys(d).values()]
-    precompile([t._passes.module if isinstance(t, (scangen.RadixSort, scangen.RadixDigitOffsets))
-                else t.module if isinstance(t, scangen.Histogram) else t for t in things])
+    precompile([t.modules[0] if isinstance(t, scangen.RadixDigitOffsets)
+                else t.module if isinstance(t, (scangen.RadixSort, scangen.Histogram)) else t
+                for t in things])
 
 
 def odd_size(rng):

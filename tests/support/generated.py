@@ -30,6 +30,10 @@ def _scan_text(obj, *plan_args) -> str:
     return obj.source + "\n// ---- plans ----\n" + plans
 
 
+def _plans(obj, *plan_args) -> str:
+    return "\n".join(str(obj.plan(n, *plan_args)) for n in (0,) + PLAN_SIZES)
+
+
 def _cases():
     """(name, thunk returning the text) for every case."""
     for dtype in ("float32", "int64"):
@@ -73,6 +77,19 @@ def _cases():
     for bits in (4, 8, 12):
         yield (f"digit-offsets-uint32-{bits}",
                lambda b=bits: scangen.RadixDigitOffsets("uint32", b).source)
+    # The plans of the primitives with kernels of their own (their sources are above).
+    yield "radix-sort-uint32-plans", lambda: _plans(scangen.RadixSort("uint32"))
+    yield "radix-sort-int64-pairs-plans", lambda: _plans(scangen.RadixSort("int64", "float64"))
+    yield "radix-sort-uint32-bits-plans", lambda: "\n".join(
+        str(scangen.RadixSort("uint32").plan(n, begin_bit=3, end_bit=20, descending=True))
+        for n in PLAN_SIZES)
+    yield "argsort-float32-plans", lambda: _plans(
+        scangen.RadixSort("float32", np.int64, _index_values=True))
+    for bits in (4, 8, 12):
+        yield (f"digit-offsets-uint32-{bits}-plans",
+               lambda b=bits: _plans(scangen.RadixDigitOffsets("uint32", b), 5))
+    yield "histogram-float32-plans", lambda: _plans(scangen.Histogram("float32"), 100)
+    yield "run-length-wide-plan", lambda: str(scangen.RunLengthEncode("float32").plan(2**32 + 1))
 
 
 def texts() -> dict[str, str]:

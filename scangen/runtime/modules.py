@@ -1,0 +1,98 @@
+"""Running a primitive's plan (scangen.modules.ModulePlan): bind its buffers to the call's
+arrays and one stream's scratch, zero what it zeroes, and launch its steps in order, each
+launch's arguments packed by name (scangen.modules.pack_arguments)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..compile import release_at_exit, stream_key
+from ..modules import ScanCall, address_of, pack_arguments
+from ..strategies.base import RuntimeArg
+from .launcher import _gpuarray, launch_function, wave_grid
+from .scratch import StreamScratch
+from .streams import memset_d8_async
+
+#: The values the single-pass state gives each launch that takes them.
+_SINGLE_PASS = ("ticket_base", "epoch")
+
+
+class ModuleScratch:
+    """What a primitive's launches on one stream use, kept between calls: its temporaries
+    (bytes, grown as needed) and, for single-pass launches, the ticket and tile status
+    (scangen.runtime.scratch.StreamScratch, epoch-tagged)."""
+
+    def __init__(self, tile_state=None):
+        self.arrays = {}
+        self.status = None if tile_state is None else StreamScratch(tile_state)
+
+    def get(self, name: str, nbytes: int):
+        array = self.arrays.get(name)
+        if array is None or array.nbytes < nbytes:
+            array = self.arrays[name] = _gpuarray().empty(max(nbytes, 1), np.uint8)
+        return array
+
+    def bind(self, plan, stream) -> dict:
+        """The plan's temporaries by name (arrays, or addresses of the tile state)."""
+        buffers = {t.name: self.get(t.name, t.nbytes) for t in plan.temporaries
+                   if not t.persistent}
+        if plan.single_pass_tiles:
+            buffers.update(self.status.bind_state(plan.single_pass_tiles, stream))
+        return buffers
+
+
+class ModuleRuntime:
+    """Runs a primitive's plans with scratch per calling thread and stream: a call's
+    launches use it in stream order, and a call from another thread (the one-shot
+    functions share their objects) may queue its own on the same stream between them, so
+    it has its own; another context's memory is not this one's."""
+
+    def __init__(self, tile_state=None):
+        #: The single-pass launches' status layout (None: the plans have none).
+        self.tile_state = tile_state
+        self._scratch = {}  # (thread, compile.stream_key) -> ModuleScratch
+        release_at_exit(self)
+
+    def release_device_memory(self) -> None:
+        self._scratch.clear()
+
+    def scratch(self, stream) -> ModuleScratch:
+        """The calling thread's scratch for ``stream`` in the current context."""
+        key = (threading.get_ident(), *stream_key(stream))
+        scratch = self._scratch.get(key)
+        if scratch is None:
+            scratch = self._scratch[key] = ModuleScratch(self.tile_state)
+        return scratch
+
+    def run(self, plan, arrays: dict, stream, values: dict | None = None) -> None:
+        """Queue ``plan`` on ``stream``: ``arrays`` binds the call's arrays by the names
+        the plan gives them (views with ``ptr`` and ``size``, None for none), ``values``
+        the call's scalars (RuntimeArg)."""
+        scratch = self.scratch(stream)
+        buffers = {**arrays, **scratch.bind(plan, stream)}
+        for name, nbytes in plan.zeroed:
+            memset_d8_async(address_of(buffers[name]), 0, nbytes, stream)
+        for step in plan.steps:
+            if isinstance(step, ScanCall):
+                step.kernel.launch_converted(pack_arguments(step, step.args, buffers),
+                                             step.n, stream)
+            else:
+                self._launch(step, buffers, values or {}, scratch, stream)
+
+    @staticmethod
+    def _launch(launch, buffers, values, scratch, stream) -> None:
+        grid = launch.grid
+        if launch.blocks_per_sm:
+            grid = wave_grid(grid, launch.blocks_per_sm)
+        runtime = values
+        if any(isinstance(v, RuntimeArg) and v.name in _SINGLE_PASS for _, v in launch.args):
+            # Each single-pass launch takes its own tickets and epoch.
+            ticket_base, epoch = scratch.status.next_single_pass_call(launch.tickets(grid),
+                                                                      stream)
+            runtime = {**values, "ticket_base": ticket_base, "epoch": epoch}
+        entry = launch.kernel
+        launch_function(entry.module.compiled(), entry.name, stream,
+                        launch.dynamic_shared_bytes)(
+            (grid, 1, 1), (launch.block, 1, 1), stream,
+            *pack_arguments(entry, launch.args, buffers, runtime))
