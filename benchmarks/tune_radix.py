@@ -4,13 +4,13 @@
 
 Each shape is THREADSxITEMS@T[/W]: blocks of THREADS threads ranking up to ITEMS keys each,
 compiled under a register bound that keeps T threads per multiprocessor, each digit's
-look-back reading W predecessors a poll (block_size, max_items, min_threads_per_sm and
-lookback_tiles of RadixPassesModule and DigitPlacesModule; defaults in scangen/primitives/radix.py: _TILE,
-ONESWEEP_MIN_THREADS_PER_SM, ONESWEEP_LOOKBACK_TILES, and _DIGIT_PLACES_TILE for the digit
-offsets). For each it sorts uint32 keys (checked against numpy once) and runs
-radix_digit_offsets over 8 bits on the same tile (which has no look-back), timed with
-scangen.bench.Timer (CUDA events, median of the trials) beside cupy.sort in the same process.
-Used to choose the values in scangen/primitives/radix.py.
+look-back reading W predecessors a poll (block_size, max_items,
+min_threads_per_sm and lookback_tiles of RadixPassesModule and DigitPlacesModule; defaults in scangen/tuning.py RADIX: onesweep_*, and
+digit_places_* for the digit offsets). For each it sorts uint32 keys (checked against numpy
+once) and runs radix_digit_offsets over 8 bits on the same tile (which has no look-back),
+timed with scangen.bench.Timer (CUDA events, median of the trials) beside cupy.sort in the
+same process.
+Used to choose the values in scangen/tuning.py RADIX (docs/design/tuning.md).
 """
 import argparse
 import sys

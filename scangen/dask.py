@@ -9,7 +9,7 @@ The composition (Dask schedules it; scangen scans each chunk where it lives):
    commutative stay correct (a small task: one element per chunk);
 3. the scan of each chunk with its carry combined first, in the same kernel
    (scangen.chunked.CarryScan). Chunks below auto's threshold
-   (scangen.tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES) are read twice in all and written once
+   (Tuning.auto_reduce_then_scan_min_bytes) are read twice in all and written once
    (single-pass kernels); larger ones four times, as `auto` scans them with reduce-then-scan,
    whose two passes each read the chunk (the total's second pass writes only one element).
 

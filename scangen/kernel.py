@@ -306,7 +306,7 @@ class KernelSpec:
         unused = {SCAN_TILES_PERSISTENT}
         if self.persistent_tiles:
             unused = set()
-            if self.scan.tuning.persistent_min_bytes(self.scan.acc_itemsize) == 0:
+            if self.scan.tuning.at(self.scan.acc_itemsize).tile_persistent_min_bytes == 0:
                 unused = {SCAN_TILES}
         return tuple(k for k in self.strategy.kernels() if k.family not in unused)
 

@@ -94,7 +94,7 @@ def _kernel_context(kernel, hooks, spec) -> dict:
     io_struct = "UserIO" if kernel.io == "user" else "TotalsIO"
     bounds = "BLOCK_SIZE"
     if kernel.family.single_pass:
-        bounds += f", {spec.tuning.tile_min_blocks(spec.block_size, spec.acc_itemsize)}"
+        bounds += f", {spec.tuning.at(spec.acc_itemsize).tile_min_blocks_per_sm(spec.block_size)}"
     return dict(name=kernel.name, family=kernel.family.name, bounds=bounds,
                 parameters=c_parameters(parameters), io=f"{io_struct}{{{io_names}}}",
                 family_arguments=[a.name for a in kernel.family.parameters])
@@ -143,7 +143,7 @@ def template_context(kernel_spec) -> dict:
         backoff_min_ns=spec.tuning.backoff_min_ns,
         backoff_max_ns=spec.tuning.backoff_max_ns,
         first_wait_ns=spec.tuning.lookback_first_wait_ns,
-        lookback_tiles_per_lane=spec.tuning.lookback_width(spec.acc_itemsize),
+        lookback_tiles_per_lane=spec.tuning.at(spec.acc_itemsize).lookback_tiles_per_lane,
         ios=sorted({k.io for k in kernels}),
         families=list(dict.fromkeys(k.family.name for k in kernels)),
         # the tile status, look-back and warp runs serve every single-pass kernel

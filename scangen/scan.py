@@ -58,8 +58,8 @@ class Scan:
         How sections are stitched together over the whole array: "hierarchical",
         "reduce_then_scan", "chained", "decoupled_lookback", or "auto" (the default: one
         launch when n fits a section, then decoupled look-back, and reduce_then_scan from
-        ``tuning.reduce_then_scan_min_bytes(itemsize)`` bytes of input on, as measured per
-        value size: scangen.tuning.AUTO_REDUCE_THEN_SCAN_MIN_BYTES).
+        ``tuning.auto_reduce_then_scan_min_bytes`` bytes of input on, by default as measured
+        per value size: scangen.tuning.SCAN).
     tuning:
         A scangen.tuning.Tuning (default: the measured scangen.tuning.DEFAULT_TUNING); part
         of the compile cache key.

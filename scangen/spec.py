@@ -148,7 +148,7 @@ class ScanSpec:
         shared memory (Tuning.tile_persistent_min_bytes, on warp runs). By default only
         where two sections fit; a named tuning insists (and make_spec names the limit)."""
         if not self.uses_warp_runs or \
-                self.tuning.persistent_min_bytes(self.acc_itemsize) is None:
+                self.tuning.at(self.acc_itemsize).tile_persistent_min_bytes is None:
             return False
         return self.tuning.tile_persistent_min_bytes is not None or \
             self._shared_bytes(sections=2) <= MAX_STATIC_SHARED_BYTES
@@ -220,8 +220,8 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
         algorithm = tuning_table.DEFAULT_ALGORITHM
     named_section, named_items = section_size is not None, items_per_thread is not None
     if algorithm == "warp_shuffle" and not named_section and not named_items:
-        tile = tuning_table.COUNTING if counts else \
-            tuning_table.fast_path(acc_itemsize(etype, segmented))
+        tile = tuning_table.COUNTING.tile() if counts else \
+            tuning_table.SCAN.tile(acc_itemsize(etype, segmented))
         section_size, items_per_thread = tile.section_size, tile.items_per_thread
     if section_size is None:
         section_size = tuning_table.DEFAULT_SECTION_SIZE
@@ -235,7 +235,7 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if items_per_thread is None and algo.coarsening_is_parameter and named_section:
         # A named section keeps the tuned block size; the items per thread follow from it.
         section = as_int("section_size", section_size)
-        block = tuning_table.fast_path(acc_itemsize(etype, segmented)).block_size
+        block = tuning_table.SCAN.value("block_size", acc_itemsize(etype, segmented))
         items_per_thread = max(1, section // block) if _is_power_of_two(section) else 1
     if items_per_thread is None:
         items_per_thread = algo.default_items_per_thread

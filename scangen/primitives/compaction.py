@@ -30,7 +30,7 @@ from ..runtime.modules import ModuleRuntime
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
 from ..strategies.base import BufferArg, ceil_div
-from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
+from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING, RUN_LENGTHS
 from ..render import render_template
 from ..types import MASK_C_TYPES, c_equal, element_type
 from ..usercode import check_code
@@ -116,8 +116,8 @@ def _counting_values_scan(etype, helpers="", **options) -> ScanKernel:
     tuning measured for it (scangen.tuning.COUNTING_VALUES and COUNTING_VALUES_TUNING: one
     pass at every size), where the options name none."""
     if not {"algorithm", "section_size", "items_per_thread"} & options.keys():
-        options = {"section_size": COUNTING_VALUES.section_size,
-                   "items_per_thread": COUNTING_VALUES.items_per_thread, **options}
+        options = {"section_size": COUNTING_VALUES.tile().section_size,
+                   "items_per_thread": COUNTING_VALUES.tile().items_per_thread, **options}
     return _counting_scan(etype, helpers, **{"tuning": COUNTING_VALUES_TUNING, **options})
 
 
@@ -384,10 +384,10 @@ class Unique(_Compaction):
 #: last_counted, which packs positions in 32 bits), two kernels from it.
 _ONE_PASS_BELOW = LAST_COUNTED_MAX_N + 1
 
-_LENGTHS_BLOCK_SIZE = 256
-_LENGTHS_ITEMS_PER_THREAD = 4
-#: Blocks of the lengths kernel per multiprocessor: one wave (2048 threads each).
-_LENGTHS_BLOCKS_PER_SM = 8
+#: The lengths kernel's tile and blocks per multiprocessor (scangen.tuning.RUN_LENGTHS).
+_LENGTHS_BLOCK_SIZE = RUN_LENGTHS.value("block_size")
+_LENGTHS_ITEMS_PER_THREAD = RUN_LENGTHS.value("items_per_thread")
+_LENGTHS_BLOCKS_PER_SM = RUN_LENGTHS.value("blocks_per_sm")
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,17 @@ from ..plan import as_count
 from ..runtime.launcher import _gpuarray, check_array
 from ..runtime.modules import ModuleRuntime
 from ..strategies.base import BufferArg, RuntimeArg, ceil_div
+from ..tuning import HISTOGRAM
 from ..types import as_dtype, element_type
 from .radix import KEY_DTYPES
 
-_BLOCK_SIZE = 256
-_SHARED_BINS = 8192
+#: Threads a block, and bins counted in shared memory (scangen.tuning.HISTOGRAM).
+_BLOCK_SIZE = HISTOGRAM.value("block_size")
+_SHARED_BINS = HISTOGRAM.value("shared_bins")
 #: Blocks per multiprocessor, all resident at once (the kernel's register bound; its shared
 #: counts fit six times): one wave, each block walking the tiles with a grid stride, so its
 #: shared counts are added to the global ones once per block, not once per tile.
-_BLOCKS_PER_SM = 6
+_BLOCKS_PER_SM = HISTOGRAM.value("blocks_per_sm")
 #: The most bins for which the kernel may guess bins its own way: beyond, numpy's float32
 #: arithmetic may guess two bins off, and then only numpy's own guess gives numpy's answer.
 _FAST_PATH_BINS = 2 ** 20

@@ -39,7 +39,7 @@ from ..runtime.modules import ModuleRuntime
 from ..spec import MAX_STATIC_SHARED_BYTES, as_flag, as_int
 from ..strategies.base import NULL, BufferArg, RuntimeArg, ceil_div
 from ..strategies.tile_state import TICKET_BYTES, TileState
-from ..tuning import Tuning
+from ..tuning import RADIX, Tuning
 from ..types import UNSIGNED_C_TYPES, as_dtype, element_type, prerequisites
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
@@ -50,49 +50,29 @@ MAX_DIGIT_BITS = 16
 KEY_DTYPES = tuple(np.dtype(t) for t in (
     "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
     "float32", "float64"))
-#: A tile is a block of 256 threads x up to 24 keys (fewer where wide keys and values would
-#: not fit in shared memory). H200, 2026-11-25, with the shared-memory ranking (uint32,
-#: 2^26, median of 9, benchmarks/tune_radix.py; sort, then radix_digit_offsets, us, at the
-#: threads per multiprocessor of ONESWEEP_MIN_THREADS_PER_SM): 256 x 16 at 1024 2098 and
-#: 579, at 1280 2059-2293 and 554-578; 256 x 24 at 768 1931-1933 and 545-548, at 1024 1931
-#: and 538; 256 x 20 2039, 577; 256 x 28 1977, 511; 256 x 32 at 768 1946, 569; 256 x 8 at 1536
-#: 2786, 778; 384 x 16 2064, 532; 384 x 24 2492, 557; 512 x 8 2735, 729; 512 x 16 2772,
-#: 581 (cupy.sort 1745 us in the same runs). Earlier, on an H100 with the ballot ranking:
-#: 256 x 16 2.66-2.72 ms, 384 x 16 2.69, 512 x 8 3.60.
-_TILE = (256, 24)
+#: The onesweep tile: a block of 256 threads x up to 24 keys (fewer where wide keys and
+#: values would not fit in shared memory). These values: scangen.tuning.RADIX.
+_TILE = (RADIX.value("onesweep_block_size"), RADIX.value("onesweep_max_items"))
 #: radix_digit_offsets' tile (threads, keys each) and register bound (threads a
-#: multiprocessor holds, at least). H100, 2026-11-25, uint32 keys, 8 bits, us at 2^24 /
-#: 2^26 / 2^28 in one run, two rounds (.gpu/s16_dest3.py; a copy of 12n bytes takes 77 /
-#: 274 / 1077): 512 x 12 at 1536 139-192 / 458-460 / 1730-1733 (no spills), 512 x 16 at
-#: 1536 144-146 / 464-465 / 1730-1740, 384 x 16 at 1536 144-145 / 469-472 / 1751-1761,
-#: 384 x 12 at 1536 143-145 / 487-490 / 1846-1860, 640 x 12 at 1920 146-148 / 485 /
-#: 1800-1807, 256 x 32 at 1024 154-157 / 488-491 / 1791-1815, 384 x 16 at 1152 151 / 497 /
-#: 1880. Fewer threads a multiprocessor lose more: 256 x 24 at 1024 158 / 533 / 1933.
-_DIGIT_PLACES_TILE = (512, 12, 1536)
+#: multiprocessor holds, at least).
+_DIGIT_PLACES_TILE = (RADIX.value("digit_places_block_size"),
+                      RADIX.value("digit_places_max_items"),
+                      RADIX.value("digit_places_min_threads_per_sm"))
 
 #: Blocks of a grid-stride launch (the places kernels): enough to fill any GPU.
-_MAX_GRID_STRIDE_BLOCKS = 16384
+_MAX_GRID_STRIDE_BLOCKS = RADIX.value("max_grid_stride_blocks")
 #: Blocks per multiprocessor of radix_digit_counts (a grid-stride loop: each block adds its
 #: counts to the global ones once, so fewer blocks mean fewer global atomics).
-_DIGIT_COUNT_BLOCKS_PER_SM = 4
+_DIGIT_COUNT_BLOCKS_PER_SM = RADIX.value("digit_count_blocks_per_sm")
 #: Tiles one radix_onesweep launch covers at most: a portion's tile status is
-#: tiles x 2**radix_bits words of 8 bytes (32 MiB here for 8-bit digits), and its counts
-#: fit 32 bits. Larger inputs take a launch per portion. Measured on an H200 (uint32 keys,
-#: best of 7): 8192 / 16384 / 65536 tiles sort 2^26 keys in 2288 / 2249 / 2265 us and 2^28
-#: in 8713 / 8305 / 8394 us (each launch ends with a tail of idle multiprocessors).
-ONESWEEP_PORTION_TILES = 16384
-#: radix_onesweep's register bound: a multiprocessor holds this many of its threads (4
-#: blocks of 256) at least. Measured on an H100 (256 x 16 tiles, 2^26 uint32 keys): 2.66-2.72
-#: ms against 3.20 ms unbounded; blocks of 384 and 512 threads were no faster. On an H200
-#: with 256 x 24 tiles, 768 (80 registers) and 1024 (64, and 168 bytes of spills) sort
-#: 2^26 uint32 keys alike (1931-1933 us).
-ONESWEEP_MIN_THREADS_PER_SM = 1024
+#: tiles x 2**radix_bits words of 8 bytes, and its counts fit 32 bits. Larger inputs take
+#: a launch per portion.
+ONESWEEP_PORTION_TILES = RADIX.value("onesweep_portion_tiles")
+#: radix_onesweep's register bound: a multiprocessor holds this many of its threads.
+ONESWEEP_MIN_THREADS_PER_SM = RADIX.value("onesweep_min_threads_per_sm")
 #: Predecessors a onesweep digit's look-back reads per poll, all loaded before any is
 #: decoded (RadixPassesModule.lookback_tiles; see templates/tile/state.cuh.j2's read_status).
-#: H200, 2026-11-25, 2^26 uint32 keys, sort and radix_digit_offsets in us (cupy.sort
-#: 1745): 1 a poll 1972/510 and 1963/504, 2 1881/504, 4 1882/515 and 1879/511, 8 1909/544;
-#: one read a round trip as before 2010/529 and 1968/511.
-ONESWEEP_LOOKBACK_TILES = 2
+ONESWEEP_LOOKBACK_TILES = RADIX.value("onesweep_lookback_tiles")
 #: The onesweep status: a tile's count of one digit (32 bits) with flag and epoch in one word.
 DIGIT_STATUS = TileState(4)
 

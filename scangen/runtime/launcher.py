@@ -77,7 +77,8 @@ def resident_grid(kernel_spec) -> int:
     free multiprocessor; fewer, where shared memory holds fewer, is still correct (tickets
     go to running blocks only)."""
     spec = kernel_spec.scan
-    return _multiprocessors() * spec.tuning.tile_min_blocks(spec.block_size, spec.acc_itemsize)
+    return _multiprocessors() * \
+        spec.tuning.at(spec.acc_itemsize).tile_min_blocks_per_sm(spec.block_size)
 
 
 def wave_grid(tiles: int, blocks_per_sm: int) -> int:

@@ -1,6 +1,6 @@
 """``strategy="auto"``: the one place that chooses a strategy per n.
 
-Decoupled look-back (one launch, ~2n) below Tuning.reduce_then_scan_min_bytes of input
+Decoupled look-back (one launch, ~2n) below Tuning.auto_reduce_then_scan_min_bytes of input
 (by value size), reduce_then_scan (three passes, each streaming faster) from there on, as
 measured on an H200 (scangen.tuning). An output statement that needs last_item always takes
 reduce_then_scan, which knows the total before its output pass.
@@ -41,6 +41,6 @@ class Auto(Strategy):
         if self.needs_last_item:
             return REDUCE_THEN_SCAN
         size = spec.etype.itemsize
-        if n * size >= spec.tuning.reduce_then_scan_min_bytes(size):
+        if n * size >= spec.tuning.at(size).auto_reduce_then_scan_min_bytes:
             return REDUCE_THEN_SCAN
         return DECOUPLED_LOOKBACK

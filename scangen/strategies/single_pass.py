@@ -49,7 +49,7 @@ class SinglePass(Strategy):
                                                  persistent=True, what="tile value slots"))
         builder.single_pass_tiles = tiles
         persistent = builder.options.persistent_tiles and \
-            n * spec.acc_itemsize >= spec.tuning.persistent_min_bytes(spec.acc_itemsize)
+            n * spec.acc_itemsize >= spec.tuning.at(spec.acc_itemsize).tile_persistent_min_bytes
         family = SCAN_TILES_PERSISTENT if persistent else SCAN_TILES
         builder.launch(Kernel(family, "user"), tiles, io_arg,
                        (BufferArg("status"), values, BufferArg("ticket"),

@@ -383,9 +383,8 @@ def batch_persistent_tiles():
 
 
 def batch_tuned_single_pass():
-    """The single pass as tuned (scangen/tuning.py: FAST_PATH tiles, one look-back tile a
-    lane, the register bound of TILE_MIN_THREADS_PER_SM, persistent blocks where
-    PERSISTENT_TILES_MIN_BYTES says) for 1-, 2- and 4-byte values, both modes: these kernels
+    """The single pass as tuned (scangen/tuning.py SCAN: its tiles, one look-back tile a
+    lane, its register bound, persistent blocks where tile_persistent_min_bytes says) for 1-, 2- and 4-byte values, both modes: these kernels
     must not spill (a tile's runs held in registers through the look-back once spilled 260
     bytes a thread and halved int32's speed; the persistent 4-byte kernel spilled 116 bytes
     while the loop over tiles held every element's shared-memory address)."""

@@ -321,7 +321,7 @@ def test_counting_kernels_count_with_ballots_in_every_user_body():
     for body in ("scan_one_section", "reduce_sections", "scan_seeded", "scan_tiles"):
         assert f"void {body}(const UserIO &io" in source, body
     assert "load_ballots" in source and "load_ballots" not in compaction().source
-    shape = scangen.tuning.COUNTING  # the counting tile, unless a section is named
+    shape = scangen.tuning.COUNTING.tile()  # the counting tile, unless a section is named
     assert (kernel.spec.block_size, kernel.spec.items_per_thread) == \
         (shape.block_size, shape.items_per_thread)
     assert compaction(counts=True, section_size=1024).spec.section_size == 1024

@@ -66,12 +66,12 @@ def recorder(dtype, op, *, last_item=True, segmented=False, **kwargs):
 
 def auto_choice(spec, n, needs_last_item=False):
     """What the docs promise for strategy "auto": one launch when n fits a section, then
-    decoupled look-back below spec.tuning.reduce_then_scan_min_bytes(itemsize) of input, and
+    decoupled look-back below Tuning.auto_reduce_then_scan_min_bytes (by value size) of input, and
     reduce_then_scan from there on, or always when the output uses last_item."""
     if n <= spec.section_size:
         return "one_section"
     size = spec.etype.itemsize
-    if needs_last_item or n * size >= spec.tuning.reduce_then_scan_min_bytes(size):
+    if needs_last_item or n * size >= spec.tuning.at(size).auto_reduce_then_scan_min_bytes:
         return "reduce_then_scan"
     return "decoupled_lookback"
 
@@ -162,7 +162,7 @@ def model_plan(kernel_spec, n):
             model.temporaries["status_values"] = (2 * tiles * acc, True)
         # persistent blocks from Tuning.tile_persistent_min_bytes of values on, where the
         # module has that kernel
-        threshold = spec.tuning.persistent_min_bytes(acc)
+        threshold = spec.tuning.at(acc).tile_persistent_min_bytes
         persistent = kernel_spec.persistent_tiles and n * acc >= threshold
         model.launches.append((f"scan_tiles{'_persistent' if persistent else ''}_user", tiles,
                                (USER_ARGS, BufferArg("status"), values, BufferArg("ticket"),
@@ -395,7 +395,7 @@ def test_auto_choice_per_n():
                        True: recorder(dtype, "add", segmented=segmented, tuning=tuning)}
             spec = kernels[False].spec
             section, size = spec.section_size, spec.etype.itemsize
-            threshold = spec.tuning.reduce_then_scan_min_bytes(size)
+            threshold = spec.tuning.at(size).auto_reduce_then_scan_min_bytes
             by_size = {"float32": 1 << 40, "float64": 1 << 40, "int8": 1 << 40,
                        "complex128": 16 << 20}[dtype]
             assert threshold == (by_size if tuning is None else 3 << 16)
@@ -420,11 +420,12 @@ def test_auto_choice_per_n():
 
 @pytest.mark.parametrize("strategy", SINGLE_PASS + ("auto",))
 def test_persistent_single_pass_by_size(strategy):
-    """Values of the sizes in scangen.tuning.PERSISTENT_TILES_MIN_BYTES take the persistent
+    """Values of the sizes scangen.tuning.SCAN measured take the persistent
     single pass from that many bytes on (or a named threshold), other sizes never unless the
     Tuning says; counting modules and sections too large for two never have it; a named
     threshold that cannot fit two sections is refused; bad thresholds are refused."""
-    by_size = scangen.tuning.PERSISTENT_TILES_MIN_BYTES
+    by_size = {size: scangen.tuning.SCAN.value("tile_persistent_min_bytes", size)
+               for size in (1, 2, 4, 8)}
     for dtype, segmented in (("float64", False), ("int64", False), ("float32", True),
                              ("float32", False), ("int16", False), ("int8", False)):
         size = 8 if segmented else np.dtype(dtype).itemsize  # a segmented value is a pair
@@ -508,7 +509,7 @@ def test_every_launched_kernel_is_in_the_module_and_every_kernel_is_launched(str
             launched = set()
             section, size = kernel.spec.section_size, kernel.spec.etype.itemsize
             # auto's reduce_then_scan from its threshold (1 TiB of 4- and 8-byte values)
-            past_auto = ceil_div(kernel.spec.tuning.reduce_then_scan_min_bytes(size), size)
+            past_auto = ceil_div(kernel.spec.tuning.at(size).auto_reduce_then_scan_min_bytes, size)
             for n in (1, section, section + 1, section**2 + 1, 10**8, 2**31 + 5, past_auto):
                 for launch in kernel.plan(n).launches:
                     assert launch.kernel in module, f"{launch.kernel.name} is not in the module"

@@ -523,8 +523,8 @@ def test_tile_warp_runs_only_where_it_applies(strategy, algorithm, section, item
 @pytest.mark.parametrize("dtype,width", [("int8", 1), ("float32", 1), ("int32", 1),
                                          ("float64", 1), ("int64", 1), ("complex128", 1)])
 def test_lookback_width_by_value_size(dtype, width):
-    """The look-back reads scangen.tuning.LOOKBACK_TILES_PER_LANE tiles per lane by value
-    size unless the Tuning names a width; a bad width is refused."""
+    """The look-back reads scangen.tuning.SCAN's lookback_tiles_per_lane tiles per lane (by
+    value size) unless the Tuning names a width; a bad width is refused."""
     default = Scan(dtype, "add", strategy="decoupled_lookback").kernel.source
     per_lane = "const int PER_LANE = {};  // Tuning.lookback_tiles_per_lane"
     assert per_lane.format(width) in default

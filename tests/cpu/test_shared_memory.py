@@ -34,7 +34,7 @@ def _operator(dtype):
 def _tuned(spec, counts=False):
     """(section, items per thread) the defaults start from, before any shrinking."""
     if spec.algorithm == "warp_shuffle":
-        tile = tuning.COUNTING if counts else tuning.fast_path(spec.acc_itemsize)
+        tile = tuning.COUNTING.tile() if counts else tuning.SCAN.tile(spec.acc_itemsize)
         return tile.section_size, tile.items_per_thread
     return tuning.DEFAULT_SECTION_SIZE, ALGORITHMS[spec.algorithm].default_items_per_thread
 
@@ -96,14 +96,14 @@ def test_the_default_counting_section_fits(dtype, algorithm):
 
 def test_the_tuned_tiles_are_kept_where_they_fit():
     """The shrinking leaves alone every default that fitted before."""
-    assert Scan(np.float32).spec.section_size == tuning.fast_path(4).section_size
-    assert Scan(np.float64).spec.section_size == tuning.fast_path(8).section_size
+    assert Scan(np.float32).spec.section_size == tuning.SCAN.tile(4).section_size
+    assert Scan(np.float64).spec.section_size == tuning.SCAN.tile(8).section_size
     counting = ScanKernel("int32", counts=True, **COMPACTION)
     assert (counting.spec.section_size, counting.spec.items_per_thread) == \
-        (tuning.COUNTING.section_size, tuning.COUNTING.items_per_thread)
+        (tuning.COUNTING.tile().section_size, tuning.COUNTING.tile().items_per_thread)
     for algorithm in ALGORITHMS:
         assert Scan(np.int32, algorithm=algorithm).spec.section_size == \
-            (tuning.fast_path(4).section_size if algorithm == "warp_shuffle"
+            (tuning.SCAN.tile(4).section_size if algorithm == "warp_shuffle"
              else tuning.DEFAULT_SECTION_SIZE)
 
 

@@ -118,8 +118,8 @@ def test_largest_and_smallest_sections_that_fit(build, algorithm, section_size, 
     assert spec.block_size * spec.items_per_thread == section_size
 
 
-#: float32's tuned block (scangen.tuning.FAST_PATH), which a named section keeps.
-TUNED_BLOCK = scangen.tuning.fast_path(4).block_size
+#: float32's tuned block (scangen.tuning.SCAN), which a named section keeps.
+TUNED_BLOCK = scangen.tuning.SCAN.tile(4).block_size
 
 
 @pytest.mark.parametrize("algorithm,section_size,block,items", [
