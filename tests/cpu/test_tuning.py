@@ -149,10 +149,10 @@ def test_the_radix_histogram_and_run_lengths_values():
     assert (radix.ONESWEEP_MIN_THREADS_PER_SM, radix.ONESWEEP_LOOKBACK_TILES,
             radix.ONESWEEP_PORTION_TILES) == (1024, 2, 16384)
     assert (radix._DIGIT_COUNT_BLOCKS_PER_SM, radix._MAX_GRID_STRIDE_BLOCKS) == (4, 16384)
-    module = radix.RadixModule(np.dtype(np.uint32))
+    module = radix.RadixPassesModule(np.dtype(np.uint32))
     assert (module.block_size, module.max_items, module.min_threads_per_sm,
             module.lookback_tiles) == (256, 24, 1024, 2)
-    dest = radix.RadixModule(np.dtype(np.uint32), output="dest")
+    dest = radix.DigitPlacesModule(np.dtype(np.uint32))
     assert (dest.block_size, dest.max_items, dest.min_threads_per_sm) == (512, 12, 1536)
     assert (histogram._BLOCK_SIZE, histogram._SHARED_BINS, histogram._BLOCKS_PER_SM) == \
         (256, 8192, 6)
