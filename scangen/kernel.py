@@ -364,7 +364,7 @@ class ScanKernel:
 
     def _initial_value(self, value):
         """``value`` as the scan type, checked exactly as a scalar argument is."""
-        from .runtime.launcher import convert_scalar
+        from .args import convert_scalar
 
         argument = self.kernel_spec.hooks.arguments[-1]
         converted = convert_scalar(argument, value)
@@ -427,7 +427,7 @@ class ScanKernel:
             if initial is not None:
                 raise TypeError(_NO_INITIAL)
             return ()
-        from .runtime.launcher import convert_scalar
+        from .args import convert_scalar
 
         return (convert_scalar(self.arguments[-1], self.initial if initial is None else initial),)
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
+from .arith import ceil_div
 from .spec import LAST_COUNTED_MAX_N
 from .strategies import resolve
 from .strategies.base import (MAX_GRID, NULL, USER_ARGS, BufferArg, Launch, PlanBuilder,
-                              RuntimeArg, Temporary, ceil_div)
+                              RuntimeArg, Temporary)
 
 __all__ = ["BufferArg", "Launch", "NULL", "Plan", "RuntimeArg", "Temporary", "USER_ARGS",
            "make_plan"]

@@ -20,13 +20,16 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..compile import check_with_nvcc, compile_module, context_key, release_at_exit
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip, kind_of
+from ..compile import check_with_nvcc, compile_module
+from ..interop import (ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip, kind_of,
+                       overlaps)
 from ..kernel import ScanKernel, counting_condition, mask_condition, options_repr
-from ..runtime.launcher import _gpuarray, check_array, launch_function, overlaps, wave_grid
+from ..runtime.contexts import context_key, release_at_exit
+from ..runtime.gpu import gpuarray as _gpuarray, wave_grid
+from ..runtime.launcher import launch_function
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
-from ..strategies.base import ceil_div
+from ..arith import ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
 from ..render import render_template
 from ..types import MASK_C_TYPES, c_equal, element_type

@@ -10,11 +10,12 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument, c_parameters
-from ..compile import context_key, release_at_exit
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
+from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
+from ..runtime.contexts import context_key, release_at_exit
+from ..runtime.gpu import gpuarray as _gpuarray, wave_grid
+from ..runtime.launcher import launch_function
 from ..runtime.streams import memset_d8_async
-from ..strategies.base import ceil_div
+from ..arith import ceil_div
 from ..types import as_dtype, element_type
 from .radix import KEY_DTYPES
 

@@ -32,13 +32,14 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument
-from ..compile import release_at_exit, stream_key
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
-from ..runtime.launcher import _gpuarray, check_array, launch_function, wave_grid
+from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
+from ..runtime.contexts import release_at_exit, stream_key
+from ..runtime.gpu import gpuarray as _gpuarray, wave_grid
+from ..runtime.launcher import launch_function
 from ..runtime.scratch import StreamScratch
 from ..runtime.streams import memset_d8_async
 from ..spec import MAX_STATIC_SHARED_BYTES, as_flag, as_int
-from ..strategies.base import ceil_div
+from ..arith import ceil_div
 from ..strategies.tile_state import TileState
 from ..tuning import Tuning
 from ..types import UNSIGNED_C_TYPES, as_dtype, element_type, prerequisites
