@@ -30,6 +30,7 @@ import re
 import numpy as np
 
 from .chunked import GPUBackend, operator_of
+from .runtime.gpu import require_pycuda
 from .spec import as_int
 
 __all__ = ["inclusive_scan", "exclusive_scan", "select", "gpu_cluster"]
@@ -196,8 +197,6 @@ def gpu_cluster(gpus=None):
 
 
 def _device_count() -> int:
-    from .compile import require_pycuda
-
     driver = require_pycuda()
     driver.init()
     return driver.Device.count()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import scangen
+from scangen import bench
 from scangen.cli import main
 
 from tests.support import marked_source_line, require_nvcc
@@ -218,12 +219,10 @@ def test_demo_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
 
 
 def test_bench_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
-    import scangen.compile
-
     def no_pycuda():
         raise scangen.GPUUnavailableError("running a scan needs PyCUDA (simulated)")
 
-    monkeypatch.setattr(scangen.compile, "require_pycuda", no_pycuda)
+    monkeypatch.setattr(bench, "require_pycuda", no_pycuda)
     code, out, err = run(capsys, "bench", "--sizes", "1024", "--no-peers")
     assert code == 2
     assert err == "error: running a scan needs PyCUDA (simulated)\n"

@@ -16,7 +16,7 @@ import pytest
 import scangen
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
 from scangen.ops import AFFINE_THEN
-from scangen.bench import STRUCTS
+from scangen.workloads import STRUCTS
 from scangen.strategies import TOTAL_NAMES, strategy_for
 from scangen.strategies.single_pass import SinglePass
 from scangen.types import element_type
