@@ -31,7 +31,7 @@ from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
 from ..arith import ceil_div
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING
-from ..render import render_template
+from ..render import render_module, render_template
 from ..types import MASK_C_TYPES, c_equal, element_type
 from ..usercode import check_code
 
@@ -405,8 +405,6 @@ class RunLengthsModule:
         return (("run_lengths", self.parameters),)
 
     def module_source(self):
-        from ..render import render_module
-
         return render_module(self)
 
     @property

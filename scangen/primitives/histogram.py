@@ -10,10 +10,12 @@ from typing import ClassVar
 import numpy as np
 
 from ..args import Argument, c_parameters
+from ..compile import check_with_nvcc, compile_module
 from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
 from ..runtime.contexts import context_key, release_at_exit
 from ..runtime.gpu import gpuarray as _gpuarray, wave_grid
 from ..runtime.launcher import launch_function
+from ..render import render_module
 from ..runtime.streams import memset_d8_async
 from ..arith import ceil_div
 from ..types import as_dtype, element_type
@@ -55,8 +57,6 @@ class HistogramModule:
         return (("histogram_counts", _PARAMETERS),)
 
     def module_source(self):
-        from ..render import render_module
-
         return render_module(self)
 
     @property
@@ -166,8 +166,6 @@ class Histogram:
 
     def check_compile(self) -> None:
         """Compile the kernel with the nvcc on PATH (no GPU needed)."""
-        from ..compile import check_with_nvcc
-
         check_with_nvcc(self.module)
 
     def _bins(self, bins, range):
@@ -193,8 +191,6 @@ class Histogram:
         memset_d8_async(counts_view.ptr, 0, counts_view.nbytes, call.stream)
         n = view.size
         if n:
-            from ..compile import compile_module
-
             blocks = wave_grid(ceil_div(n, self.module.tile_size), _BLOCKS_PER_SM)
             launch_function(compile_module(self.module), "histogram_counts", call.stream)(
                 (blocks, 1, 1), (_BLOCK_SIZE, 1, 1), call.stream, view.ptr, device_edges.ptr,

@@ -31,8 +31,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..args import Argument
+from ..args import Argument, c_parameters
+from ..compile import check_with_nvcc, compile_module
 from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
+from ..kernel import ScanKernel
+from ..render import render_module
 from ..runtime.contexts import release_at_exit, stream_key
 from ..runtime.gpu import gpuarray as _gpuarray, wave_grid
 from ..runtime.launcher import launch_function
@@ -248,8 +251,6 @@ class RadixModule:
         return (("radix_digit_counts", counts), ("radix_onesweep", onesweep))
 
     def module_source(self):
-        from ..render import render_module
-
         return render_module(self)
 
     @property
@@ -262,8 +263,6 @@ class RadixModule:
         return f"radix passes over {self.key_dtype} keys{values}"
 
     def context(self) -> dict:
-        from ..args import c_parameters
-
         key = element_type(self.key_dtype)
         value = self.value_type
         includes, declarations = prerequisites([key] + ([] if value is None else [value]))
@@ -337,8 +336,6 @@ class _ModuleLaunches:
         return self.module.module_source().text
 
     def check_compile(self) -> None:
-        from ..compile import check_with_nvcc
-
         check_with_nvcc(self.module)
 
 
@@ -349,8 +346,6 @@ class _RadixPasses(_ModuleLaunches):
     def count(self, keys, n, passes, descending, stream) -> None:
         """Count the digits of ``passes`` ((shift, bits) of each, consecutive) over the n
         keys, for run() to find where each pass's digits start."""
-        from ..compile import compile_module
-
         module = self.module
         counts = self.scratch(stream).get("digit_counts", len(passes) * module.radix,
                                           np.uint64)
@@ -365,8 +360,6 @@ class _RadixPasses(_ModuleLaunches):
     def run(self, keys, moved, n, number, shift, bits, descending, stream):
         """Pass ``number`` of those count() counted, over the digit at ``shift`` (``bits``
         wide): ``moved`` is the arguments after the keys (the outputs, and values if any)."""
-        from ..compile import compile_module
-
         module = self.module
         launch = launch_function(compile_module(module), "radix_onesweep", stream)
         scratch = self.scratch(stream)
@@ -404,8 +397,6 @@ class _DigitPlaces(_ModuleLaunches):
 
     def run(self, keys, dest, digit_start, n, shift, descending, stream) -> None:
         """dest and digit_start of the n keys for the module's digit at ``shift``."""
-        from ..compile import compile_module
-
         module = self.module
         compiled = compile_module(module)
         scratch = self.scratch(stream)
@@ -426,8 +417,6 @@ class _DigitPlaces(_ModuleLaunches):
 def _tile_bases_scan():
     """The scan between the tile kernels of radix_digit_offsets: tile_counts[j] becomes the
     sum of the counts before it (the counts of tile t's digit d sit at d * tiles + t)."""
-    from ..kernel import ScanKernel
-
     return ScanKernel(np.int64, "add", arguments="long long *tile_counts",
                       input_expr="tile_counts[i]", output_statement="tile_counts[i] = prev_item;",
                       title="radix digit offsets: tile bases")
@@ -447,8 +436,6 @@ def _finish_wide_digit(module, sorted_keys, order, dest, digit_start, n, shift, 
                        descending, stream) -> None:
     """The places module's two launches: dest from the stable order by the digit, and where
     each digit starts from the keys in that order."""
-    from ..compile import compile_module
-
     compiled = compile_module(module)
     grid = (min(ceil_div(n, module.block_size), _MAX_GRID_STRIDE_BLOCKS), 1, 1)
     block = (module.block_size, 1, 1)
@@ -529,8 +516,6 @@ class RadixDigitOffsets(_RadixPrimitive):
 
     def check_compile(self) -> None:
         """Compile every module the digit offsets use with the nvcc on PATH."""
-        from ..compile import check_with_nvcc
-
         self._passes.check_compile()
         if self._order is not None:
             check_with_nvcc(self._places)
@@ -564,8 +549,6 @@ class RadixDigitOffsets(_RadixPrimitive):
 
 
 def _zero(view, stream) -> None:
-    from ..runtime.streams import memset_d8_async
-
     if view.size:
         memset_d8_async(view.ptr, 0, view.nbytes, stream)
 

@@ -2,12 +2,13 @@
 ``.plan(n)`` where one scan does its work, ``.check_compile()`` (nvcc from PATH) and a repr
 that names its dtype and options."""
 
+import importlib
+
 import numpy as np
 import pytest
 
 import scangen
-import scangen.compile
-import scangen.primitives.compaction
+from scangen import kernel
 from scangen.plan import Plan
 from tests.support import needs_nvcc
 
@@ -94,8 +95,10 @@ def test_check_compile_hands_every_module_to_nvcc(case, monkeypatch):
     prints) and nothing fails before nvcc."""
     compiled = []
     record = lambda module: compiled.append(module.module_source().text)  # noqa: E731
-    monkeypatch.setattr(scangen.compile, "check_with_nvcc", record)
-    monkeypatch.setattr(scangen.primitives.compaction, "check_with_nvcc", record)
+    for module in ("kernel", "primitives.compaction", "primitives.histogram",
+                   "primitives.radix"):  # every caller of nvcc
+        monkeypatch.setattr(importlib.import_module(f"scangen.{module}"), "check_with_nvcc",
+                            record)
     obj = CLASSES[case][0]()
     obj.check_compile()
     assert compiled
@@ -127,8 +130,7 @@ def test_segmented_plan_takes_a_form_and_index_dtype():
 
 def test_segmented_check_compile_compiles_every_form_or_the_one_named(monkeypatch):
     titles = []
-    monkeypatch.setattr(scangen.compile, "check_with_nvcc",
-                        lambda spec: titles.append(spec.hooks.title))
+    monkeypatch.setattr(kernel, "check_with_nvcc", lambda spec: titles.append(spec.hooks.title))
     seg = scangen.SegmentedScan(np.uint32, "bit_xor")
     seg.check_compile()
     assert titles == [f"segmented inclusive scan by {form}"

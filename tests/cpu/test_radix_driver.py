@@ -244,7 +244,7 @@ def tile_kernels(memory, monkeypatch):
             counts[:n] = np.concatenate([[0], np.cumsum(counts[:n])[:-1]])
 
     monkeypatch.setattr(radix, "launch_function", launch_function)
-    monkeypatch.setattr(scangen.compile, "compile_module", lambda module: module)
+    monkeypatch.setattr(radix, "compile_module", lambda module: module)
     monkeypatch.setattr(radix, "_tile_bases_scan", lambda: Scan())
     return launches
 
