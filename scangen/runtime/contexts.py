@@ -132,9 +132,10 @@ class _PopWhenThreadEnds:
 
 
 def _release_at_exit() -> None:
-    """Free scangen's device memory and modules (every holder's) in the main thread, with scangen's
-    primary context object current (pushed even where another object for the same
-    CUcontext is: PyCUDA frees through the object itself), then pop each push once.
+    """Free scangen's device memory and modules (every holder's, scangen.compile's cache
+    among them) in the main thread, with scangen's primary context object current (pushed
+    even where another object for the same CUcontext is: PyCUDA frees through the object
+    itself), then pop each push once.
 
     What the program still holds while the interpreter tears down (arrays in module
     globals) is freed after this, by PyCUDA pushing its context for the moment, which it
