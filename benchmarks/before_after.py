@@ -96,7 +96,8 @@ def same_process(checkout: Path, rounds: int, json_path, argv) -> int:
     import numpy as np
 
     import scangen
-    from scangen.bench import Timer, parse_size
+    from scangen.bench import Timer
+    from scangen.workloads import parse_size
     from scangen.compile import current_context
 
     parser = argparse.ArgumentParser()

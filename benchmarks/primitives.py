@@ -9,7 +9,7 @@ the host, as torch.masked_select does; ``count_on_device`` rows leave it on the 
 "copy" row of each table moves the bytes the primitive must move at least (reads plus
 writes) with one device-to-device copy, the roof the issue's targets are stated against.
 With ``--cub``, CUB's primitives join the tables after scangen's rows: the program
-benchmarks/cub_primitives.cu, built with the nvcc on PATH, timed the same way on input made
+scangen/cub/cub_primitives.cu, built with the nvcc on PATH, timed the same way on input made
 the same way (its counts stay on the device).
 """
 from __future__ import annotations
@@ -24,9 +24,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import scangen  # noqa: E402
-from scangen.bench import Timer, cub_program, cub_rows, parse_size  # noqa: E402
+from scangen.bench import CUB_DIR, Timer, cub_program, cub_rows  # noqa: E402
+from scangen.workloads import parse_size  # noqa: E402
 
-CUB_SOURCE = Path(__file__).resolve().parent / "cub_primitives.cu"
+CUB_SOURCE = CUB_DIR / "cub_primitives.cu"
 
 
 def _peers():
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--cub", action="store_true",
-                        help="also time CUB's primitives (benchmarks/cub_primitives.cu, built "
+                        help="also time CUB's primitives (scangen/cub/cub_primitives.cu, built "
                              "with the nvcc on PATH; rows after scangen's)")
     parser.add_argument("--only", nargs="+", metavar="WORD",
                         help="time only the primitives whose name holds one of these words")

@@ -9,7 +9,7 @@ from .types import ELEMENT_TYPES
 from .tuning import Tuning
 from .usercode import UserCodeError
 from .render import RenderError
-from .compile import current_context
+from .runtime.contexts import current_context
 from .runtime.pool import free_pooled_memory
 from .kernel import ScanKernel
 from .interop import DevicePointer

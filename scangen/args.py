@@ -178,3 +178,28 @@ def launch_format(arguments) -> str:
             text += "x" * (-struct.calcsize(text) % argument.value_type.alignment)
         text += argument.launch_format
     return text
+
+
+def convert_scalar(argument, value):
+    """A scalar argument's value as the numpy scalar of its C type, or a clear error naming
+    the argument as the user knows it (Argument.described)."""
+    if argument.value_type is not None:  # a struct, complex or bfloat16 value: its bytes
+        try:
+            return argument.value_type.to_bytes(value)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"{argument.described}: {err}") from None
+    dtype = argument.scalar_dtype
+    if dtype.kind in "iu":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{argument.described} needs an int, not {value!r}")
+        info = np.iinfo(dtype)
+        if not info.min <= int(value) <= info.max:
+            raise ValueError(f"{argument.described}: {value} does not fit {dtype} "
+                             f"[{info.min}, {info.max}]")
+        return dtype.type(value)
+    if dtype.kind == "b":
+        return np.uint8(bool(value))
+    if not isinstance(value, (int, float, np.integer, np.floating)) or \
+            isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{argument.described} needs a number, not {value!r}")
+    return dtype.type(value)

@@ -25,8 +25,13 @@ from typing import Callable
 
 import numpy as np
 
-from .ops import AFFINE_THEN, LAST_NONZERO, Operator, resolve_operator
+from .ops import Operator
+from .reference import reference_scan
+from .runtime.contexts import current_context
+from .runtime.gpu import require_pycuda
+from .scan import Scan
 from .spec import ALGORITHMS, STRATEGIES
+from .workloads import STRUCTS, operator_named, parse_size, random_input
 
 DEFAULT_SIZES = [1 << k for k in range(10, 29, 2)]
 
@@ -40,82 +45,6 @@ class Result:
     seconds: float
     gbps: float
     checked: bool
-
-
-def parse_size(text: str) -> int:
-    """Accept 1048576, 2^20 or 2**20 (the size syntax of every command)."""
-    try:
-        compact = text.replace("**", "^").replace("_", "").strip()
-        if "^" in compact:
-            base, exponent = compact.split("^")
-            value = int(base) ** int(exponent)
-        else:
-            value = int(compact)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a size: {text!r} (write e.g. 1000000, 2^20 or 2**20)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a size cannot be negative: {text!r}")
-    return value
-
-
-#: Operators the bench knows by name besides the built-ins: both are not commutative.
-#: affine_then takes uint64 only.
-NAMED_OPERATORS = {op.name: op for op in (LAST_NONZERO, AFFINE_THEN)}
-
-
-def _operator(name: str):
-    return NAMED_OPERATORS.get(name) or resolve_operator(name)
-
-
-def _random_input(rng, dtype, n, op_name="add"):
-    dtype = np.dtype(dtype)
-    if op_name == "affine_then":  # maps x -> m x + c with odd m (none collapses the prefix)
-        m = rng.integers(0, 2**32, n, dtype=np.uint64) | np.uint64(1)
-        return (m << np.uint64(32)) | rng.integers(0, 2**32, n, dtype=np.uint64)
-    if dtype.kind == "f":
-        return rng.uniform(0.5, 1.5, n).astype(dtype)
-    return rng.integers(1, 100, n).astype(dtype)
-
-
-@dataclass(frozen=True)
-class StructCase:
-    """A struct scan the bench can time (``--struct NAME``)."""
-
-    dtype: np.dtype
-    operator: Operator
-    #: (rng, n) -> n random values of dtype
-    make_input: Callable
-    #: How the table and the JSON name the type.
-    label: str
-
-
-#: x -> m*x + c as a pair of float64: 16 bytes, the two-word tile status.
-AFFINE_F64X2 = np.dtype([("m", np.float64), ("c", np.float64)])
-
-
-def _compose_affine(a, b):
-    """numpy twin of the composition: a, then b."""
-    out = np.empty_like(a)
-    out["m"] = b["m"] * a["m"]
-    out["c"] = b["m"] * a["c"] + b["c"]
-    return out
-
-
-def _affine_maps(rng, n):
-    maps = np.empty(n, AFFINE_F64X2)
-    maps["m"] = np.exp(rng.normal(0, 1e-4, n))  # products stay near 1 over 2^28 maps
-    maps["c"] = rng.uniform(-1.0, 1.0, n)
-    return maps
-
-
-STRUCTS = {
-    # A linear recurrence x[t] = m[t] x[t-1] + c[t]: composing affine maps, not commutative.
-    "affine-f64x2": StructCase(
-        AFFINE_F64X2, Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0),
-                               name="affine_f64x2", reference=_compose_affine),
-        _affine_maps, "struct16"),
-}
 
 
 @dataclass(frozen=True)
@@ -134,8 +63,8 @@ def workloads(args) -> list[Workload]:
     for op_name in args.ops:
         if op_name == "affine_then" and any(np.dtype(d) != np.uint64 for d in args.dtypes):
             raise SystemExit("--ops affine_then scans uint64 (packed maps): give --dtypes uint64")
-    found = [Workload(np.dtype(dtype), str(np.dtype(dtype)), op_name, _operator(op_name),
-                      lambda rng, n, dtype=dtype, op=op_name: _random_input(rng, dtype, n, op))
+    found = [Workload(np.dtype(dtype), str(np.dtype(dtype)), op_name, operator_named(op_name),
+                      lambda rng, n, dtype=dtype, op=op_name: random_input(rng, dtype, n, op))
              for dtype in args.dtypes for op_name in args.ops]
     for name in args.structs:
         case = STRUCTS[name]
@@ -180,8 +109,6 @@ class Timer:
 
 def contenders(args, dtype, op_name, op, driver):
     """(name, make(x_gpu, y_gpu, x_host) -> call, checker or None) for each contender."""
-    from . import Scan
-
     out = []
 
     def copy(x, y, _):
@@ -241,16 +168,18 @@ def contenders(args, dtype, op_name, op, driver):
     return out
 
 
-#: CUB's DeviceScan as a peer: a C++ program in the repository, built with the toolkit's nvcc.
-CUB_SOURCE = Path(__file__).resolve().parent.parent / "benchmarks" / "cub_scan.cu"
+#: The CUB peer programs (C++, built with the toolkit's nvcc), shipped with the package.
+CUB_DIR = Path(__file__).resolve().parent / "cub"
+#: CUB's DeviceScan as a peer.
+CUB_SOURCE = CUB_DIR / "cub_scan.cu"
 CUB_DTYPES = ("float32", "float64", "int32", "int64", "uint32", "uint64")
-#: Operators benchmarks/cub_scan.cu knows.
+#: Operators scangen/cub/cub_scan.cu knows.
 CUB_OPS = ("add", "last_nonzero", "affine_then")
 
 
 @contextlib.contextmanager
 def cub_program(source: Path, arch: str):
-    """Build a CUB peer program (benchmarks/cub_*.cu) once, with the nvcc on PATH, into a
+    """Build a CUB peer program (scangen/cub/cub_*.cu) once, with the nvcc on PATH, into a
     temporary directory; yield the binary's path, or None after a skip line without nvcc."""
     nvcc = shutil.which("nvcc")
     if nvcc is None or not source.is_file():
@@ -276,7 +205,7 @@ def cub_rows(binary: Path, arguments, trials: int) -> list[dict]:
 
 
 def cub_results(args, arch: str) -> list[Result]:
-    """Build benchmarks/cub_scan.cu (once per run) and time CUB the bench's way."""
+    """Build scangen/cub/cub_scan.cu (once per run) and time CUB the bench's way."""
     results = []
     with cub_program(CUB_SOURCE, arch) as binary:
         if binary is None:
@@ -294,8 +223,6 @@ def cub_results(args, arch: str) -> list[Result]:
 
 
 def run(args) -> list[Result]:
-    from .compile import current_context, require_pycuda
-
     driver = require_pycuda()
     current_context()
     from pycuda import gpuarray
@@ -321,8 +248,6 @@ def run(args) -> list[Result]:
                     continue
                 checked = False
                 if check_op is not None and n <= args.check_limit:
-                    from .reference import reference_scan
-
                     check_result(y.get(), reference_scan(host, check_op, "inclusive"), dtype)
                     checked = True
                 results.append(Result(name, work.label, op_name, n, seconds,
@@ -420,7 +345,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-peers", action="store_true",
                         help="skip torch, cupy and pycuda even if installed")
     parser.add_argument("--cub", action="store_true",
-                        help="also time CUB's DeviceScan (benchmarks/cub_scan.cu, built with "
+                        help="also time CUB's DeviceScan (scangen/cub/cub_scan.cu, built with "
                              "the nvcc on PATH; add, last_nonzero and affine_then)")
     parser.add_argument("--trials", type=int, default=7, help="timed trials (median is kept)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
@@ -434,8 +359,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     started = time.time()
     results = run(args)
-    from .compile import current_context
-
     device = current_context().get_device().name()
     title = f"scangen bench on {device}, {time.strftime('%Y-%m-%d')}"
     print(title)

@@ -8,7 +8,7 @@ import numpy as np
 
 from .kernel import ScanKernel
 from .ops import resolve_operator
-from .runtime.launcher import _gpuarray
+from .runtime import gpu
 from .types import element_type
 
 #: One ScanKernel evaluates the operator on sample triples in its output statement (its own
@@ -88,7 +88,7 @@ def check_operator(operator, dtype, *, samples=100_000, seed=0, rtol=None) -> Op
                         output_statement=_EVALUATE, title="operator check")
     dtype = kernel.dtype
     rng = np.random.default_rng(seed)
-    gpuarray = _gpuarray()
+    gpuarray = gpu.gpuarray()
     a, b, c = (sample_values(rng, dtype, samples) for _ in range(3))
     b[:7], c[:7] = a[:7][::-1], a[:7]  # edge values meet each other too
     outputs = [gpuarray.empty(samples, dtype) for _ in range(4)]

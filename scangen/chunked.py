@@ -24,6 +24,7 @@ import functools
 
 import numpy as np
 
+from . import primitives
 from .interop import Call, as_stream, host_round_trip, kind_of
 from .kernel import ScanKernel
 from .ops import resolve_operator
@@ -194,9 +195,7 @@ class GPUBackend:
 
     def select(self, chunk, predicate):
         """The elements of the chunk for which ``predicate`` (a C expression in x) holds."""
-        from .primitives import select
-
-        return _on_gpu(chunk, lambda stream: select(chunk, predicate, stream=stream))
+        return _on_gpu(chunk, lambda stream: primitives.select(chunk, predicate, stream=stream))
 
 
 class ReferenceBackend:

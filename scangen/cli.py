@@ -16,14 +16,16 @@ import textwrap
 
 import numpy as np
 
-from . import ops
+from . import __version__, bench, ops
+from .check import check_operator
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
 from . import primitives
-from .bench import parse_size
 from .reference import reference_scan
+from .runtime.contexts import current_context
 from .scan import GPUUnavailableError, Scan, ScanCompileError
 from .spec import ALGORITHMS, MODES, STRATEGIES
 from .types import supported_names
+from .workloads import parse_size
 
 PROG = "scangen"
 
@@ -295,8 +297,6 @@ def last_nonzero_numpy(x: np.ndarray) -> np.ndarray:
             "(a op b) op c against a op (b op c), and the identity on both sides. Exit 0 "
             "when the contract holds, 1 with a counterexample when it does not.")
 def cmd_check(args) -> int:
-    from .check import check_operator
-
     operator = build_operator(args)
     try:
         report = check_operator(operator, args.dtype, samples=args.samples, seed=args.seed)
@@ -328,9 +328,7 @@ def cmd_demo(args) -> int:
         scan = Scan(np.int32, LAST_NONZERO, mode="inclusive", algorithm=args.algorithm)
     except (ValueError, TypeError) as err:
         raise CLIError(str(err)) from None
-    from .compile import current_context  # raises GPUUnavailableError, which main reports
-
-    context = current_context()
+    context = current_context()  # raises GPUUnavailableError, which main reports
     from pycuda import gpuarray
 
     rng = np.random.default_rng(args.seed)
@@ -361,8 +359,6 @@ def cmd_demo(args) -> int:
 
 
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
-    from . import bench
-
     bench.add_arguments(parser)
 
 
@@ -372,8 +368,6 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
             "are installed (torch, cupy, pycuda), over a range of sizes; print a table and "
             "write JSON and a plot. See scangen/bench.py for how it measures.")
 def cmd_bench(args) -> int:
-    from . import bench
-
     return bench.main(args)
 
 
@@ -396,8 +390,6 @@ def build_parser() -> argparse.ArgumentParser:
             Run '{PROG} COMMAND --help' for a command's options.
             """),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
-
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (func, help, description, arguments, spec_options, configure) in COMMANDS.items():

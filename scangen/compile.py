@@ -1,9 +1,9 @@
 """Compile rendered modules with PyCUDA, lazily imported, and cache them per CUDA context.
 
 Nothing outside this module and scangen.runtime imports pycuda, so spec, plan, render and
-the CLI work on any machine; the first step that needs a GPU raises GPUUnavailableError
-saying what is missing. The text compiled is exactly the rendered text (C++, with
-``extern "C"`` entry points), the same that ``check_with_nvcc`` and the CPU tests compile.
+the CLI work on any machine (scangen.runtime.gpu). The text compiled is exactly the rendered
+text (C++, with ``extern "C"`` entry points), the same that ``check_with_nvcc`` and the CPU
+tests compile.
 
 What is compiled is a *module spec*: a hashable object with ``module_source()`` (the
 rendered ModuleSource), ``entry_points()`` (each ``__global__`` function's name and its
@@ -15,198 +15,31 @@ take}; the compiled module lets each such kernel use that much (the opt-in attri
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
-import gc
 import re
 import shutil
 import subprocess
 import tempfile
 import threading
-import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .args import launch_format
 from .render import ModuleSource
+from .runtime.contexts import context_key, current_context, release_at_exit
+from .runtime.gpu import GPUUnavailableError, require_pycuda
+from .runtime.streams import RawFunctions
 from .tuning import DEFAULT_ARCH
 
-
-class GPUUnavailableError(RuntimeError):
-    """PyCUDA or a CUDA device is missing; the message says how to get it."""
+#: With the context and PyCUDA helpers programs and benchmarks import from here.
+__all__ = ["CompiledModule", "GPUUnavailableError", "ScanCompileError", "check_with_nvcc",
+           "compile_module", "current_context", "describe_compile_error", "precompile",
+           "require_pycuda"]
 
 
 class ScanCompileError(RuntimeError):
     """nvcc rejected the emitted source. The message names the user code the first error is
     in (input_expr, output_statement, operator, preamble) and shows the numbered source
     around it."""
-
-
-def require_pycuda():
-    """Import pycuda.driver, or explain how to install it."""
-    try:
-        import pycuda.driver as driver
-        import pycuda.gpuarray  # noqa: F401  (callers use it next)
-    except ImportError as err:
-        raise GPUUnavailableError(
-            f"running a scan needs PyCUDA, which failed to import ({err}). Install it on a "
-            "machine with an NVIDIA GPU and the CUDA toolkit: pip install 'scangen[cuda]'. "
-            "Rendering (.source, .plan(), python -m scangen source/plan) works without it."
-        ) from err
-    return driver
-
-
-_driver = None
-_primary = None          # device 0's primary context, one pycuda object for every thread
-_primary_lock = threading.Lock()
-_this_thread = threading.local()
-_main_thread_pushed = False
-#: Objects holding device memory or modules (``release_device_memory()``), released at exit.
-_holders = weakref.WeakSet()
-
-
-def _initialised_driver():
-    global _driver
-    if _driver is None:
-        driver = require_pycuda()
-        try:
-            driver.init()
-        except driver.Error as err:
-            raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
-        with _primary_lock:
-            if _driver is None:
-                # Whichever context scangen's memory is made in (the primary context, or
-                # one the program made current, pycuda.autoinit's say), it is freed at exit.
-                atexit.register(_release_at_exit)
-                _driver = driver
-    return _driver
-
-
-def current_context():
-    """The current CUDA context, making device 0's primary context current if there is none.
-
-    PyCUDA keeps a context stack per thread, aborts the process if a thread's stack is not
-    empty when that thread's stack is destroyed, and frees memory only in a context object
-    of the freeing thread or one current there. So every thread pushes the same pycuda
-    object for the primary context, and pops it when the thread ends; at exit, scangen's own
-    device memory is released with the context current (see _release_at_exit).
-    """
-    global _primary, _main_thread_pushed
-    driver = _initialised_driver()
-    context = driver.Context.get_current()
-    if context is None:
-        try:
-            with _primary_lock:  # threads starting at once must share one object
-                if _primary is None:
-                    # The device's primary context: the one torch and cupy use, so arrays
-                    # and events can be shared with them.
-                    _primary = driver.Device(0).retain_primary_context()
-            _primary.push()
-        except driver.Error as err:
-            raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
-        if threading.current_thread() is threading.main_thread():
-            _main_thread_pushed = True
-        else:
-            _this_thread.pushed = _PopWhenThreadEnds(_primary)
-        context = _primary
-    return context
-
-
-def context_of_this_thread():
-    """The pycuda context current in this thread, or None; makes none current."""
-    return _initialised_driver().Context.get_current()
-
-
-def context_key(context=None) -> tuple:
-    """What caches of device memory and modules key a context by (default: the current
-    one, as current_context() gives it): its CUcontext handle and the pycuda object.
-    PyCUDA frees an object through the pycuda context object that was current when it was
-    made, and two objects can stand for one CUcontext (the primary context retained twice,
-    by scangen and by pycuda.autoprimaryctx, say): memory made under one is not to be
-    handed out under the other. A pycuda Context hashes its handle with its own address,
-    so the hash tells the objects apart."""
-    if context is None:
-        context = current_context()
-    return context.handle, hash(context)
-
-
-def stream_key(stream) -> tuple:
-    """The key of the current context and ``stream`` (None, a pycuda Stream or a
-    RawStream: anything with a handle), for caches of device memory per stream (scratch,
-    pools): two contexts, or two streams, never share one."""
-    return (*context_key(), 0 if stream is None else stream.handle)
-
-
-@contextlib.contextmanager
-def made_current(context):
-    """Run the block with ``context`` (a pycuda Context) current in this thread, or with
-    current_context()'s where ``context`` is None; pops only what it pushed."""
-    if context is None:
-        yield current_context()
-        return
-    current = _initialised_driver().Context.get_current()
-    if current is not None and context_key(current) == context_key(context):
-        yield context
-        return
-    context.push()
-    try:
-        yield context
-    finally:
-        _pop_context(context)
-
-
-def release_at_exit(holder) -> None:
-    """Have ``holder.release_device_memory()`` called at exit, while the primary context is
-    still current (PyCUDA could not free it later if another thread made the context)."""
-    _holders.add(holder)
-
-
-class _PopWhenThreadEnds:
-    """Held in a threading.local: CPython drops it in the ending thread itself, before
-    PyCUDA destroys that thread's context stack, so the pop happens in time."""
-
-    def __init__(self, context):
-        self.context = context
-
-    def __del__(self):
-        _pop_context(self.context)
-
-
-def _release_at_exit() -> None:
-    """Free scangen's device memory and modules in the main thread, with scangen's
-    primary context object current (pushed even where another object for the same
-    CUcontext is: PyCUDA frees through the object itself), then pop each push once.
-
-    What the program still holds while the interpreter tears down (arrays in module
-    globals) is freed after this, by PyCUDA pushing its context for the moment, which it
-    does in the thread that made the context object: the main thread, where the program
-    used the GPU first (or pycuda.autoinit made its context). scangen's pools stop holding
-    blocks here (runtime/pool.py), so such an array goes straight back to CUDA."""
-    pushes = int(_main_thread_pushed)
-    try:
-        current = _driver.Context.get_current()
-        if _primary is not None and (current is None or
-                                     context_key(current) != context_key(_primary)):
-            _primary.push()
-            pushes += 1
-        for holder in list(_holders):
-            holder.release_device_memory()
-        _cache.clear()
-        gc.collect()
-    except Exception:  # the process is ending: free what can be freed
-        pass
-    for _ in range(pushes):
-        _pop_context(_primary)
-
-
-def _pop_context(context) -> None:
-    """Pop ``context`` if it is this thread's current one (the thread or process is ending;
-    a context already gone is fine)."""
-    try:
-        current = _driver.Context.get_current()
-        if current is not None and context_key(current) == context_key(context):
-            context.pop()
-    except Exception:
-        pass
 
 
 # ------------------------------------------------------------------ compile errors
@@ -290,16 +123,26 @@ class CompiledModule:
         """The same kernels loaded a second time through the driver API, for launches on
         streams pycuda did not make (scangen.runtime.streams explains why)."""
         if self._raw is None:
-            from .runtime.streams import RawFunctions
-
             with _lock:
                 if self._raw is None:
                     self._raw = RawFunctions(self.cubin, self.dynamic_shared)
         return self._raw
 
 
-_cache: dict = {}
+_cache: dict = {}  # (module spec, context_key) -> CompiledModule
 _lock = threading.Lock()
+
+
+class _Modules:
+    """At exit, with the context current: the compiled modules are dropped."""
+
+    def release_device_memory(self) -> None:
+        _cache.clear()
+
+
+#: Held here because release_at_exit keeps its holders weakly.
+_RELEASE_MODULES = _Modules()
+release_at_exit(_RELEASE_MODULES)
 #: How many modules this process has compiled (read by tests: an identical spec compiles once).
 compile_count = 0
 
@@ -347,8 +190,6 @@ def precompile(module_specs, workers: int | None = None) -> None:
     Loading still happens lazily (and cheaply) on first use in each context; this only
     takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     arch = _arch(current_context())
     unique = list(dict.fromkeys(module_specs))
     with ThreadPoolExecutor(max_workers=workers) as pool:

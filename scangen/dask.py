@@ -29,6 +29,7 @@ import os
 import numpy as np
 
 from .chunked import GPUBackend, operator_of
+from .runtime.gpu import require_pycuda
 from .spec import as_int
 from .usercode import identifiers
 
@@ -196,8 +197,6 @@ def gpu_cluster(gpus=None):
 
 
 def _device_count() -> int:
-    from .compile import require_pycuda
-
     driver = require_pycuda()
     driver.init()
     return driver.Device.count()

@@ -7,6 +7,8 @@ Every public entry point converts at its boundary, through a :class:`Call`:
   through a view on the same memory (no copy): its address, shape and dtype, and the object
   that owns the memory, kept alive with the view. The kernels only ever see views;
 * one call takes arrays of one kind (a TypeError says which argument differs);
+* a ScanKernel's arguments are checked against their declarations (``convert_arguments``):
+  arrays by dtype, scalars converted to their C type, ``n`` against the first array;
 * outputs are allocated by the caller's library (``cupy.empty``, ``torch.empty`` on the
   input's device, ``gpuarray.empty``), so what is returned is native and owns its memory.
   Producers scangen does not know (Numba, JAX, ...) get pycuda GPUArrays back, which they
@@ -27,10 +29,15 @@ import sys
 
 import numpy as np
 
+from .args import INITIAL_ARGUMENT, convert_scalar
+from .plan import as_count
+from .runtime import contexts, gpu, streams
+from .runtime.pool import allocator
 from .runtime.streams import RawStream
+from .types import as_dtype, optional_dtype
 
-__all__ = ["Call", "DeviceArray", "DevicePointer", "as_stream", "kind_of",
-           "parse_cuda_array_interface"]
+__all__ = ["Call", "DeviceArray", "DevicePointer", "as_stream", "check_array",
+           "convert_arguments", "kind_of", "overlaps", "parse_cuda_array_interface"]
 
 
 class DeviceArray:
@@ -68,8 +75,6 @@ class DevicePointer:
                             f"{address!r}")
         if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
             raise TypeError(f"DevicePointer size must be an int (elements), not {size!r}")
-        from .types import as_dtype
-
         dtype = as_dtype(dtype, "DevicePointer dtype")
         address, size = int(address), int(size)
         if not 0 <= address < 1 << 64:
@@ -129,10 +134,7 @@ class _Kind:
         """A new native array (of the library scangen returns to this kind's callers),
         written on ``stream``; ``current``: that is the library's current stream. A pycuda
         GPUArray's memory comes from scangen's pool for that stream (runtime/pool.py)."""
-        from .runtime.launcher import _gpuarray
-        from .runtime.pool import allocator
-
-        return _gpuarray().empty(shape, dtype, allocator=allocator(stream))
+        return gpu.gpuarray().empty(shape, dtype, allocator=allocator(stream))
 
 
 class _PyCUDA(_Kind):
@@ -219,8 +221,6 @@ def _same_stream(stream, current: int) -> bool:
 def _torch_dtype(torch_dtype, name) -> np.dtype:
     dtype = _TORCH_TO_NUMPY.get(torch_dtype, False)
     if dtype is False:
-        from .types import optional_dtype
-
         short = str(torch_dtype).rpartition(".")[2]  # torch.float32 -> float32
         try:
             # bfloat16 is ml_dtypes' where that is installed
@@ -241,7 +241,7 @@ class _ArrayInterface(_Kind):
         info = parse_cuda_array_interface(value.__cuda_array_interface__, name)
         if info.ptr:
             _context_device()  # first: without pycuda or a context, that is the error to see
-            _check_device(name, _streams().pointer_device(info.ptr))
+            _check_device(name, streams.pointer_device(info.ptr))
         return DeviceArray(info.ptr, info.shape, info.dtype, value, info.readonly)
 
     def default_stream(self, value):
@@ -389,8 +389,86 @@ class Call:
         view = self.views[name]
         host = np.empty(view.shape, view.dtype)
         if view.size:  # an empty GPUArray has no address
-            _streams().copy_to_host(host, view.ptr, self.stream)
+            streams.copy_to_host(host, view.ptr, self.stream)
         return host
+
+
+def check_array(name, array, dtype, length=None) -> None:
+    """A 1-D array view (scangen.interop, C-contiguous already) of ``dtype`` (and
+    ``length`` elements), or a clear error."""
+    if array.dtype != dtype:
+        raise TypeError(f"{name} has dtype {array.dtype}; expected {dtype}")
+    if len(array.shape) != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {array.shape}")
+    if length is not None and array.size != length:
+        raise ValueError(f"{name} has {array.size} elements; expected {length}")
+
+
+def overlaps(a, b) -> bool:
+    """Whether two array views share any byte."""
+    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+
+
+# ----------------------------------------------------------------- a kernel's arguments
+
+def convert_arguments(arguments, scan_dtype, args, n, stream=None):
+    """A kernel's arguments (scangen.args.Argument) as it is launched: the values, n, and the
+    stream (as as_stream gives it). A pointer takes a device array (kind_of) or a DevicePointer,
+    nothing else: an int would be launched as an address nobody checked. Raises TypeError
+    or ValueError naming a wrong argument, before anything is launched."""
+    if len(args) != len(arguments):
+        # The initial value, last, is not passed positionally: count what the user passes.
+        user = [a.name for a in arguments if a.name != INITIAL_ARGUMENT]
+        given = len(args) - (len(arguments) - len(user))
+        raise TypeError(f"this kernel takes {len(user)} argument(s) ({', '.join(user) or 'none'})"
+                        f" before n= and stream=, got {given}")
+    arrays = {}
+    for argument, value in zip(arguments, args):
+        if not argument.pointer or isinstance(value, DevicePointer):
+            continue
+        if kind_of(value) is None:
+            raise TypeError(f"argument {argument.name!r} ({argument.declaration}) needs a "
+                            f"device array or a scangen.DevicePointer, not "
+                            f"{_described(value)}")
+        arrays[argument.name] = value
+    call = Call(stream, arrays, writes=[a.name for a in arguments if a.pointer and not a.const])
+    values = []
+    first = None
+    for argument, value in zip(arguments, args):
+        if not argument.pointer:
+            values.append(convert_scalar(argument, value))
+            continue
+        view = value if isinstance(value, DevicePointer) else call.views[argument.name]
+        expected = scan_dtype if argument.c_type == "scan_t" else argument.scalar_dtype
+        if expected is not None and view.dtype != expected:
+            raise TypeError(f"argument {argument.name!r} is declared "
+                            f"{argument.declaration} ({expected}) but the array has dtype "
+                            f"{view.dtype}")
+        first = first or (argument, view.size)
+        values.append(view.ptr if view.size else 0)
+    if n is None:
+        if first is None:
+            raise TypeError("n= is required: no argument is an array whose length could be "
+                            "the number of elements")
+        n = first[1]
+    else:
+        n = as_count(n)
+        if first is not None and n > first[1]:
+            raise ValueError(f"n={n} is larger than the first array argument "
+                             f"{first[0].name!r} ({first[1]} elements)")
+    return tuple(values), n, call.stream
+
+
+def _described(value) -> str:
+    """What a value that is no device array is, and what to do about it."""
+    if isinstance(value, np.ndarray):
+        return ("a host numpy array (copy it to the GPU first, e.g. "
+                "pycuda.gpuarray.to_gpu)")
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return (f"the int {value!r} (a device address goes in as "
+                "scangen.DevicePointer(address, dtype, size))")
+    return f"{type(value).__name__} {value!r}" if isinstance(
+        value, (bool, np.bool_, float, np.generic, type(None))) else type(value).__name__
 
 
 # ----------------------------------------------------------------- streams
@@ -456,7 +534,7 @@ def _check_stream_device(handle, device) -> None:
                              f"the context of device {_context_device()}: pass a stream of "
                              f"device {_context_device()}")
         return
-    if _streams().stream_context(handle) != _current_context_handle():
+    if streams.stream_context(handle) != _current_context_handle():
         raise ValueError(f"stream= handle {handle:#x} belongs to another CUDA context than "
                          f"scangen's (device {_context_device()}): pass a stream of that "
                          "context")
@@ -467,16 +545,14 @@ _DEVICE_OF_CONTEXT = {}
 
 
 def _current_context_handle() -> int:
-    from .compile import current_context
-
-    return current_context().handle
+    return contexts.current_context().handle
 
 
 def _context_device() -> int:
     handle = _current_context_handle()
     device = _DEVICE_OF_CONTEXT.get(handle)
     if device is None:
-        device = _DEVICE_OF_CONTEXT[handle] = _streams().context_device()
+        device = _DEVICE_OF_CONTEXT[handle] = streams.context_device()
     return device
 
 
@@ -487,12 +563,6 @@ def _check_device(name, device) -> None:
                          f"of device {here}: make device {device} current before the first "
                          f"scangen call (pycuda.driver.Device({device}).retain_primary_context()"
                          f".push()) or move {name} to device {here}")
-
-
-def _streams():
-    from .runtime import streams
-
-    return streams
 
 
 # ----------------------------------------------------------------- parsing the protocols
@@ -628,9 +698,7 @@ def host_round_trip(run, arrays: dict, stream):
     if on_device:
         raise TypeError(f"{on_host[0]} is a host numpy array but {on_device[0]} is on the "
                         "device: pass both on the host or both on the device")
-    from .runtime.launcher import _gpuarray
-
-    gpuarray = _gpuarray()
+    gpuarray = gpu.gpuarray()
     copies, by_object = {}, {}
     for name, value in arrays.items():
         if value is not None and id(value) not in by_object:
@@ -639,7 +707,7 @@ def host_round_trip(run, arrays: dict, stream):
                 else gpuarray.to_gpu(np.ascontiguousarray(value))
         copies[name] = None if value is None else by_object[id(value)]
     result = run(**copies)
-    _streams().before_host_read(as_stream(stream))
+    streams.before_host_read(as_stream(stream))
     return _to_host(result, gpuarray.GPUArray, arrays.get("out"), copies.get("out"))
 
 

@@ -11,10 +11,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .args import C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, parse_arguments
+from .args import (C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, convert_scalar,
+                   parse_arguments)
+from .compile import check_with_nvcc
 from .kernels import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
+from .render import render
+from .runtime.launcher import Runtime
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
 from .types import UNSIGNED_C_TYPES, ElementType, StructType, element_type, prerequisites
 from .strategies import Strategy, strategy_for
@@ -328,8 +332,6 @@ class KernelSpec:
         return {k.name: nbytes for k in self.kernels if (nbytes := self.dynamic_shared_bytes(k))}
 
     def module_source(self):
-        from .render import render
-
         return render(self)
 
     def entry_points(self):
@@ -450,14 +452,10 @@ class ScanKernel:
         self.kernel_spec = KernelSpec(scan, hooks)
         #: The initial value used when a call gives none (None: the kernel takes none).
         self.initial = None if initial is None else self._initial_value(initial)
-        from .runtime.launcher import Runtime
-
         self._runtime = Runtime(self.kernel_spec)
 
     def _initial_value(self, value):
         """``value`` as the scan type, checked exactly as a scalar argument is."""
-        from .runtime.launcher import convert_scalar
-
         argument = self.kernel_spec.hooks.arguments[-1]
         converted = convert_scalar(argument, value)
         # A type passed as bytes keeps its numpy value: each call converts it again.
@@ -487,8 +485,6 @@ class ScanKernel:
     @property
     def source(self) -> str:
         """The CUDA source of every kernel this scan may launch (no GPU needed)."""
-        from .render import render
-
         return render(self.kernel_spec).text
 
     def plan(self, n):
@@ -498,8 +494,6 @@ class ScanKernel:
     def check_compile(self) -> None:
         """Compile the module with nvcc from PATH (no GPU needed); raise ScanCompileError
         naming the user code an error is in, with the numbered source around it."""
-        from .compile import check_with_nvcc
-
         check_with_nvcc(self.kernel_spec)
 
     def __call__(self, *args, n=None, stream=None, initial=None):
@@ -519,8 +513,6 @@ class ScanKernel:
             if initial is not None:
                 raise TypeError(_NO_INITIAL)
             return ()
-        from .runtime.launcher import convert_scalar
-
         return (convert_scalar(self.arguments[-1], self.initial if initial is None else initial),)
 
     def launch_converted(self, values: tuple, n: int, stream=None, initial=None) -> None:

@@ -22,8 +22,12 @@ import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
+
+from . import compile as compiler
 from .args import C_SCALARS, Argument
 from .plan import format_value, launch_lines, temporary_lines
+from .render import render_module
 from .strategies.base import MAX_GRID, NULL, BufferArg, Launch, RuntimeArg, Temporary
 
 
@@ -48,8 +52,6 @@ class Module:
 
     def module_source(self):
         """The rendered ModuleSource (cached per module)."""
-        from .render import render_module
-
         return render_module(self)
 
     @property
@@ -59,15 +61,11 @@ class Module:
 
     def check_compile(self) -> None:
         """Compile the module with the nvcc on PATH (no GPU needed)."""
-        from . import compile
-
-        compile.check_with_nvcc(self)
+        compiler.check_with_nvcc(self)
 
     def compiled(self):
         """The module compiled in the current context (scangen.compile's cache)."""
-        from .compile import compile_module
-
-        return compile_module(self)
+        return compiler.compile_module(self)
 
     def entry_point(self, name: str) -> "EntryPoint":
         return EntryPoint(self, name)
@@ -154,8 +152,6 @@ def _check_kind(entry, parameter: Argument, value) -> None:
         kind = "an int" if dtype.kind in "iu" else "a number"
         raise TypeError(f"{what} takes {kind}, not {value!r}")
     if dtype.kind in "iu":
-        import numpy as np
-
         info = np.iinfo(dtype)
         if not info.min <= value <= info.max:
             raise ValueError(f"{what}: {value} does not fit {dtype}")

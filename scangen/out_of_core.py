@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .chunked import CarryScan, identity_of, operator_of
+from .runtime.contexts import current_context
 from .types import element_type
 
 __all__ = ["inclusive_scan", "exclusive_scan", "Step", "schedule", "run", "chunk_elements_for",
@@ -121,7 +122,6 @@ def chunk_elements_for(max_device_bytes, itemsize, slots=2):
 
 
 def _default_budget():
-    from .compile import current_context
     import pycuda.driver as driver
 
     current_context()  # mem_get_info asks the current context's device
@@ -231,8 +231,6 @@ def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progres
     carry_in_ptr, carry_out_ptr, n, stream)`` on each chunk (device addresses; a pycuda
     stream). The scans below pass CarryScan.launch; benchmarks pass a copy, to measure the
     same path without the scan."""
-    from .compile import current_context
-
     current_context()
     executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry)
     try:

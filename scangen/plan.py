@@ -8,10 +8,11 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 
-from .spec import LAST_COUNTED_MAX_N
+from .arith import ceil_div
+from .spec import LAST_COUNTED_MAX_N, make_spec
 from .strategies import resolve
 from .strategies.base import (MAX_GRID, NULL, USER_ARGS, BufferArg, Launch, PlanBuilder,
-                              RuntimeArg, Temporary, ceil_div)
+                              RuntimeArg, Temporary)
 
 __all__ = ["BufferArg", "Launch", "NULL", "Plan", "RuntimeArg", "Temporary", "USER_ARGS",
            "make_plan"]
@@ -141,8 +142,6 @@ def as_count(n) -> int:
 
 def _too_many_sections(spec, n: int, sections: int) -> str:
     """Advice that can be followed: a section size that exists for this spec, or pieces."""
-    from .spec import make_spec
-
     message = (f"n={n} makes {sections} sections of {spec.section_size}, more blocks than one "
                f"launch can have ({MAX_GRID})")
     needed = 1 << (ceil_div(n, MAX_GRID) - 1).bit_length()

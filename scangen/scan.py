@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compile import GPUUnavailableError, ScanCompileError
+from .compile import ScanCompileError
 from .kernel import ScanKernel, options_repr
-from .interop import Call
-from .runtime.launcher import overlaps
+from .interop import Call, overlaps
+from .runtime.gpu import GPUUnavailableError
 from .spec import check_mode
 from .types import conversion, element_type
 

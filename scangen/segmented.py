@@ -7,9 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from .kernel import ScanKernel, options_repr
+from .interop import Call, check_array
 from .render import render_template
-from .interop import Call
-from .runtime.launcher import check_array
 from .scan import _OUTPUT
 from .spec import check_mode
 from .types import MASK_C_TYPES, element_type

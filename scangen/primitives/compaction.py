@@ -19,17 +19,19 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..arith import ceil_div
 from ..args import Argument, c_parameters
-from ..compile import context_key, release_at_exit
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip, kind_of
+from ..interop import (ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip, kind_of,
+                       overlaps)
 from ..kernel import MaskInput, ScanKernel, counting_condition, options_repr
 from ..modules import Module, ModulePlanBuilder
 from ..plan import as_count
-from ..runtime.launcher import _gpuarray, check_array, overlaps
+from ..runtime.contexts import context_key, release_at_exit
+from ..runtime.gpu import gpuarray as _gpuarray
 from ..runtime.modules import ModuleRuntime
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
-from ..strategies.base import BufferArg, ceil_div
+from ..strategies.base import BufferArg
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING, RUN_LENGTHS
 from ..render import render_template
 from ..types import MASK_C_TYPES, c_equal, element_type

@@ -9,14 +9,15 @@ from typing import ClassVar
 
 import numpy as np
 
+from ..arith import ceil_div
 from ..args import Argument, c_parameters
-from ..compile import context_key, release_at_exit
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
+from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
 from ..modules import Module, ModulePlan, ModulePlanBuilder
 from ..plan import as_count
-from ..runtime.launcher import _gpuarray, check_array
+from ..runtime.contexts import context_key, release_at_exit
+from ..runtime.gpu import gpuarray as _gpuarray
 from ..runtime.modules import ModuleRuntime
-from ..strategies.base import BufferArg, RuntimeArg, ceil_div
+from ..strategies.base import BufferArg, RuntimeArg
 from ..tuning import HISTOGRAM
 from ..types import as_dtype, element_type
 from .radix import KEY_DTYPES

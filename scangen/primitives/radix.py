@@ -30,14 +30,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..args import Argument
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
+from ..arith import ceil_div
+from ..args import Argument, c_parameters
+from ..kernel import ScanKernel
+from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
 from ..modules import Module, ModulePlan, ModulePlanBuilder
 from ..plan import as_count
-from ..runtime.launcher import check_array
 from ..runtime.modules import ModuleRuntime
 from ..spec import MAX_STATIC_SHARED_BYTES, as_flag, as_int
-from ..strategies.base import NULL, BufferArg, RuntimeArg, ceil_div
+from ..strategies.base import NULL, BufferArg, RuntimeArg
 from ..strategies.tile_state import TICKET_BYTES, TileState
 from ..tuning import RADIX, Tuning
 from ..types import UNSIGNED_C_TYPES, as_dtype, element_type, prerequisites
@@ -132,8 +133,6 @@ class _RadixTiles:
 def _key_context(module, output: str, value_type=None) -> dict:
     """What every part of templates/radix.cu.j2 reads: the key's (and value's) types, the
     part (``output``), the block size and the entry points' parameter lists."""
-    from ..args import c_parameters
-
     key = element_type(module.key_dtype)
     includes, declarations = prerequisites([key] + ([] if value_type is None else
                                                     [value_type]))
@@ -330,8 +329,6 @@ class WideDigitPlacesModule(Module):
 def _tile_bases_scan():
     """The scan between the tile kernels of radix_digit_offsets: tile_counts[j] becomes the
     sum of the counts before it (the counts of tile t's digit d sit at d * tiles + t)."""
-    from ..kernel import ScanKernel
-
     return ScanKernel(np.int64, "add", arguments="long long *tile_counts",
                       input_expr="tile_counts[i]", output_statement="tile_counts[i] = prev_item;",
                       title="radix digit offsets: tile bases")

@@ -20,8 +20,8 @@ A call runs in the context current in the calling thread, if it has one (a progr
 made its own current and scans in it), else in device 0's primary context (the one CuPy
 and torch use), as a call in the calling thread would. The thread is a
 concurrent.futures worker: the interpreter joins it at exit before atexit handlers run, and
-it pops its context as it ends (scangen.compile._PopWhenThreadEnds); scangen's memory is
-then freed by scangen.compile's handler.
+it pops its context as it ends (scangen.runtime.contexts._PopWhenThreadEnds); scangen's
+memory is then freed by that module's handler at exit.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import compile as scan_compile
+from . import contexts
 
 _lock = threading.Lock()
 _executor = None
@@ -44,7 +44,7 @@ def on_gpu_thread(function, *args):
     call from the GPU thread itself runs at once."""
     if threading.get_ident() == _thread_ident and os.getpid() == _owner_pid:
         return function(*args)
-    context = scan_compile.context_of_this_thread()
+    context = contexts.context_of_this_thread()
     return _gpu_executor().submit(_call, context, function, args).result()
 
 
@@ -62,7 +62,7 @@ def _call(context, function, args):
     global _thread_ident
     _thread_ident = threading.get_ident()
     try:
-        with scan_compile.made_current(context):
+        with contexts.made_current(context):
             return function(*args)
     except BaseException as err:
         _clear_frames(err)

@@ -7,10 +7,11 @@ import threading
 
 import numpy as np
 
-from ..compile import release_at_exit, stream_key
 from ..modules import ScanCall, address_of, pack_arguments
 from ..strategies.base import RuntimeArg
-from .launcher import _gpuarray, launch_function, wave_grid
+from .contexts import release_at_exit, stream_key
+from .gpu import gpuarray as _gpuarray, wave_grid
+from .launcher import launch_function
 from .scratch import StreamScratch
 from .streams import memset_d8_async
 

@@ -16,9 +16,9 @@ a block takes the context current at that moment, and PyCUDA ends the process
 """
 from __future__ import annotations
 
-from ..compile import release_at_exit, stream_key
+from .contexts import release_at_exit, stream_key
 
-_pools = {}  # compile.stream_key -> DeviceMemoryPool
+_pools = {}  # contexts.stream_key -> DeviceMemoryPool
 
 
 class _Pools:

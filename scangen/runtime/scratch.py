@@ -11,8 +11,8 @@ may run at once, so each stream gets its own. Two parts:
 """
 from __future__ import annotations
 
-from ..compile import require_pycuda
 from ..strategies.tile_state import EPOCH_LIMIT, TileState, aligned
+from .gpu import require_pycuda
 from .streams import memset_d8_async
 
 

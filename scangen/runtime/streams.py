@@ -22,6 +22,8 @@ import struct
 import sys
 import threading
 
+from .gpu import GPUUnavailableError
+
 
 class CUDADriverError(RuntimeError):
     """A CUDA driver call made through ctypes failed; the message names the call."""
@@ -85,8 +87,6 @@ def _lib():
                 try:
                     library = ctypes.CDLL(name)
                 except OSError as err:
-                    from ..compile import GPUUnavailableError
-
                     raise GPUUnavailableError(f"cannot load the CUDA driver ({name}): {err}") \
                         from err
                 for function, argtypes in _SIGNATURES.items():

@@ -13,10 +13,6 @@ from ..kernels import Kernel
 MAX_GRID = 2**31 - 1
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 @dataclass(frozen=True)
 class BufferArg:
     """A kernel argument that is device memory: a temporary's name (or, in a module's plan,
@@ -62,7 +58,7 @@ class Launch:
     level: int
     why: str
     #: A persistent kernel: ``grid`` is the most blocks it needs; the runtime launches as many
-    #: as fit on the device at once (scangen.runtime.launcher.resident_grid), and each takes
+    #: as fit on the device at once (scangen.runtime.gpu.resident_grid), and each takes
     #: tiles until none is left.
     persistent: bool = False
     #: Of ``shared_bytes``, what the launch passes as dynamic shared memory (KernelSpec.

@@ -2,8 +2,8 @@
 prefix. About 3n of traffic; each pass streams at high bandwidth."""
 from __future__ import annotations
 
+from ..arith import ceil_div
 from ..kernels import REDUCE_SECTIONS, SCAN_SEEDED
-from .base import ceil_div
 from .sections_then_totals import SectionsThenTotals
 
 

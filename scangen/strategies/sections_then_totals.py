@@ -10,8 +10,9 @@ extra level whenever the sections number exactly a section size, as 2^24 element
 sections of 4096 do. Every level is shorter than the one above, so the recursion ends."""
 from __future__ import annotations
 
+from ..arith import ceil_div
 from ..kernels import IOS, Kernel, KernelFamily
-from .base import PlanBuilder, Strategy, ceil_div, io_of
+from .base import PlanBuilder, Strategy, io_of
 from .one_section import ONE_SECTION_STRATEGY
 
 

@@ -10,8 +10,9 @@ last_item cannot run on these strategies.
 """
 from __future__ import annotations
 
+from ..arith import ceil_div
 from ..kernels import ONE_SECTION, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
-from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary, ceil_div
+from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary
 from .one_section import ONE_SECTION_STRATEGY
 from .tile_state import TICKET_BYTES, TileState
 

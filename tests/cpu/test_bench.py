@@ -14,19 +14,20 @@ import scangen
 
 from tests.support import needs_nvcc
 from scangen import bench
+from scangen.workloads import parse_size
 from scangen.strategies.tile_state import TileState
 
 
 @pytest.mark.parametrize("text,size", [("1048576", 1 << 20), ("2^20", 1 << 20),
                                        ("2**20", 1 << 20), ("1_000", 1000)])
 def test_sizes(text, size):
-    assert bench.parse_size(text) == size
+    assert parse_size(text) == size
 
 
 @pytest.mark.parametrize("text", ["2^", "x", "-4", "1.5"])
 def test_bad_sizes(text):
     with pytest.raises(argparse.ArgumentTypeError):
-        bench.parse_size(text)
+        parse_size(text)
 
 
 PRIMITIVES_SCRIPT = Path(bench.__file__).resolve().parent.parent / "benchmarks" / "primitives.py"
@@ -40,8 +41,8 @@ def load_primitives_script():
 
 
 @needs_nvcc
-@pytest.mark.parametrize("source", [bench.CUB_SOURCE, PRIMITIVES_SCRIPT.with_name(
-    "cub_primitives.cu")], ids=lambda source: source.name)
+@pytest.mark.parametrize("source", [bench.CUB_SOURCE, bench.CUB_DIR / "cub_primitives.cu"],
+                         ids=lambda source: source.name)
 def test_a_cub_peer_compiles_without_warnings(tmp_path, source):
     binary = tmp_path / source.stem
     result = subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-o", str(binary),

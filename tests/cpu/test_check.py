@@ -3,6 +3,7 @@ the command line without a GPU. The GPU run is tests/gpu/test_check.py."""
 import numpy as np
 import pytest
 
+from scangen import GPUUnavailableError
 from scangen.check import OperatorReport, _agree, sample_values
 from scangen.cli import main
 from tests.support import BFLOAT16, needs_bfloat16
@@ -60,13 +61,11 @@ def test_report_reads_and_is_falsy_when_a_law_fails():
 
 
 def test_check_command_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
-    import scangen.compile
-
     def no_gpu():
-        raise scangen.GPUUnavailableError("running a scan needs PyCUDA (simulated: no GPU)")
+        raise GPUUnavailableError("running a scan needs PyCUDA (simulated: no GPU)")
 
-    monkeypatch.setattr(scangen.compile, "current_context", no_gpu)
-    monkeypatch.setattr("scangen.check._gpuarray", no_gpu)
+    monkeypatch.setattr("scangen.runtime.contexts.current_context", no_gpu)
+    monkeypatch.setattr("scangen.runtime.gpu.gpuarray", no_gpu)
     code = main(["check", "--dtype", "int32", "--expr", "a - b", "--identity", "0"])
     err = capsys.readouterr().err
     assert code == 2 and err == "error: running a scan needs PyCUDA (simulated: no GPU)\n"

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import scangen
+from scangen import bench, cli
 from scangen.cli import main
 
 from tests.support import marked_source_line, require_nvcc
@@ -204,13 +205,11 @@ def test_subcommand_help_lists_algorithms_with_summaries(capsys, command):
 
 
 def test_demo_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
-    import scangen.compile
-
     def no_gpu():
         raise scangen.GPUUnavailableError("running a scan needs PyCUDA (simulated: no GPU)")
 
     # Simulated, so this runs on GPU machines too (where tests/gpu runs the real demo).
-    monkeypatch.setattr(scangen.compile, "current_context", no_gpu)
+    monkeypatch.setattr(cli, "current_context", no_gpu)
     code, out, err = run(capsys, "demo", "--n", "10")
     assert code == 2
     assert err == "error: running a scan needs PyCUDA (simulated: no GPU)\n"
@@ -218,12 +217,10 @@ def test_demo_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
 
 
 def test_bench_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
-    import scangen.compile
-
     def no_pycuda():
         raise scangen.GPUUnavailableError("running a scan needs PyCUDA (simulated)")
 
-    monkeypatch.setattr(scangen.compile, "require_pycuda", no_pycuda)
+    monkeypatch.setattr(bench, "require_pycuda", no_pycuda)
     code, out, err = run(capsys, "bench", "--sizes", "1024", "--no-peers")
     assert code == 2
     assert err == "error: running a scan needs PyCUDA (simulated)\n"

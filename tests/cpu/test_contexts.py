@@ -1,17 +1,17 @@
 """CUDA contexts without a GPU: caches of device memory key the context as well as the
-stream (one helper, scangen.compile.stream_key), so a process with two contexts (two
-devices, or a context the program pushed) never hands one context's memory to another;
-and scangen.compile pushes and pops contexts as PyCUDA needs (a fake pycuda context stack)."""
+stream (one helper, scangen.runtime.contexts.stream_key), so a process with two contexts
+(two devices, or a context the program pushed) never hands one context's memory to another;
+and scangen.runtime.contexts pushes and pops contexts as PyCUDA needs (a fake pycuda context
+stack)."""
 import importlib
 import types
 
 import numpy as np
 import pytest
 
-from scangen import compile as scan_compile
 from scangen.primitives import compaction
+from scangen.runtime import contexts as cuda_contexts, launcher
 from scangen.runtime.modules import ModuleRuntime
-from scangen.runtime import launcher
 from scangen.runtime.streams import RawStream
 from tests.support import FakeContext
 
@@ -20,7 +20,7 @@ from tests.support import FakeContext
 def contexts(monkeypatch):
     """scangen.current_context() is ``contexts.current``, which a test may replace."""
     contexts = types.SimpleNamespace(current=FakeContext(0xC0))
-    monkeypatch.setattr(scan_compile, "current_context", lambda: contexts.current)
+    monkeypatch.setattr(cuda_contexts, "current_context", lambda: contexts.current)
     return contexts
 
 
@@ -133,21 +133,21 @@ class FakeDriver:
 @pytest.fixture
 def driver(monkeypatch):
     driver = FakeDriver()
-    monkeypatch.setattr(scan_compile, "_driver", driver)
+    monkeypatch.setattr(cuda_contexts, "_driver", driver)
     return driver
 
 
 def test_made_current_pushes_only_another_context_object(driver):
     ours, programs = driver.context(0xC0), driver.context(0xC0)
     ours.push()
-    with scan_compile.made_current(ours):
+    with cuda_contexts.made_current(ours):
         assert driver.stack == [ours]
     # the same CUcontext through another pycuda object: pushed, and popped after
-    with scan_compile.made_current(programs):
+    with cuda_contexts.made_current(programs):
         assert driver.stack == [ours, programs]
     assert driver.stack == [ours]
     with pytest.raises(ValueError):
-        with scan_compile.made_current(programs):
+        with cuda_contexts.made_current(programs):
             raise ValueError
     assert driver.stack == [ours]
 
@@ -161,9 +161,8 @@ def test_release_at_exit_frees_under_the_primary_context_object(driver, monkeypa
     object only in the thread that made it; each push is popped, the program's stays for
     the program to pop."""
     primary, programs = driver.context(0xC0), driver.context(0xC0)
-    monkeypatch.setattr(scan_compile, "_primary", primary)
-    monkeypatch.setattr(scan_compile, "_main_thread_pushed", not programs_first)
-    monkeypatch.setattr(scan_compile, "_cache", {})
+    monkeypatch.setattr(cuda_contexts, "_primary", primary)
+    monkeypatch.setattr(cuda_contexts, "_main_thread_pushed", not programs_first)
     (programs if programs_first else primary).push()
     seen = []
 
@@ -172,7 +171,7 @@ def test_release_at_exit_frees_under_the_primary_context_object(driver, monkeypa
             seen.append(driver.Context.get_current())
 
     holder = Holder()
-    monkeypatch.setattr(scan_compile, "_holders", {holder})
-    scan_compile._release_at_exit()
+    monkeypatch.setattr(cuda_contexts, "_holders", {holder})
+    cuda_contexts._release_at_exit()
     assert seen == [primary]
     assert driver.stack == ([programs] if programs_first else [])

@@ -225,9 +225,8 @@ class FakeGPU:
     each call made current (``self.made_current``)."""
 
     def __init__(self, monkeypatch):
-        from scangen import compile as scan_compile
         from scangen import chunked, interop
-        from scangen.runtime import launcher
+        from scangen.runtime import contexts, gpu as runtime_gpu
 
         self.arrays, self.calls, self.made_current = [], [], []  # arrays: their lives
         self.contexts, self.fail = {}, False
@@ -236,7 +235,7 @@ class FakeGPU:
         def device(host):
             return FakeGPUArray(host, gpu.arrays)
 
-        monkeypatch.setattr(launcher, "_gpuarray", lambda: types.SimpleNamespace(
+        monkeypatch.setattr(runtime_gpu, "gpuarray", lambda: types.SimpleNamespace(
             GPUArray=FakeGPUArray, to_gpu=device,
             empty=lambda shape, dtype: device(np.empty(shape, dtype))))
 
@@ -264,7 +263,7 @@ class FakeGPU:
         monkeypatch.setattr(chunked, "_carry_scan", carry_scan)
         monkeypatch.setattr(chunked, "inclusive_scan", one_shot("inclusive"))
         monkeypatch.setattr(chunked, "exclusive_scan", one_shot("exclusive"))
-        monkeypatch.setattr(scan_compile, "context_of_this_thread",
+        monkeypatch.setattr(contexts, "context_of_this_thread",
                             lambda: gpu.contexts.get(threading.get_ident()))
 
         @contextlib.contextmanager
@@ -272,7 +271,7 @@ class FakeGPU:
             gpu.made_current.append((threading.get_ident(), context))
             yield context
 
-        monkeypatch.setattr(scan_compile, "made_current", made_current)
+        monkeypatch.setattr(contexts, "made_current", made_current)
 
     def record(self, what, stream):
         if self.fail:

@@ -12,7 +12,7 @@ import pytest
 
 import scangen
 from scangen.args import launch_format
-from scangen.runtime.launcher import convert_scalar
+from scangen.args import convert_scalar
 from scangen.spec import MODES, STRATEGIES
 from scangen.types import element_type
 from tests.support import (AFFINE, AFFINE_PAIR, AFFINE_PAIRS, ARGMAX, BFLOAT16, VALUE_INDEX,

@@ -2,12 +2,14 @@
 ``.plan(n)`` where one scan does its work, ``.check_compile()`` (nvcc from PATH) and a repr
 that names its dtype and options."""
 
+
 import numpy as np
 import pytest
 
 import scangen
 import scangen.compile
 import scangen.primitives.compaction
+from scangen import kernel
 from scangen.modules import ModulePlan
 from scangen.plan import BufferArg, Plan
 from tests.support import needs_nvcc
@@ -98,7 +100,8 @@ def test_check_compile_hands_every_module_to_nvcc(case, monkeypatch):
     prints) and nothing fails before nvcc."""
     compiled = []
     record = lambda module: compiled.append(module.module_source().text)  # noqa: E731
-    monkeypatch.setattr(scangen.compile, "check_with_nvcc", record)
+    monkeypatch.setattr(scangen.compile, "check_with_nvcc", record)  # modules call it there
+    monkeypatch.setattr(kernel, "check_with_nvcc", record)
     obj = CLASSES[case][0]()
     obj.check_compile()
     assert compiled
@@ -130,8 +133,7 @@ def test_segmented_plan_takes_a_form_and_index_dtype():
 
 def test_segmented_check_compile_compiles_every_form_or_the_one_named(monkeypatch):
     titles = []
-    monkeypatch.setattr(scangen.compile, "check_with_nvcc",
-                        lambda spec: titles.append(spec.hooks.title))
+    monkeypatch.setattr(kernel, "check_with_nvcc", lambda spec: titles.append(spec.hooks.title))
     seg = scangen.SegmentedScan(np.uint32, "bit_xor")
     seg.check_compile()
     assert titles == [f"segmented inclusive scan by {form}"

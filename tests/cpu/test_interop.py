@@ -19,7 +19,7 @@ import pytest
 import scangen
 from scangen import interop, one_shot
 from scangen.interop import Call, as_stream, kind_of, parse_cuda_array_interface
-from scangen.runtime import launcher, streams
+from scangen.runtime import contexts, gpu, launcher, streams
 from scangen.runtime.streams import RawLaunch, RawStream
 from tests.support import AFFINE, BFLOAT16, FakeContext, FakeDeviceArray, simulate_device
 
@@ -598,7 +598,7 @@ def fake_gpuarray(monkeypatch, copies):
 
     module = types.SimpleNamespace(GPUArray=FakeGPUArray, to_gpu=to_gpu,
                                    empty=lambda shape, dtype: FakeGPUArray(np.empty(shape, dtype)))
-    monkeypatch.setattr(launcher, "_gpuarray", lambda: module)
+    monkeypatch.setattr(gpu, "gpuarray", lambda: module)
 
 
 def test_host_arrays_are_copied_in_and_out(monkeypatch):
@@ -628,7 +628,7 @@ def test_host_round_trip_leaves_no_device_array_to_the_garbage_collector(monkeyp
     in a reference cycle for the garbage collector, which runs in whichever thread happens
     to allocate (where pycuda may be unable to free device memory)."""
     fake_gpuarray(monkeypatch, [])
-    module, made = launcher._gpuarray(), []
+    module, made = gpu.gpuarray(), []
 
     def tracked(make):
         def make_tracked(*args):
@@ -637,7 +637,7 @@ def test_host_round_trip_leaves_no_device_array_to_the_garbage_collector(monkeyp
             return array
         return make_tracked
 
-    monkeypatch.setattr(launcher, "_gpuarray", lambda: types.SimpleNamespace(
+    monkeypatch.setattr(gpu, "gpuarray", lambda: types.SimpleNamespace(
         GPUArray=FakeGPUArray, to_gpu=tracked(module.to_gpu), empty=tracked(module.empty)))
 
     def run(x, out):
@@ -708,10 +708,10 @@ def test_pycuda_results_come_from_a_pool_per_context_and_stream(monkeypatch):
     tools.DeviceMemoryPool = FakePool
     monkeypatch.setitem(sys.modules, "pycuda.tools", tools)
     monkeypatch.setattr(pool, "_pools", {})
-    released_at_exit = weakref.WeakSet()  # weakly, as compile.release_at_exit keeps them
+    released_at_exit = weakref.WeakSet()  # weakly, as contexts.release_at_exit keeps them
     monkeypatch.setattr(pool, "release_at_exit", released_at_exit.add)
     context = FakeContext(0xC0)
-    monkeypatch.setattr(scangen.compile, "current_context", lambda: context)
+    monkeypatch.setattr(contexts, "current_context", lambda: context)
     default = pool.allocator(None)
     assert default(64) == (FakePool.made[0], 64)
     assert pool.allocator(None).__self__ is default.__self__  # kept, not remade
@@ -736,7 +736,7 @@ def test_pycuda_results_come_from_a_pool_per_context_and_stream(monkeypatch):
 
     # what Call.empty hands pycuda for a GPUArray: the pool of the call's stream
     seen = {}
-    monkeypatch.setattr(launcher, "_gpuarray", lambda: types.SimpleNamespace(
+    monkeypatch.setattr(gpu, "gpuarray", lambda: types.SimpleNamespace(
         empty=lambda shape, dtype, allocator: seen.update(allocator=allocator)))
     interop.PYCUDA.empty((4,), np.dtype(np.float32), None, RawStream(0x1234), False)
     assert seen["allocator"].__self__ is pool.allocator(RawStream(0x1234)).__self__

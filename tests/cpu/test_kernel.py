@@ -7,6 +7,7 @@ import pytest
 import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
 from scangen import UserCodeError
+from scangen import interop
 from scangen.kernel import MaskInput
 from scangen.runtime import launcher
 from tests.support import COMPACTION, FakeDeviceArray, simulate_device
@@ -173,7 +174,7 @@ def no_pycuda(monkeypatch):
 
 def convert(kernel, *args, n=None):
     spec = kernel.kernel_spec
-    return launcher.convert_arguments(spec.hooks.arguments, spec.scan.etype.dtype, args, n)[:2]
+    return interop.convert_arguments(spec.hooks.arguments, spec.scan.etype.dtype, args, n)[:2]
 
 
 def test_n_defaults_to_the_first_array(no_pycuda):

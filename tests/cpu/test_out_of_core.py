@@ -234,8 +234,6 @@ class FakeDriver:
 
 @pytest.fixture
 def fake_driver(monkeypatch):
-    from scangen import compile as scan_compile
-
     driver = FakeDriver()
     pycuda = types.ModuleType("pycuda")
     pycuda.driver = driver
@@ -243,7 +241,7 @@ def fake_driver(monkeypatch):
     for name, module in (("pycuda", pycuda), ("pycuda.driver", driver),
                          ("pycuda.gpuarray", pycuda.gpuarray)):
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(scan_compile, "current_context", lambda: None)
+    monkeypatch.setattr(ooc, "current_context", lambda: None)
 
     class NumpyCarryScan:
         """CarryScan's contract on the fake device memory."""

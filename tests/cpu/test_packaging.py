@@ -61,6 +61,11 @@ def test_wheel_contains_templates_and_cli(wheel):
         assert inside in names, f"{inside} missing from {wheel.name}"
     for module in ("__init__", "__main__", "cli", "render", "scan"):
         assert f"scangen/{module}.py" in names
+    # the CUB peers bench --cub builds, with the header they include
+    peers = sorted((ROOT / "scangen" / "cub").iterdir())
+    assert {p.suffix for p in peers} == {".cu", ".cuh"}
+    for path in peers:
+        assert f"scangen/cub/{path.name}" in names, f"{path.name} missing from {wheel.name}"
     assert not any(name.startswith(("tests/", "examples/")) for name in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "scangen = scangen.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

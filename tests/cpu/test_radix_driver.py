@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen.primitives import radix
-
 from scangen.plan import NULL, BufferArg
 from scangen.runtime.modules import ModuleRuntime
 from tests.support import digit_offsets, simulate_device

@@ -16,7 +16,7 @@ import pytest
 
 from scangen import ALGORITHMS, STRATEGIES, Scan, ScanKernel, SegmentedScan, Tuning, tuning
 from scangen.compile import CompiledModule
-from scangen.runtime import launcher, streams
+from scangen.runtime import gpu, launcher, streams
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from tests.support import COMPACTION, WIDE_STRUCTS, field_sums
 
@@ -272,16 +272,16 @@ def test_a_device_with_less_shared_memory_refuses_at_launch(monkeypatch):
     big = Scan(np.float64, "add", algorithm="coarsened", section_size=16384,
                items_per_thread=16)
     assert 99 * 1024 < big.spec.shared_bytes <= tuning.max_shared_bytes()
-    monkeypatch.setattr(launcher, "require_pycuda", lambda: _fake_driver(_FakeDevice(99 * 1024)))
-    launcher.check_shared_memory(scan.kernel.kernel_spec)  # fits this device
+    monkeypatch.setattr(gpu, "require_pycuda", lambda: _fake_driver(_FakeDevice(99 * 1024)))
+    gpu.check_shared_memory(scan.kernel.kernel_spec)  # fits this device
     with pytest.raises(ValueError, match=rf"section_size 16384 of float64 with coarsened needs "
                                          rf"{big.spec.shared_bytes} bytes of shared memory; the "
                                          rf"limit of a block on NVIDIA GeForce RTX 4090 \(sm_89\) "
                                          rf"is {99 * 1024}: use a smaller section_size"):
-        launcher.check_shared_memory(big.kernel.kernel_spec)
+        gpu.check_shared_memory(big.kernel.kernel_spec)
     # a spec within 48 KiB asks the device nothing
-    monkeypatch.setattr(launcher, "require_pycuda", lambda: pytest.fail("asked the device"))
-    launcher.check_shared_memory(Scan(np.float64).kernel.kernel_spec)
+    monkeypatch.setattr(gpu, "require_pycuda", lambda: pytest.fail("asked the device"))
+    gpu.check_shared_memory(Scan(np.float64).kernel.kernel_spec)
 
 
 class _FakeFunction:

@@ -9,7 +9,7 @@ import pytest
 import scangen
 from scangen.spec import MODES, STRATEGIES
 
-from scangen.bench import STRUCTS
+from scangen.workloads import STRUCTS
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, ARGMAX, RUNNING_STATS, STATS,
                            VALUE_INDEX, poisoned, precompile, value_index_input)
 

@@ -16,7 +16,7 @@ import pytest
 import scangen
 from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
 from scangen.ops import AFFINE_THEN
-from scangen.bench import STRUCTS
+from scangen.workloads import STRUCTS
 from scangen.strategies import TOTAL_NAMES, strategy_for
 from scangen.strategies.single_pass import SinglePass
 from scangen.types import element_type
@@ -612,16 +612,16 @@ def simulate_device(monkeypatch, device=0, context=0xC0):
     """Let scangen.interop check devices and streams without a GPU: every pointer is on
     ``device``, the current context is ``context`` on ``device`` (scangen.current_context
     gives a FakeContext of that handle), and every stream handle belongs to it."""
-    from scangen import compile as scan_compile, interop
-    from scangen.runtime import launcher, streams
+    from scangen import interop
+    from scangen.runtime import contexts, gpu, streams
 
     current = FakeContext(context)
-    monkeypatch.setattr(scan_compile, "current_context", lambda: current)
+    monkeypatch.setattr(contexts, "current_context", lambda: current)
 
     class NoGPUArray:
         pass
 
-    monkeypatch.setattr(launcher, "_gpuarray", lambda: type("gpuarray", (), {
+    monkeypatch.setattr(gpu, "gpuarray", lambda: type("gpuarray", (), {
         "GPUArray": NoGPUArray}))
     monkeypatch.setattr(interop, "_context_device", lambda: device)
     monkeypatch.setattr(interop, "_current_context_handle", lambda: context)

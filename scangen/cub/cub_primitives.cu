@@ -1,10 +1,10 @@
 // CUB's device primitives as peers of scangen's (benchmarks/primitives.py), on the same kinds
-// of input, timed the same way (benchmarks/cub_timing.cuh). Each row is named after the table
+// of input, timed the same way (cub_timing.cuh). Each row is named after the table
 // of primitives.py it joins; `python benchmarks/primitives.py --cub` builds and runs this file.
 // Counts (selected, runs) stay on the device: no call waits for the host. Every result is
 // checked once on the host, at the first size; a wrong one aborts.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_primitives benchmarks/cub_primitives.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_primitives scangen/cub/cub_primitives.cu
 //   CUB_TRIALS=7 ./cub_primitives 1048576 67108864     # one JSON line per (primitive, n)
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_partition.cuh>

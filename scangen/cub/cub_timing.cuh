@@ -1,4 +1,4 @@
-// The timing the CUB peer programs share (benchmarks/cub_scan.cu, benchmarks/cub_primitives.cu),
+// The timing the CUB peer programs share (cub_scan.cu, cub_primitives.cu, here),
 // the way scangen's bench times every contender (scangen/bench.py): CUDA events on the default
 // stream around a batch of back-to-back calls with preallocated buffers, after a warm-up,
 // median of several trials.

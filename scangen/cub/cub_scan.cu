@@ -3,7 +3,7 @@
 // buffers, after a warm-up, median of several trials, on random non-zero input. A peer for
 // `python -m scangen bench --cub`, which builds and runs this file on the GPU machine.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_scan benchmarks/cub_scan.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_scan scangen/cub/cub_scan.cu
 //   CUB_TRIALS=7 ./cub_scan float32 add 1048576 268435456     # one JSON line per size
 #include <cub/device/device_scan.cuh>
 
