@@ -131,7 +131,7 @@ class _Compaction:
     def __init__(self, dtype, kernel: ScanKernel):
         self.etype = element_type(dtype)
         self.kernel = kernel
-        # (thread ident, compile.context_key) -> _HostCount: a call that reads its count on
+        # (thread ident, runtime.contexts.context_key) -> _HostCount: a call that reads its count on
         # the host writes and reads it before it returns, so one thread's calls take turns
         # with it; a call from another thread (the one-shot functions share their objects)
         # has its own, and so has another context (PyCUDA frees it in the one it was made in).

@@ -52,7 +52,7 @@ class ModuleRuntime:
     def __init__(self, tile_state=None):
         #: The single-pass launches' status layout (None: the plans have none).
         self.tile_state = tile_state
-        self._scratch = {}  # (thread, compile.stream_key) -> ModuleScratch
+        self._scratch = {}  # (thread, runtime.contexts.stream_key) -> ModuleScratch
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
