@@ -181,6 +181,7 @@ PRIMITIVES = {
                             and primitives.RadixDigitOffsets(d, 8 if b is None else b)),
     "histogram": (False, lambda d, p, o, b: _fixed_shape("histogram", o)
                   and primitives.Histogram(d)),
+    "flatnonzero": (False, lambda d, p, o, b: primitives.FlatNonzero(d, **o)),
 }
 
 

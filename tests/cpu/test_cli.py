@@ -261,7 +261,8 @@ def test_benchmark_script_help_needs_no_gpu(script, option):
 
 @pytest.mark.parametrize("what,predicate", [("select", "x > 0.5f"), ("remove_if", "x > 0.5f"),
                                             ("partition", "i % 2 == 0"), ("unique", None),
-                                            ("run_length_encode", None)])
+                                            ("run_length_encode", None),
+                                            ("flatnonzero", None)])
 def test_source_of_a_primitive(capsys, what, predicate):
     argv = ["source", what, "--dtype", "float32"] + (["--predicate", predicate] if predicate else [])
     code, out, err = run(capsys, *argv)
