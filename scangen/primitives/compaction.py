@@ -34,6 +34,10 @@ from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING, RUN_LENGTHS
 from ..render import render_template
 from ..types import MASK_C_TYPES, as_dtype, c_equal, element_type
 from ..usercode import check_code
+from .registry import command_line
+
+__all__ = ["Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if",
+           "partition", "unique", "run_length_encode"]
 
 #: What a kept element does: take the next place in out; the last element writes the count.
 _SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
@@ -611,3 +615,15 @@ def run_length_encode(x, *, stream=None):
 
 for _function in (select, remove_if, partition, unique, run_length_encode):
     _function.__doc__ = _function.__doc__.format(arrays=ONE_SHOT_ARRAYS)
+
+
+command_line("select", lambda dtype, options, predicate: Select(dtype, predicate, **options),
+             needs=["predicate"])
+command_line("remove_if", lambda dtype, options, predicate: Select(dtype, predicate, keep=False,
+                                                                   **options),
+             needs=["predicate"])
+command_line("partition", lambda dtype, options, predicate: Partition(dtype, predicate,
+                                                                      **options),
+             needs=["predicate"])
+command_line("unique", lambda dtype, options: Unique(dtype, **options))
+command_line("run_length_encode", lambda dtype, options: RunLengthEncode(dtype, **options))

@@ -12,6 +12,7 @@ from ..kernel import MaskInput, counting_condition
 from ..runtime.launcher import check_array
 from ..types import MASK_C_TYPES, as_dtype, element_type
 from .compaction import _Compaction, _counting_scan, _leading
+from .registry import command_line
 
 __all__ = ["FlatNonzero", "flatnonzero"]
 
@@ -107,3 +108,4 @@ def flatnonzero(x, *, stream=None):
 
 
 flatnonzero.__doc__ = flatnonzero.__doc__.format(arrays=ONE_SHOT_ARRAYS)
+command_line("flatnonzero", lambda dtype, options: FlatNonzero(dtype, **options))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import scangen
-from scangen.cli import build_parser, main
+from scangen.cli import PRIMITIVES, build_parser, main
 from scangen.types import OPTIONAL_TYPES
 from tests.support import BFLOAT16, needs_bfloat16, optional_nvcc
 
@@ -45,6 +45,17 @@ def test_readme_names_every_builtin_operator_and_dtype():
     for name, (package, c_name, header, _) in OPTIONAL_TYPES.items():
         assert f"`{name}`" in README and package in README and f"`{c_name}`" in README
         assert f"`{header}`" in README
+
+
+def test_readme_names_every_primitive():
+    """Each public name of a primitive (its module's __all__), and each on the command line
+    (source and plan)."""
+    for name in scangen.primitives.__all__:
+        assert f"`{name}`" in README or f"scangen.{name}(" in README, name
+    commands = README[README.index("`source` prints the CUDA"):]
+    commands = commands[:commands.index("\n\n")]
+    for name in PRIMITIVES:
+        assert f"`{name}`" in commands or f"`source {name}`" in commands, name
 
 
 def result_dtype_pairs():
