@@ -3,7 +3,7 @@ prefix. About 3n of traffic; each pass streams at high bandwidth."""
 from __future__ import annotations
 
 from ..kernels import REDUCE_SECTIONS, SCAN_SEEDED
-from .base import ceil_div
+from .base import ceil_div, register
 from .sections_then_totals import SectionsThenTotals
 
 
@@ -23,4 +23,4 @@ class ReduceThenScan(SectionsThenTotals):
         return ceil_div(sections, builder.options.counted_sections_per_block)
 
 
-REDUCE_THEN_SCAN = ReduceThenScan()
+REDUCE_THEN_SCAN = register(ReduceThenScan())

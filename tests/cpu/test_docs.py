@@ -31,10 +31,11 @@ def test_quick_start_parses_and_uses_the_public_api():
         assert hasattr(scangen, attribute), f"README uses scangen.{attribute}, which is not public"
 
 
-def test_readme_names_every_algorithm():
+def test_readme_names_every_algorithm_and_strategy():
     for name in scangen.ALGORITHMS:
         assert f"`{name}`" in README, name
-    assert "`hierarchical`" in README
+    for name in scangen.STRATEGIES:  # a row of the strategy table each
+        assert f"\n| `{name}`" in README, name
 
 
 def test_readme_names_every_builtin_operator_and_dtype():
