@@ -17,9 +17,9 @@ from .scan import Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
 from .check import OperatorReport, check_operator
 from .one_shot import exclusive_scan, inclusive_scan
-from .primitives import (Histogram, Partition, RadixDigitOffsets, RadixSort, RunLengthEncode,
-                         Select, Unique, argsort, histogram, partition, radix_digit_offsets,
-                         radix_sort, remove_if, run_length_encode, select, unique)
+from . import primitives
+# Every primitive's public names, as its own module lists them (scangen.primitives).
+from .primitives import *  # noqa: F401,F403
 # Past one GPU, as modules: scangen.dask.inclusive_scan(darr), scangen.out_of_core.*_scan(host).
 # Neither imports Dask or CUDA until called.
 from . import dask, out_of_core
@@ -30,9 +30,7 @@ __all__ = [
     "LAST_NONZERO",
     "check_operator", "OperatorReport", "reference_scan", "inclusive_scan", "exclusive_scan",
     # primitives
-    "Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if", "partition",
-    "unique", "run_length_encode", "RadixDigitOffsets", "RadixSort", "Histogram",
-    "radix_digit_offsets", "radix_sort", "argsort", "histogram",
+    *primitives.__all__,
     # specs, tables and tuning
     "ScanSpec", "make_spec", "Tuning", "ALGORITHMS", "MODES", "STRATEGIES", "ELEMENT_TYPES",
     # past one GPU (modules)

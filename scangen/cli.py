@@ -19,7 +19,7 @@ import numpy as np
 from . import __version__, bench, ops
 from .check import check_operator
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
-from . import primitives
+from .primitives.registry import COMMAND_LINE, OPTIONS, PLAN_OPTIONS, owners
 from .reference import reference_scan
 from .runtime.contexts import current_context
 from .scan import GPUUnavailableError, Scan, ScanCompileError
@@ -167,50 +167,45 @@ def build_scan(args) -> Scan:
         raise CLIError(str(err)) from None
 
 
-#: What `source` can print besides a scan: name -> (needs a predicate, build(dtype, predicate,
-#: scan options, digit bits)).
-PRIMITIVES = {
-    "select": (True, lambda d, p, o, b: primitives.Select(d, p, **o)),
-    "remove_if": (True, lambda d, p, o, b: primitives.Select(d, p, keep=False, **o)),
-    "partition": (True, lambda d, p, o, b: primitives.Partition(d, p, **o)),
-    "unique": (False, lambda d, p, o, b: primitives.Unique(d, **o)),
-    "run_length_encode": (False, lambda d, p, o, b: primitives.RunLengthEncode(d, **o)),
-    "radix_sort": (False, lambda d, p, o, b: _fixed_shape("radix_sort", o)
-                   and primitives.RadixSort(d)),
-    "argsort": (False, lambda d, p, o, b: _fixed_shape("argsort", o)
-                and primitives.RadixSort(d, np.int64, _index_values=True)),
-    "radix_digit_offsets": (False, lambda d, p, o, b: _fixed_shape("radix_digit_offsets", o)
-                            and primitives.RadixDigitOffsets(d, 8 if b is None else b)),
-    "histogram": (False, lambda d, p, o, b: _fixed_shape("histogram", o)
-                  and primitives.Histogram(d)),
-}
+#: What `source` and `plan` can build besides a scan: name -> scangen.primitives.registry.
+#: CommandLine, which each primitive's own module declares.
+PRIMITIVES = COMMAND_LINE
 
 
-def _fixed_shape(name, options) -> bool:
-    """The radix and histogram kernels have their own tile shape: scan options do not
-    apply."""
-    given = [f"--{k.replace('_', '-')}" for k, v in options.items()
-             if v is not None and not (k == "strategy" and v == "auto")]
-    if given:
-        raise CLIError(f"{name} takes no {', '.join(given)}")
-    return True
+def _belongs(option: str) -> str:
+    """``--option belongs to a, b and c``: the primitives that take it."""
+    names = owners(option)
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"--{option} belongs to {listed}"
 
 
 def build_primitive(args):
-    """A primitive from the spec options and --predicate."""
-    needs_predicate, build = PRIMITIVES[args.what]
-    if needs_predicate != (args.predicate is not None):
-        raise CLIError(f"{args.what} needs --predicate" if needs_predicate
-                       else f"{args.what} takes no --predicate")
-    if args.bits is not None and args.what != "radix_digit_offsets":
-        raise CLIError(f"--bits belongs to radix_digit_offsets, not {args.what}")
+    """A primitive from the spec options and the options it takes (--predicate, --bits)."""
+    entry = PRIMITIVES[args.what]
+    given = {}
+    for option in OPTIONS:
+        value = getattr(args, option)
+        if value is None:
+            if option in entry.needs:
+                raise CLIError(f"{args.what} needs --{option}")
+        elif option not in entry.takes:
+            raise CLIError(f"{_belongs(option)}, not {args.what}")
+        else:
+            given[option] = value
     # Only the options given: a primitive's defaults (Unique's measured tile, say) hold
     # where none is.
     options = {k: v for k, v in dict(algorithm=args.algorithm, section_size=args.section_size,
                                      items_per_thread=args.items_per_thread,
                                      strategy=args.strategy).items() if v is not None}
+    if not entry.scan_options:
+        # Kernels with a tile shape of their own: the scan options do not apply.
+        named = [f"--{k.replace('_', '-')}" for k, v in options.items()
+                 if not (k == "strategy" and v == "auto")]
+        if named:
+            raise CLIError(f"{args.what} takes no {', '.join(named)}")
+        options = {}
     try:
-        return build(args.dtype, args.predicate, options, args.bits)
+        return entry.build(args.dtype, options, **given)
     except (ValueError, TypeError) as err:
         raise CLIError(str(err)) from None
 
@@ -222,10 +217,10 @@ _WHAT = (
     arg("what", nargs="?", default="scan", choices=["scan", *PRIMITIVES],
         help="a scan (the default) or a primitive: " + ", ".join(PRIMITIVES)),
     arg("--predicate", metavar="C_EXPR",
-        help="the predicate of select, remove_if and partition: a C expression in x "
+        help=f"the predicate of {', '.join(owners('predicate'))}: a C expression in x "
         "(the element) and i (its index), e.g. 'x > 0.5f'"),
     arg("--bits", type=int, metavar="B",
-        help="the digit width of radix_digit_offsets: 1 to 16 (default 8; wider "
+        help=f"the digit width of {', '.join(owners('bits'))}: 1 to 16 (default 8; wider "
         "than 8 adds the places module)"),
 )
 
@@ -234,10 +229,9 @@ def build_what(args):
     """The scan or primitive ``what`` names, from the spec options."""
     if args.what != "scan":
         return build_primitive(args)
-    if args.predicate is not None:
-        raise CLIError("--predicate belongs to select, remove_if and partition")
-    if args.bits is not None:
-        raise CLIError("--bits belongs to radix_digit_offsets")
+    for option in OPTIONS:
+        if getattr(args, option) is not None:
+            raise CLIError(_belongs(option))
     return build_scan(args)
 
 
@@ -263,17 +257,20 @@ def cmd_source(args) -> int:
                 help="number of elements, e.g. 1000000, 2^20 or 2**20"),
             *_WHAT,
             arg("--bins", type=int, metavar="B",
-                help="the bins of histogram (default 10)"),
+                help=f"the bins of {', '.join(owners('bins'))} (default 10)"),
             spec_options=True,
             description="Print the launch plan (kernels, grids, temporaries, bytes moved) that "
             "scans N elements with the described scan, or that a primitive runs over N "
             "elements. Needs no GPU and no PyCUDA.")
 def cmd_plan(args) -> int:
     scan = build_what(args)
-    if args.bins is not None and args.what != "histogram":
-        raise CLIError(f"--bins belongs to histogram, not {args.what}")
+    given = [getattr(args, option) for option in PLAN_OPTIONS]
+    takes = PRIMITIVES[args.what].plan_takes if args.what != "scan" else ()
+    for option in PLAN_OPTIONS:
+        if getattr(args, option) is not None and option not in takes:
+            raise CLIError(f"{_belongs(option)}, not {args.what}")
     try:
-        plan = scan.plan(args.n) if args.bins is None else scan.plan(args.n, args.bins)
+        plan = scan.plan(args.n, *[v for v in given if v is not None])
     except (ValueError, TypeError) as err:
         raise CLIError(str(err)) from None
     print(plan.describe())

@@ -34,8 +34,12 @@ from ..spec import LAST_COUNTED_MAX_N, as_flag
 from ..strategies.base import BufferArg
 from ..tuning import COUNTING_VALUES, COUNTING_VALUES_TUNING, RUN_LENGTHS
 from ..render import render_template
-from ..types import MASK_C_TYPES, c_equal, element_type
+from ..types import MASK_C_TYPES, as_dtype, c_equal, element_type
 from ..usercode import check_code
+from .registry import command_line
+
+__all__ = ["Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if",
+           "partition", "unique", "run_length_encode"]
 
 #: What a kept element does: take the next place in out; the last element writes the count.
 _SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
@@ -108,9 +112,10 @@ def _mask_dtype(flags) -> np.dtype:
 
 def _counting_scan(etype, helpers="", **options) -> ScanKernel:
     """A ScanKernel that counts what it keeps: an int64 add of 0s and 1s (counts=True),
-    whose arguments and ``helpers`` name the element type ``etype``."""
-    return ScanKernel(np.int64, "add", counts=True, types=(etype,), _helpers=helpers,
-                      **options)
+    whose arguments and ``helpers`` name the element type ``etype`` (None: they name only
+    C's own types, a mask's bool or integers)."""
+    return ScanKernel(np.int64, "add", counts=True, types=() if etype is None else (etype,),
+                      _helpers=helpers, **options)
 
 
 def _counting_values_scan(etype, helpers="", **options) -> ScanKernel:
@@ -129,7 +134,9 @@ class _Compaction:
     Scan has (``source``, ``plan(n)``, ``check_compile()``, a repr of the options)."""
 
     def __init__(self, dtype, kernel: ScanKernel):
-        self.etype = element_type(dtype)
+        #: The elements' dtype: an element type's (scangen.types), or a mask's (bool) where
+        #: the elements are only zero or not (FlatNonzero); the subclass checked it.
+        self.dtype = as_dtype(dtype)
         self.kernel = kernel
         # (thread ident, runtime.contexts.context_key) -> _HostCount: a call that reads its count on
         # the host writes and reads it before it returns, so one thread's calls take turns
@@ -141,12 +148,8 @@ class _Compaction:
     def release_device_memory(self) -> None:
         self._counts.clear()
 
-    @property
-    def dtype(self) -> np.dtype:
-        return self.etype.dtype
-
     def __repr__(self):
-        return (f"{type(self).__name__}({self.etype.name}{self._arguments_repr()}"
+        return (f"{type(self).__name__}({self.dtype}{self._arguments_repr()}"
                 f"{options_repr(self.kernel)})")
 
     def _arguments_repr(self) -> str:
@@ -501,7 +504,7 @@ class RunLengthEncode(_Compaction):
         builder = ModulePlanBuilder()
         if n == 0:  # only where the two kernels are asked for below 2^32 (tests)
             builder.zero("count", 8)
-            return builder.build(f"run_length_encode of {self.etype.name} in two kernels", n,
+            return builder.build(f"run_length_encode of {self.dtype} in two kernels", n,
                                  [lengths.description])
         builder.scan(heads, n, dict(x=BufferArg("x"), values=BufferArg("values"),
                                     starts=BufferArg("starts"), count=BufferArg("count")),
@@ -513,7 +516,7 @@ class RunLengthEncode(_Compaction):
                        reads=n * 8, writes=n * 8, blocks_per_sm=_LENGTHS_BLOCKS_PER_SM,
                        why="counts[r] = starts[r + 1] - starts[r] for the runs the scan "
                            "counted (read on the device)")
-        return builder.build(f"run_length_encode of {self.etype.name} in two kernels", n,
+        return builder.build(f"run_length_encode of {self.dtype} in two kernels", n,
                              [lengths.description])
 
     def check_compile(self) -> None:
@@ -614,3 +617,15 @@ def run_length_encode(x, *, stream=None):
 
 for _function in (select, remove_if, partition, unique, run_length_encode):
     _function.__doc__ = _function.__doc__.format(arrays=ONE_SHOT_ARRAYS)
+
+
+command_line("select", lambda dtype, options, predicate: Select(dtype, predicate, **options),
+             needs=["predicate"])
+command_line("remove_if", lambda dtype, options, predicate: Select(dtype, predicate, keep=False,
+                                                                   **options),
+             needs=["predicate"])
+command_line("partition", lambda dtype, options, predicate: Partition(dtype, predicate,
+                                                                      **options),
+             needs=["predicate"])
+command_line("unique", lambda dtype, options: Unique(dtype, **options))
+command_line("run_length_encode", lambda dtype, options: RunLengthEncode(dtype, **options))

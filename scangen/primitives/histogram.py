@@ -21,6 +21,9 @@ from ..strategies.base import BufferArg, RuntimeArg
 from ..tuning import HISTOGRAM
 from ..types import as_dtype, element_type
 from .radix import KEY_DTYPES
+from .registry import command_line
+
+__all__ = ["Histogram", "histogram"]
 
 #: Threads a block, and bins counted in shared memory (scangen.tuning.HISTOGRAM).
 _BLOCK_SIZE = HISTOGRAM.value("block_size")
@@ -239,3 +242,6 @@ def histogram(x, bins, range, *, stream=None):
 
 
 histogram.__doc__ = histogram.__doc__.format(arrays=ONE_SHOT_ARRAYS)
+
+command_line("histogram", lambda dtype, options: Histogram(dtype), scan_options=False,
+             plan_takes=["bins"])

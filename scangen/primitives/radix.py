@@ -42,6 +42,9 @@ from ..strategies.base import NULL, BufferArg, RuntimeArg
 from ..strategies.tile_state import TICKET_BYTES, TileState
 from ..tuning import RADIX, Tuning
 from ..types import UNSIGNED_C_TYPES, as_dtype, element_type, prerequisites
+from .registry import command_line
+
+__all__ = ["RadixSort", "RadixDigitOffsets", "radix_sort", "argsort", "radix_digit_offsets"]
 
 #: What one pass handles: digits of up to 8 bits (256 counters per warp in shared memory).
 MAX_RADIX_BITS = 8
@@ -675,3 +678,11 @@ def argsort(keys, *, descending=False, stream=None):
 
 for _function in (radix_digit_offsets, radix_sort, argsort):
     _function.__doc__ = _function.__doc__.format(arrays=ONE_SHOT_ARRAYS)
+
+# Their kernels have tiles of their own: the scan options do not apply.
+command_line("radix_sort", lambda dtype, options: RadixSort(dtype), scan_options=False)
+command_line("argsort", lambda dtype, options: RadixSort(dtype, np.int64, _index_values=True),
+             scan_options=False)
+command_line("radix_digit_offsets",
+             lambda dtype, options, bits=8: RadixDigitOffsets(dtype, bits),
+             takes=["bits"], scan_options=False)

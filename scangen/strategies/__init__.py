@@ -1,15 +1,23 @@
 """How sections are stitched into a whole-array scan: one object per strategy, owning its
-kernels and its plan. ``strategy_for`` is the one map from a spec's strategy name to them."""
+kernels and its plan. ``strategy_for`` is the one map from a spec's strategy name to them.
+
+Each strategy's module registers its object (base.register); every module of this package
+is imported here, so a new strategy is one file."""
 from __future__ import annotations
 
-from .auto import Auto
-from .base import Strategy
-from .hierarchical import Hierarchical
-from .one_section import ONE_SECTION_STRATEGY
-from .reduce_then_scan import REDUCE_THEN_SCAN
-from .single_pass import CHAINED, DECOUPLED_LOOKBACK
+import importlib
+import pkgutil
 
-_FIXED = {s.name: s for s in (Hierarchical(), REDUCE_THEN_SCAN, CHAINED, DECOUPLED_LOOKBACK)}
+from .auto import Auto
+from .base import REGISTERED, Strategy
+from .one_section import ONE_SECTION_STRATEGY
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+#: The strategies a spec may name besides "auto": in the order of their modules' names, and
+#: within a module as it registers them (so the order is not that of the imports).
+_FIXED = {s.name: s for s in sorted(REGISTERED.values(), key=lambda s: type(s).__module__)}
 #: Every strategy name a spec accepts: "auto" (chosen per n), then the fixed ones. The one
 #: list of them; scangen.STRATEGIES is this.
 NAMES = (Auto.name, *_FIXED)

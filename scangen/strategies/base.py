@@ -163,6 +163,20 @@ class Strategy:
         raise NotImplementedError
 
 
+#: Every strategy a spec may name besides "auto", by name: each strategy's module registers
+#: its object (:func:`register`), and scangen.strategies imports every module of the
+#: package, so a new strategy is its own file.
+REGISTERED: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Make ``strategy`` one a spec may name (``strategy=strategy.name``); returns it."""
+    if not strategy.name or strategy.name in REGISTERED or strategy.name == "auto":
+        raise ValueError(f"strategy name {strategy.name!r} is empty, taken or reserved")
+    REGISTERED[strategy.name] = strategy
+    return strategy
+
+
 def io_of(io_arg) -> str:
     """The io of a level: the user's hooks at the top, a totals buffer below."""
     return "user" if io_arg is USER_ARGS else "totals"

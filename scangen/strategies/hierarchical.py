@@ -3,6 +3,7 @@ by the same strategy), then combine each section with its prefix. About 4n of tr
 from __future__ import annotations
 
 from ..kernels import ADD_PREFIXES, SCAN_SECTIONS
+from .base import register
 from .sections_then_totals import SectionsThenTotals
 
 
@@ -17,3 +18,6 @@ class Hierarchical(SectionsThenTotals):
 
     def first_traffic(self, n, sections):
         return n, n + sections + 1
+
+
+HIERARCHICAL = register(Hierarchical())

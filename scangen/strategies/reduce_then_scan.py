@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..arith import ceil_div
 from ..kernels import REDUCE_SECTIONS, SCAN_SEEDED
+from .base import register
 from .sections_then_totals import SectionsThenTotals
 
 
@@ -23,4 +24,4 @@ class ReduceThenScan(SectionsThenTotals):
         return ceil_div(sections, builder.options.counted_sections_per_block)
 
 
-REDUCE_THEN_SCAN = ReduceThenScan()
+REDUCE_THEN_SCAN = register(ReduceThenScan())

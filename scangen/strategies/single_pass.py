@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..arith import ceil_div
 from ..kernels import ONE_SECTION, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
-from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary
+from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary, register
 from .one_section import ONE_SECTION_STRATEGY
 from .tile_state import TICKET_BYTES, TileState
 
@@ -61,8 +61,9 @@ class SinglePass(Strategy):
                            f"{self.how}; status {state.status_bytes(tiles)} B")
 
 
-CHAINED = SinglePass("chained", "the seeds' stream scan: each tile waits for its predecessor",
-                     "each waits for its predecessor's inclusive prefix")
-DECOUPLED_LOOKBACK = SinglePass(
+CHAINED = register(SinglePass("chained",
+                              "the seeds' stream scan: each tile waits for its predecessor",
+                              "each waits for its predecessor's inclusive prefix"))
+DECOUPLED_LOOKBACK = register(SinglePass(
     "decoupled_lookback", "decoupled look-back: one pass, ~2n traffic",
-    "each looks back over up to 32 predecessors' status at a time")
+    "each looks back over up to 32 predecessors' status at a time"))

@@ -9,7 +9,7 @@ import pytest
 
 import scangen
 from scangen import bench, cli
-from scangen.cli import main
+from scangen.cli import PRIMITIVES, main
 
 from tests.support import marked_source_line, require_nvcc
 
@@ -268,9 +268,28 @@ def test_source_of_a_primitive(capsys, what, predicate):
         assert predicate in out
 
 
+@pytest.mark.parametrize("name", list(PRIMITIVES))
+def test_every_primitive_prints_its_source_and_plan(capsys, name):
+    """Each primitive a module declares (scangen.primitives.registry) is on the command
+    line, with the options it needs; its source is its object's."""
+    needs = [f"--{option}=x > 0" for option in PRIMITIVES[name].needs]
+    code, out, err = run(capsys, "source", name, "--dtype", "int32", *needs)
+    assert code == 0, err
+    built = PRIMITIVES[name].build(np.dtype(np.int32), {},
+                                   **{o: "x > 0" for o in PRIMITIVES[name].needs})
+    assert out == built.source
+    code, out, err = run(capsys, "plan", "--n", "5000", name, "--dtype", "int32", *needs)
+    assert code == 0, err
+    assert "n=5000" in out
+
+
 @pytest.mark.parametrize("argv,message", [
     (["source", "select"], "select needs --predicate"),
-    (["source", "unique", "--predicate", "x > 0"], "unique takes no --predicate"),
+    (["source", "unique", "--predicate", "x > 0"],
+     "--predicate belongs to select, remove_if and partition, not unique"),
+    (["source", "histogram", "--section-size", "512"], "histogram takes no --section-size"),
+    (["plan", "--n", "10", "unique", "--bins", "4"], "--bins belongs to histogram, not unique"),
+    (["plan", "--n", "10", "--bins", "4"], "--bins belongs to histogram, not scan"),
     (["source", "--predicate", "x > 0"], "--predicate belongs to select"),
     (["source", "select", "--predicate", "x > 0; y"], "predicate must be a single C expression"),
     (["source", "--bits", "4"], "--bits belongs to radix_digit_offsets"),

@@ -31,9 +31,11 @@ from tests.support.nvcc import Entry, compiling, needs_nvcc, results
 
 pytestmark = needs_nvcc
 
-#: Every strategy; each renders different kernels (auto: one section, decoupled look-back
-#: and reduce_then_scan together; chained and decoupled_lookback differ in the protocol).
-assert STRATEGIES == ("auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback")
+#: Every strategy (these and any other registered); each renders different kernels (auto: one
+#: section, decoupled look-back and reduce_then_scan together; chained and decoupled_lookback
+#: differ in the protocol).
+assert {"auto", "hierarchical", "reduce_then_scan", "chained", "decoupled_lookback"} <= \
+    set(STRATEGIES)
 
 
 # --- operators only this file uses ----------------------------------------------------------

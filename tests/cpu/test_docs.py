@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import scangen
-from scangen.cli import build_parser, main
+from scangen.cli import PRIMITIVES, build_parser, main
 from scangen.types import OPTIONAL_TYPES
 from tests.support import BFLOAT16, needs_bfloat16, optional_nvcc
 
@@ -31,10 +31,11 @@ def test_quick_start_parses_and_uses_the_public_api():
         assert hasattr(scangen, attribute), f"README uses scangen.{attribute}, which is not public"
 
 
-def test_readme_names_every_algorithm():
+def test_readme_names_every_algorithm_and_strategy():
     for name in scangen.ALGORITHMS:
         assert f"`{name}`" in README, name
-    assert "`hierarchical`" in README
+    for name in scangen.STRATEGIES:  # a row of the strategy table each
+        assert f"\n| `{name}`" in README, name
 
 
 def test_readme_names_every_builtin_operator_and_dtype():
@@ -45,6 +46,17 @@ def test_readme_names_every_builtin_operator_and_dtype():
     for name, (package, c_name, header, _) in OPTIONAL_TYPES.items():
         assert f"`{name}`" in README and package in README and f"`{c_name}`" in README
         assert f"`{header}`" in README
+
+
+def test_readme_names_every_primitive():
+    """Each public name of a primitive (its module's __all__), and each on the command line
+    (source and plan)."""
+    for name in scangen.primitives.__all__:
+        assert f"`{name}`" in README or f"scangen.{name}(" in README, name
+    commands = README[README.index("`source` prints the CUDA"):]
+    commands = commands[:commands.index("\n\n")]
+    for name in PRIMITIVES:
+        assert f"`{name}`" in commands or f"`source {name}`" in commands, name
 
 
 def result_dtype_pairs():

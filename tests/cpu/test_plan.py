@@ -30,6 +30,7 @@ from scangen.spec import MAX_BLOCK_THREADS, MAX_STATIC_SHARED_BYTES
 from scangen.tuning import max_shared_bytes
 from scangen.strategies import resolve
 from scangen.strategies.base import MAX_GRID, PlanBuilder
+from scangen.strategies.base import REGISTERED, Strategy, register
 from scangen.strategies.reduce_then_scan import REDUCE_THEN_SCAN
 from tests.support import (AFFINE, SINGLE_PASS, TOTAL_STRATEGIES, assert_scan_equal, expected,
                            operator, random_input, segmented_reference)
@@ -936,3 +937,14 @@ def test_lookback_first_wait_where_the_tuning_asks(strategy):
     persistent = scan("float64", "add", strategy=strategy).kernel.source
     assert re.search(r"tile_prefix\([^;]*epoch, 0\);", persistent)
     assert asked.kernel_spec != default.kernel_spec  # a compile of its own
+
+
+def test_a_strategy_is_registered_once_under_a_name_of_its_own():
+    """Each strategy's module registers it (scangen.strategies.base.register): a name
+    taken, "auto" or none is refused, so no module can replace another's strategy."""
+    with pytest.raises(ValueError, match="'reduce_then_scan' is empty, taken or reserved"):
+        register(REDUCE_THEN_SCAN)
+    for name in ("auto", ""):
+        with pytest.raises(ValueError, match="is empty, taken or reserved"):
+            register(type("Named", (Strategy,), {"name": name})())
+    assert set(REGISTERED) == set(STRATEGIES) - {"auto"}

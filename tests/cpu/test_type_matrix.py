@@ -14,8 +14,8 @@ import pytest
 
 import scangen
 from scangen import one_shot
-from scangen.primitives import compaction, radix
-from scangen.types import c_equal, element_type
+from scangen.primitives import compaction, nonzero, radix
+from scangen.types import MASK_C_TYPES, c_equal, element_type
 from tests.support import (BFLOAT16, ELEMENT_DTYPES, MIXED, dtype_label, keep_predicate,
                            sum_operator)
 from tests.support.nvcc import UNOPTIMISED, Entry, compiling, needs_nvcc, results
@@ -62,6 +62,9 @@ NEGATED = "Select's modules with the condition negated"
 HEADS = "the heads come from an index array; the values are met as in SegmentedScan_flags"
 KEYS_COMPILED = "test_compile_nvcc's radix_histogram batch compiles every key dtype's modules"
 KEY_REFUSAL = "cannot be radix sorted; key dtypes are uint8, uint16"
+#: What flatnonzero takes: a zero of its own (no struct), and bool.
+NONZERO = tuple(d for d in EVERY if d.fields is None) + (np.dtype(np.bool_),)
+NONZERO_REFUSAL = "flatnonzero takes bool, int8 .. uint64, float16"
 ENTRY_POINTS = [
     EntryPoint("Scan", lambda d: scangen.Scan(d, sum_operator(d)), EVERY),
     # inclusive_scan and exclusive_scan build and cache Scans so
@@ -99,6 +102,9 @@ ENTRY_POINTS = [
     EntryPoint("RunLengthEncode", scangen.RunLengthEncode, EVERY),
     EntryPoint("run_length_encode", compaction._run_length_encode, EVERY,
                compiled_elsewhere=SAME),
+    EntryPoint("FlatNonzero", scangen.FlatNonzero, NONZERO, NONZERO_REFUSAL),
+    EntryPoint("flatnonzero", nonzero._flatnonzero, NONZERO, NONZERO_REFUSAL,
+               compiled_elsewhere=SAME),
     EntryPoint("RadixSort_keys", scangen.RadixSort, KEYS, KEY_REFUSAL, KEYS_COMPILED),
     EntryPoint("RadixSort_values", lambda d: scangen.RadixSort(np.uint32, d), EVERY),
     EntryPoint("radix_sort_values", lambda d: radix._radix_sort(np.dtype(np.uint64), d), EVERY,
@@ -135,7 +141,7 @@ def taken(point):
 
 def refused(point):
     return [pytest.param(point, d, id=f"{point.name}-{dtype_label(d)}")
-            for d in [d for d in EVERY if d not in point.takes] + UNDOCUMENTED]
+            for d in [*EVERY, *UNDOCUMENTED] if d not in point.takes]
 
 
 # --- every documented pair renders; every other dtype is refused ---------------------------
@@ -143,12 +149,14 @@ def refused(point):
 @pytest.mark.parametrize("point,dtype", [p for e in ENTRY_POINTS for p in taken(e)])
 def test_every_documented_dtype_renders(point, dtype):
     thing = point.build(dtype)
-    c_name = element_type(dtype).c_name
+    # bool, no element type, is a mask's C type (flatnonzero's)
+    etype = None if dtype == np.bool_ else element_type(dtype)
+    c_name = MASK_C_TYPES[dtype] if etype is None else etype.c_name
     assert c_name in thing.source, f"{point.name} of {dtype} renders no {c_name}"
     for spec in module_specs(thing):
         text = spec.module_source().text
         code = re.search(rf"^(?!\s*//).*\b{c_name}\b", text, re.M)  # its first use in code
-        for header in element_type(dtype).includes:
+        for header in () if etype is None else etype.includes:
             assert code is None or text.index(f"#include <{header}>") < code.start()
 
 
@@ -166,19 +174,17 @@ def test_the_matrix_covers_every_type_and_entry_point():
                      "float16", "float32", "float64", "complex64", "complex128"}
     assert BFLOAT16 is None or "bfloat16" in names
     assert sum(d.fields is not None for d in EVERY) == 2
-    for name in ["Scan", "ScanKernel", "SegmentedScan", "Select", "Partition", "Unique",
-                 "RunLengthEncode", "RadixSort", "RadixDigitOffsets", "Histogram",
-                 "inclusive_scan", "exclusive_scan", "select", "remove_if", "partition",
-                 "unique", "run_length_encode", "radix_sort", "argsort", "radix_digit_offsets",
-                 "histogram"]:
+    # every primitive, as its module lists it (scangen.primitives), and the scans
+    for name in ["Scan", "ScanKernel", "SegmentedScan", "inclusive_scan", "exclusive_scan",
+                 *scangen.primitives.__all__]:
         assert name in scangen.__all__
         assert any(re.fullmatch(rf"{name}(_\w+)?", p.name) for p in ENTRY_POINTS), name
 
 
 @pytest.mark.parametrize("dtype", [pytest.param(d, id=dtype_label(d)) for d in EVERY])
 def test_one_shot_classes_are_the_classes(dtype):
-    """What select, partition, unique, run_length_encode and inclusive_scan build and cache
-    has the modules of the class the matrix compiles (so those are not compiled twice)."""
+    """What select, partition, unique, run_length_encode, flatnonzero and inclusive_scan build
+    and cache has the modules of the class the matrix compiles (so those are not compiled twice)."""
     predicate, op = keep_predicate(dtype)[0], sum_operator(dtype)
     pairs = [(compaction._select(dtype, predicate, None, True), scangen.Select(dtype, predicate)),
              (compaction._select(dtype, None, np.dtype(np.bool_), True),
@@ -188,6 +194,8 @@ def test_one_shot_classes_are_the_classes(dtype):
              (compaction._run_length_encode(dtype), scangen.RunLengthEncode(dtype)),
              (one_shot._scan(dtype, op, "inclusive", None, False, False, ()),
               scangen.Scan(dtype, op))]
+    if dtype in NONZERO:
+        pairs.append((nonzero._flatnonzero(dtype), scangen.FlatNonzero(dtype)))
     for cached, made in pairs:
         assert module_specs(cached) == module_specs(made)
 

@@ -1,13 +1,14 @@
 """The compaction primitives on the GPU against numpy: random data, duplicates, all-equal,
-all-kept and none-kept inputs, sizes around section boundaries, one select past 2^31."""
+all-kept and none-kept inputs, sizes around section boundaries, one select past 2^31;
+flatnonzero of every dtype family against numpy.flatnonzero."""
 import numpy as np
 import pytest
 
 import scangen
 from scangen import compile as scan_compile
 
-from tests.support import (assert_guard_untouched, guarded_output, poison_values, precompile,
-                           run_length_reference)
+from tests.support import (BFLOAT16, assert_guard_untouched, guarded_output, poison_values,
+                           precompile, run_length_reference, zeros_and_others)
 
 DTYPES = ["uint8", "int32", "int64", "float32", "float64"]
 #: Around the default sections (4096 and 2048 elements) and the auto threshold.
@@ -39,6 +40,12 @@ MASK_SELECTS = [(np.bool_, True, 4), (np.uint8, False, 1), (np.int16, True, 3),
                 (np.int32, False, 4), (np.int64, True, 16)]
 
 
+#: flatnonzero's families: masks (bool, integers), floats, 16-bit floats, complex.
+NONZERO_DTYPES = [np.dtype(d) for d in ("bool", "int8", "uint16", "int64", "float16", "float32",
+                                        "float64", "complex64", "complex128")] \
+    + ([BFLOAT16] if BFLOAT16 is not None else [])
+
+
 def mask_select(flags, keep, per_block):
     return scangen.Select(np.float32, flags=flags, keep=keep, strategy="reduce_then_scan",
                           tuning=scangen.Tuning(mask_sections_per_block=per_block))
@@ -53,6 +60,7 @@ def _compile_in_parallel():
                        scangen.Partition(dtype, "x > 0"), scangen.Unique(dtype),
                        scangen.RunLengthEncode(dtype)]
     primitives += [mask_select(*case) for case in MASK_SELECTS]
+    primitives += [scangen.FlatNonzero(dtype) for dtype in NONZERO_DTYPES]
     precompile([p.kernel for p in primitives]
                + [k for p in primitives if isinstance(p, scangen.RunLengthEncode)
                   for k in p.wide_kernels()])
@@ -318,3 +326,57 @@ def test_select_past_2_to_the_31(gpu):
     want = x[x >= 100]
     assert got.size == want.size
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", NONZERO_DTYPES, ids=str)
+def test_flatnonzero(gpu, rng, dtype):
+    """The indices of the nonzero elements (NaN nonzero, -0.0 zero, complex by either part)
+    at sizes around the sections, into a poisoned out= with a guard past it: nothing is
+    written past the count; then the one-shot function on the device and on the host."""
+    nz = scangen.FlatNonzero(dtype)
+    section = nz.kernel.spec.section_size
+    for n in SIZES + [section - 1, section + 1, section * section + 1]:
+        x = zeros_and_others(rng, dtype, n)
+        want = np.flatnonzero(x)
+        x_gpu = gpu.to_gpu(x)
+        out = guarded_output(gpu, rng, n, np.int64)
+        got = nz(x_gpu, out=out.out)
+        np.testing.assert_array_equal(got.get(), want, err_msg=f"n={n}")
+        written = assert_guard_untouched(out, "flatnonzero's out")
+        np.testing.assert_array_equal(written[want.size:], out.poison[want.size:n],
+                                      err_msg=f"n={n}: written past the count")
+        if n in (0, 1, 4097, 1_000_003):
+            np.testing.assert_array_equal(scangen.flatnonzero(x_gpu).get(), want)
+            np.testing.assert_array_equal(scangen.flatnonzero(x), want)  # host in, host out
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.bool_), np.dtype(np.float32)], ids=str)
+@pytest.mark.parametrize("strategy", scangen.STRATEGIES)
+def test_flatnonzero_on_every_strategy_with_the_count_on_device(gpu, rng, dtype, strategy):
+    """A mask and a float on each strategy (a mask is counted 16 bytes a lane by
+    reduce_then_scan's first pass), on a stream, the count left on the device."""
+    import pycuda.driver as driver
+
+    nz = scangen.FlatNonzero(dtype, strategy=strategy)
+    stream = driver.Stream()
+    for n in [0, 1, 2047, 2049, 3 * 2048 + 5, 1_000_003, (1 << 25) + 3]:
+        x = zeros_and_others(rng, dtype, n)
+        want = np.flatnonzero(x)
+        out = guarded_output(gpu, rng, n, np.int64)
+        got, count = nz(gpu.to_gpu(x), out=out.out, stream=stream, count_on_device=True)
+        stream.synchronize()
+        assert got is out.out and count.dtype == np.int64
+        assert int(count.get()[0]) == want.size, f"n={n}"
+        np.testing.assert_array_equal(assert_guard_untouched(out)[:want.size], want,
+                                      err_msg=f"n={n}")
+
+
+def test_flatnonzero_refuses_bad_arrays(gpu):
+    nz = scangen.FlatNonzero(np.float32)
+    x = gpu.to_gpu(np.ones(10, np.float32))
+    with pytest.raises(TypeError, match="out has dtype float32; expected int64"):
+        nz(x, out=gpu.empty(10, np.float32))
+    with pytest.raises(ValueError, match="out has 5 elements; it needs room for 10"):
+        nz(x, out=gpu.empty(5, np.int64))
+    with pytest.raises(TypeError, match="x has dtype float64; expected float32"):
+        nz(gpu.to_gpu(np.ones(10)))

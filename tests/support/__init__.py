@@ -457,6 +457,23 @@ def random_chunks(rng, n, most=None):
     return tuple(int(s) for s in rng.permutation(sizes))
 
 
+def zeros_and_others(rng, dtype, n):
+    """About half zeros, the rest nonzero, as numpy.flatnonzero tells them apart: bool, the
+    integers (their extremes among the others), floats with -0.0 among the zeros and NaN and
+    inf among the others, complex numbers zero or nonzero by either part."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(n) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        values = rng.choice([1, 2, info.max, info.min or 7], n)
+        return np.where(rng.random(n) < 0.5, 0, values).astype(dtype)
+    values = rng.choice([1.5, -2.0, np.nan, np.inf, -0.0, 0.0], n)
+    if dtype.kind == "c":
+        return (values + 1j * rng.choice([0.0, -0.0, 3.0, np.nan], n)).astype(dtype)
+    return values.astype(dtype)
+
+
 def poison_values(rng, dtype, n):
     """Host values a correct kernel would not leave in an output by chance."""
     dtype = np.dtype(dtype)
@@ -1040,7 +1057,8 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "small_values",
            "STATS", "sum_operator", "TABLE_LOOKUP", "type_operator_pairs", "valid",
-           "VALUE_INDEX", "value_index_input", "SINGLE_PASS", "TOTAL_STRATEGIES"]
+           "VALUE_INDEX", "value_index_input", "SINGLE_PASS", "TOTAL_STRATEGIES",
+           "zeros_and_others"]
 
 
 def check_scan(gpuarray, rng, scan, n, op_name, in_place=False):

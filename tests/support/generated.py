@@ -68,6 +68,8 @@ def _cases():
     yield "select-uint8-flags-remove", lambda: _scan_text(
         scangen.Select("float32", flags=np.uint8, keep=False))
     yield "partition-float32", lambda: _scan_text(scangen.Partition("float32", "x[i] > 0"))
+    for dtype in ("bool", "int16", "float16", "float64", "complex64"):
+        yield f"flatnonzero-{dtype}", lambda d=dtype: _scan_text(scangen.FlatNonzero(d))
     for key in ("uint32", "int64", "float32"):
         yield f"radix-sort-{key}", lambda k=key: scangen.RadixSort(k).source
         yield f"radix-sort-{key}-pairs", lambda k=key: scangen.RadixSort(k, "float64").source
