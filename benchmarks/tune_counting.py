@@ -64,7 +64,7 @@ def main(argv=None):
                                              auto_reduce_then_scan_min_bytes=1 << 62))
         objects[threads, items, per_sm] = (scangen.Unique(np.int32, **options),
                                            scangen.RunLengthEncode(np.int32, **options))
-    scan_compile.precompile([p.kernel.kernel_spec for pair in objects.values() for p in pair],
+    scan_compile.precompile([p.kernel.scan_module for pair in objects.values() for p in pair],
                             workers=16)
     timer = bench.Timer(driver, args.trials, 3)
     rng = np.random.default_rng(2026)
@@ -109,7 +109,7 @@ def _sweep_select(driver, args):
                 items_per_thread=items, strategy=strategy,
                 tuning=scangen.Tuning(tile_min_threads_per_sm=per_sm,
                                       mask_sections_per_block=per_block))
-    scan_compile.precompile([s.kernel.kernel_spec for s in objects.values()], workers=16)
+    scan_compile.precompile([s.kernel.scan_module for s in objects.values()], workers=16)
     timer = bench.Timer(driver, args.trials, 3)
     rng = np.random.default_rng(2026)
     for n in args.sizes:

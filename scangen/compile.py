@@ -5,11 +5,11 @@ the CLI work on any machine (scangen.runtime.gpu). The text compiled is exactly 
 text (C++, with ``extern "C"`` entry points), the same that ``check_with_nvcc`` and the CPU
 tests compile.
 
-What is compiled is a *module spec*: a hashable object with ``module_source()`` (the
+What is compiled is a *module*: a hashable object with ``module_source()`` (the
 rendered ModuleSource), ``entry_points()`` (each ``__global__`` function's name and its
 parameters, as scangen.args.Argument) and ``description`` (what to call it in an error).
-A ScanKernel's KernelSpec is one; a module with kernels of its own (scangen.modules.Module:
-radix passes, histogram, run lengths) is another. A module spec may
+A ScanKernel's ScanModule is one; a module with kernels of its own (scangen.modules.Module:
+radix passes, histogram, run lengths) is another. A module may
 also have ``dynamic_shared()``: {entry point: bytes of dynamic shared memory its launches
 take}; the compiled module lets each such kernel use that much (the opt-in attribute).
 """
@@ -98,7 +98,7 @@ def check_with_nvcc(module_spec, arch: str = DEFAULT_ARCH) -> None:
 
 class CompiledModule:
     """The prepared kernels of one module, in one context, by kernel name. A kernel that
-    takes dynamic shared memory (the module spec's ``dynamic_shared()``) may use that much:
+    takes dynamic shared memory (the module's ``dynamic_shared()``) may use that much:
     past the 48 KiB a block has without asking, the attribute is set here, once per kernel
     and context."""
 
@@ -129,7 +129,7 @@ class CompiledModule:
         return self._raw
 
 
-_cache: dict = {}  # (module spec, context_key) -> CompiledModule
+_cache: dict = {}  # (module, context_key) -> CompiledModule
 _lock = threading.Lock()
 
 
@@ -185,7 +185,7 @@ def compile_module(module_spec) -> CompiledModule:
 
 
 def precompile(module_specs, workers: int | None = None) -> None:
-    """Run nvcc for many module specs in parallel threads, filling PyCUDA's disk cache.
+    """Run nvcc for many modules in parallel threads, filling PyCUDA's disk cache.
 
     Loading still happens lazily (and cheaply) on first use in each context; this only
     takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.

@@ -14,7 +14,7 @@ import numpy as np
 from .args import (C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, convert_scalar,
                    parse_arguments)
 from .compile import check_with_nvcc
-from .kernels import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
+from .families import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
 from .render import render
@@ -46,7 +46,7 @@ class MaskInput:
     array argument (``keep``), or its zero ones: what a primitive passes a ScanKernel as
     ``_input=`` instead of an ``input_expr`` (Select's flags). The expression comes from
     here, so the module may count the mask by other means (reduce_then_scan's first pass
-    loads it 16 bytes a lane: KernelSpec.counted_mask) without reading the expression."""
+    loads it 16 bytes a lane: ScanModule.counted_mask) without reading the expression."""
 
     #: The name of the pointer argument that holds the mask.
     argument: str
@@ -112,7 +112,7 @@ class Hooks:
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
               "pass one per call"
 
-#: The parameter names of the kernel families (scangen.kernels), which sit beside the user's
+#: The parameter names of the kernel families (scangen.families), which sit beside the user's
 #: arguments in every user-io entry point.
 ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.parameters)
 
@@ -202,7 +202,7 @@ def _check_preamble_macros(preamble: str) -> None:
 
 
 @dataclass(frozen=True)
-class KernelSpec:
+class ScanModule:
     """Everything that changes the binary: the scan (type, operator, algorithm, section,
     strategy, tuning) and the hooks. Hashable: it keys the compile and plan caches."""
 
@@ -325,7 +325,7 @@ class KernelSpec:
             return 0
         return self.scan.section_shared_bytes(kernel.family.sections)
 
-    # The module spec protocol of scangen.compile.
+    # The module protocol of scangen.compile.
 
     def dynamic_shared(self) -> dict:
         """{entry point: bytes} of the kernels that take dynamic shared memory."""
@@ -347,7 +347,7 @@ def options_repr(kernel: "ScanKernel") -> str:
     reverse and initial where set, then the algorithm, section, items per thread and
     strategy (what "auto" and the tuning chose included)."""
     s = kernel.spec
-    extra = "".join([", reverse=True" if kernel.kernel_spec.hooks.reverse else "",
+    extra = "".join([", reverse=True" if kernel.scan_module.hooks.reverse else "",
                      f", initial={kernel.initial!r}" if kernel.initial is not None else ""])
     return (f"{extra}, algorithm={s.algorithm!r}, section_size={s.section_size}, "
             f"items_per_thread={s.items_per_thread}, strategy={s.strategy!r}")
@@ -449,14 +449,14 @@ class ScanKernel:
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
                          segmented=is_segment_start_expr is not None, counts=hooks.counts)
-        self.kernel_spec = KernelSpec(scan, hooks)
+        self.scan_module = ScanModule(scan, hooks)
         #: The initial value used when a call gives none (None: the kernel takes none).
         self.initial = None if initial is None else self._initial_value(initial)
-        self._runtime = Runtime(self.kernel_spec)
+        self._runtime = Runtime(self.scan_module)
 
     def _initial_value(self, value):
         """``value`` as the scan type, checked exactly as a scalar argument is."""
-        argument = self.kernel_spec.hooks.arguments[-1]
+        argument = self.scan_module.hooks.arguments[-1]
         converted = convert_scalar(argument, value)
         # A type passed as bytes keeps its numpy value: each call converts it again.
         return converted if argument.value_type is None else \
@@ -464,18 +464,18 @@ class ScanKernel:
 
     @property
     def spec(self) -> ScanSpec:
-        return self.kernel_spec.scan
+        return self.scan_module.scan
 
     @property
     def arguments(self) -> tuple[Argument, ...]:
-        return self.kernel_spec.hooks.arguments
+        return self.scan_module.hooks.arguments
 
     @property
     def dtype(self) -> np.dtype:
         return self.spec.etype.dtype
 
     def __repr__(self):
-        s, h = self.spec, self.kernel_spec.hooks
+        s, h = self.spec, self.scan_module.hooks
         return (f"ScanKernel({s.etype.name}, {s.operator.name!r}, "
                 f"arguments={', '.join(a.declaration for a in h.arguments)!r}, "
                 f"input_expr={h.input_expr!r}, output_statement={h.output_statement!r}, "
@@ -485,7 +485,7 @@ class ScanKernel:
     @property
     def source(self) -> str:
         """The CUDA source of every kernel this scan may launch (no GPU needed)."""
-        return render(self.kernel_spec).text
+        return render(self.scan_module).text
 
     def plan(self, n):
         """The launches that scan ``n`` elements (no GPU needed)."""
@@ -494,7 +494,7 @@ class ScanKernel:
     def check_compile(self) -> None:
         """Compile the module with nvcc from PATH (no GPU needed); raise ScanCompileError
         naming the user code an error is in, with the numbered source around it."""
-        check_with_nvcc(self.kernel_spec)
+        check_with_nvcc(self.scan_module)
 
     def __call__(self, *args, n=None, stream=None, initial=None):
         """Run the scan over ``n`` indices (default: the first array argument's length);

@@ -4,8 +4,8 @@ planned and launched as scans are. Pure Python: no CUDA import.
 A module is a frozen dataclass subclass of :class:`Module` that states its template, its
 entry points (name and parameters, scangen.args.Argument) and its render context; the
 base gives its source, its nvcc check, its description and its compiled form (cached per
-module and context by scangen.compile). The module is the *module spec* scangen.compile
-takes.
+module and context by scangen.compile, which takes it as it takes a ScanKernel's
+ScanModule).
 
 A primitive plans a call as a :class:`ModulePlan`: the launches of its modules' entry
 points (scangen.strategies.base.Launch records whose arguments are named), the scans it
@@ -216,7 +216,7 @@ class ScanCall:
 
     @property
     def name(self) -> str:
-        return self.kernel.kernel_spec.hooks.title
+        return self.kernel.scan_module.hooks.title
 
     @property
     def parameters(self) -> tuple[Argument, ...]:

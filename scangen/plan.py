@@ -20,8 +20,8 @@ __all__ = ["BufferArg", "Launch", "NULL", "Plan", "RuntimeArg", "Temporary", "US
 
 @dataclass(frozen=True)
 class Plan:
-    #: The scangen.kernel.KernelSpec planned for.
-    kernel_spec: object
+    #: The scangen.kernel.ScanModule planned for.
+    scan_module: object
     n: int
     #: The strategy in effect (what "auto" chose for this n; "one_section" when n fits one).
     strategy: str
@@ -33,7 +33,7 @@ class Plan:
 
     @property
     def spec(self):
-        return self.kernel_spec.scan
+        return self.scan_module.scan
 
     @property
     def temp_bytes(self) -> int:
@@ -58,7 +58,7 @@ class Plan:
         """A human-readable table of the plan (what ``python -m scangen plan`` prints)."""
         spec = self.spec
         lines = [
-            f"plan: {self.kernel_spec.hooks.title} with {spec.operator.name} over "
+            f"plan: {self.scan_module.hooks.title} with {spec.operator.name} over "
             f"n={self.n} {spec.etype.name}",
             f"  strategy {self.strategy}"
             + (" (auto)" if spec.strategy == "auto" else "")
@@ -156,20 +156,20 @@ def _too_many_sections(spec, n: int, sections: int) -> str:
             f"{spec.section_size * MAX_GRID} elements per call")
 
 
-def make_plan(kernel_spec, n) -> Plan:
+def make_plan(scan_module, n) -> Plan:
     """The launches that scan n elements with the spec's strategy."""
     n = as_count(n)
-    spec = kernel_spec.scan
+    spec = scan_module.scan
     sections = ceil_div(n, spec.section_size)
     if sections > MAX_GRID:
         raise ValueError(_too_many_sections(spec, n, sections))
-    if kernel_spec.tracks_last_counted and n > LAST_COUNTED_MAX_N:
+    if scan_module.tracks_last_counted and n > LAST_COUNTED_MAX_N:
         raise ValueError(f"n={n}: a counting scan that reads last_counted takes at most "
                          f"{LAST_COUNTED_MAX_N} indices (2^32 - 1) per call")
-    options = kernel_spec.plan_options
+    options = scan_module.plan_options
     strategy = resolve(spec.strategy, options.needs_last_item, spec, n)
     builder = PlanBuilder(options)
     if n > 0:
         strategy.build(builder, n, USER_ARGS, 0)
-    return Plan(kernel_spec, n, strategy.name, tuple(builder.launches),
+    return Plan(scan_module, n, strategy.name, tuple(builder.launches),
                 tuple(builder.temporaries), builder.single_pass_tiles)

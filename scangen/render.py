@@ -100,13 +100,13 @@ def _kernel_context(kernel, hooks, spec) -> dict:
                 family_arguments=[a.name for a in kernel.family.parameters])
 
 
-def template_context(kernel_spec) -> dict:
-    spec, hooks = kernel_spec.scan, kernel_spec.hooks
+def template_context(scan_module) -> dict:
+    spec, hooks = scan_module.scan, scan_module.hooks
     etype = spec.etype
-    kernels = kernel_spec.kernels
-    strategy = kernel_spec.strategy
+    kernels = scan_module.kernels
+    strategy = scan_module.strategy
     state = TileState.of(spec)
-    includes, declarations = kernel_spec.prerequisites
+    includes, declarations = scan_module.prerequisites
     return dict(
         title=hooks.title,
         dtype=etype.name,
@@ -121,8 +121,8 @@ def template_context(kernel_spec) -> dict:
         helpers=hooks.helpers,
         arguments=[a.declaration for a in hooks.arguments],
         input_expr=hooks.input_expr,
-        counts=kernel_spec.counts_by_ballots,
-        last_counted=kernel_spec.tracks_last_counted,
+        counts=scan_module.counts_by_ballots,
+        last_counted=scan_module.tracks_last_counted,
         segmented=spec.segmented,
         reverse=hooks.reverse,
         initial=hooks.initial,
@@ -136,9 +136,9 @@ def template_context(kernel_spec) -> dict:
         dynamic_shared=spec.dynamic_shared,
         strategy=spec.strategy,
         protocol=strategy.protocol,
-        warp_runs=kernel_spec.moves_warp_runs,
-        counted_mask=kernel_spec.counted_mask,
-        counted_sections_per_block=kernel_spec.counted_sections_per_block,
+        warp_runs=scan_module.moves_warp_runs,
+        counted_mask=scan_module.counted_mask,
+        counted_sections_per_block=scan_module.counted_sections_per_block,
         **state.template_context(),
         backoff_min_ns=spec.tuning.backoff_min_ns,
         backoff_max_ns=spec.tuning.backoff_max_ns,
@@ -163,7 +163,7 @@ def render_template(name: str, context: dict, what) -> str:
 
 @functools.lru_cache(maxsize=128)
 def render_module(module) -> ModuleSource:
-    """The source of a module spec that is not a scan (histogram, radix passes, run
+    """The source of a module that is not a scan (histogram, radix passes, run
     lengths): its ``template`` rendered with its ``context()``, its kernels the names of its
     ``entry_points()``. Pure text; cached per (hashable) spec."""
     text = render_template(module.template, module.context(), module.description)
@@ -171,8 +171,8 @@ def render_module(module) -> ModuleSource:
 
 
 @functools.lru_cache(maxsize=256)
-def render(kernel_spec) -> ModuleSource:
-    """Render the module for ``kernel_spec``. Pure text; works with no GPU and no pycuda."""
-    context = template_context(kernel_spec)
-    text = render_template("module.cu.j2", context, kernel_spec)
+def render(scan_module) -> ModuleSource:
+    """Render the module for ``scan_module``. Pure text; works with no GPU and no pycuda."""
+    context = template_context(scan_module)
+    text = render_template("module.cu.j2", context, scan_module)
     return ModuleSource(text, tuple(k["name"] for k in context["kernels"]))

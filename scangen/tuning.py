@@ -230,7 +230,7 @@ class Tuning:
     #: in shared memory.
     tile_persistent_min_bytes: int | None = None
     #: reduce_then_scan's first pass over a mask (a kernel.MaskInput, as Select's flags:
-    #: KernelSpec.counted_mask): consecutive
+    #: ScanModule.counted_mask): consecutive
     #: sections each block counts from 16-byte loads of the mask, all in flight together.
     mask_sections_per_block: int = COUNTING.value("mask_sections_per_block")
 

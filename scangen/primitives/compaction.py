@@ -287,7 +287,7 @@ class Select(_Compaction):
         else:
             self.flags_dtype = _mask_dtype(flags)
             # a mask, not an expression: reduce_then_scan's first pass may load it 16 bytes
-            # a lane (KernelSpec.counted_mask)
+            # a lane (ScanModule.counted_mask)
             helpers, given = "", dict(_input=MaskInput("flags", keep))
             mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *__restrict__ flags, "
         self.predicate = predicate

@@ -7,9 +7,8 @@ import functools
 
 import numpy as np
 
-from ..interop import ONE_SHOT_ARRAYS, Call, dtype_of, host_round_trip
+from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
 from ..kernel import MaskInput, counting_condition
-from ..runtime.launcher import check_array
 from ..types import MASK_C_TYPES, as_dtype, element_type
 from .compaction import _Compaction, _counting_scan, _leading
 from .registry import command_line

@@ -48,12 +48,12 @@ def multiprocessors() -> int:
     return device.get_attribute(driver.device_attribute.MULTIPROCESSOR_COUNT)
 
 
-def resident_grid(kernel_spec) -> int:
+def resident_grid(scan_module) -> int:
     """Blocks of a persistent tile kernel: as many as the current device holds at once under
     the kernel's register bound (Tuning.tile_min_threads_per_sm). More would only wait for a
     free multiprocessor; fewer, where shared memory holds fewer, is still correct (tickets
     go to running blocks only)."""
-    spec = kernel_spec.scan
+    spec = scan_module.scan
     return multiprocessors() * \
         spec.tuning.at(spec.acc_itemsize).tile_min_blocks_per_sm(spec.block_size)
 
@@ -64,11 +64,11 @@ def wave_grid(tiles: int, blocks_per_sm: int) -> int:
     return min(tiles, multiprocessors() * blocks_per_sm)
 
 
-def check_shared_memory(kernel_spec) -> None:
+def check_shared_memory(scan_module) -> None:
     """Refuse, before compiling, a spec that needs more shared memory than a block of the
     current device may opt in to: make_spec checked it against scangen.tuning.DEFAULT_ARCH,
     and a device of another architecture may offer less (MAX_SHARED_BYTES_OPTIN)."""
-    spec = kernel_spec.scan
+    spec = scan_module.scan
     if not spec.dynamic_shared:
         return
     driver = require_pycuda()

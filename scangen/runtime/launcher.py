@@ -22,8 +22,8 @@ _MAX_LAUNCHERS = 256
 
 
 @functools.lru_cache(maxsize=1024)
-def cached_plan(kernel_spec, n):
-    return make_plan(kernel_spec, n)
+def cached_plan(scan_module, n):
+    return make_plan(scan_module, n)
 
 
 class Launcher:
@@ -40,7 +40,7 @@ class Launcher:
         for launch in plan.launches:
             grid = launch.grid
             if launch.persistent:
-                grid = min(grid, resident_grid(plan.kernel_spec))
+                grid = min(grid, resident_grid(plan.scan_module))
             if launch.kernel.family.single_pass:
                 self.tickets += launch.tickets(grid)
             takes_user_args = launch.args[0] is USER_ARGS
@@ -125,8 +125,8 @@ def _bind(arg, bindings):
 class Runtime:
     """Everything a kernel spec needs to run: plans, per-stream scratch, bound launchers."""
 
-    def __init__(self, kernel_spec):
-        self.kernel_spec = kernel_spec
+    def __init__(self, scan_module):
+        self.scan_module = scan_module
         self._scratch = {}  # contexts.stream_key -> StreamScratch
         self._launchers = {}  # (n, contexts.stream_key, raw) -> Launcher
         # One call at a time, whichever thread makes it: calls on a stream share its scratch
@@ -141,11 +141,11 @@ class Runtime:
         self._launchers.clear()
 
     def plan(self, n):
-        return cached_plan(self.kernel_spec, n)
+        return cached_plan(self.scan_module, n)
 
     def __call__(self, args, *, n=None, stream=None) -> None:
-        values, n, stream = convert_arguments(self.kernel_spec.hooks.arguments,
-                                              self.kernel_spec.scan.etype.dtype, args, n, stream)
+        values, n, stream = convert_arguments(self.scan_module.hooks.arguments,
+                                              self.scan_module.scan.etype.dtype, args, n, stream)
         self.launch(values, n, stream)
 
     def launch(self, user_values: tuple, n: int, stream) -> None:
@@ -165,9 +165,9 @@ class Runtime:
             scratch = self._scratch.get(where)
             if scratch is None:
                 scratch = self._scratch[where] = StreamScratch(
-                    TileState.of(self.kernel_spec.scan))
-            check_shared_memory(self.kernel_spec)
-            launcher = Launcher(self.plan(n), compile_module(self.kernel_spec), scratch, stream)
+                    TileState.of(self.scan_module.scan))
+            check_shared_memory(self.scan_module)
+            launcher = Launcher(self.plan(n), compile_module(self.scan_module), scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
             self._launchers[key] = launcher

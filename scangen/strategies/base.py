@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kernels import Kernel
+from ..families import Kernel
 
 #: CUDA's limit on gridDim.x.
 MAX_GRID = 2**31 - 1
@@ -61,7 +61,7 @@ class Launch:
     #: as fit on the device at once (scangen.runtime.gpu.resident_grid), and each takes
     #: tiles until none is left.
     persistent: bool = False
-    #: Of ``shared_bytes``, what the launch passes as dynamic shared memory (KernelSpec.
+    #: Of ``shared_bytes``, what the launch passes as dynamic shared memory (ScanModule.
     #: dynamic_shared_bytes; 0: the kernel declares all of its own).
     dynamic_shared_bytes: int = 0
     #: A grid-stride kernel (0: not one): ``grid`` is the most blocks it needs; the runtime
@@ -90,19 +90,19 @@ class Temporary:
 @dataclass(frozen=True)
 class PlanOptions:
     """Everything the strategies read while they plan, besides n: the scan spec and the
-    module's modes, made in one place (KernelSpec.plan_options). A mode that changes plans
+    module's modes, made in one place (ScanModule.plan_options). A mode that changes plans
     is a field here, which the strategies read as ``builder.options``, set there."""
 
     #: The scangen.spec.ScanSpec.
     spec: object
     #: The output reads last_item, so the plan computes the grand total before it.
     needs_last_item: bool = False
-    #: The module has the persistent single-pass kernel (KernelSpec.persistent_tiles).
+    #: The module has the persistent single-pass kernel (ScanModule.persistent_tiles).
     persistent_tiles: bool = False
     #: Sections each block of reduce_then_scan's first pass counts over the user's input
-    #: (KernelSpec.counted_sections_per_block).
+    #: (ScanModule.counted_sections_per_block).
     counted_sections_per_block: int = 1
-    #: (entry point, bytes) of the kernels that take dynamic shared memory (KernelSpec.
+    #: (entry point, bytes) of the kernels that take dynamic shared memory (ScanModule.
     #: dynamic_shared); the others take none.
     dynamic_shared: tuple[tuple[str, int], ...] = ()
 

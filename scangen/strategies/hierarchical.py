@@ -2,7 +2,7 @@
 by the same strategy), then combine each section with its prefix. About 4n of traffic."""
 from __future__ import annotations
 
-from ..kernels import ADD_PREFIXES, SCAN_SECTIONS
+from ..families import ADD_PREFIXES, SCAN_SECTIONS
 from .base import register
 from .sections_then_totals import SectionsThenTotals
 

@@ -1,7 +1,7 @@
 """Any n that fits one section: the whole scan in one block, one launch."""
 from __future__ import annotations
 
-from ..kernels import IOS, ONE_SECTION, Kernel
+from ..families import IOS, ONE_SECTION, Kernel
 from .base import PlanBuilder, Strategy, io_of
 
 

@@ -3,7 +3,7 @@ prefix. About 3n of traffic; each pass streams at high bandwidth."""
 from __future__ import annotations
 
 from ..arith import ceil_div
-from ..kernels import REDUCE_SECTIONS, SCAN_SEEDED
+from ..families import REDUCE_SECTIONS, SCAN_SEEDED
 from .base import register
 from .sections_then_totals import SectionsThenTotals
 
@@ -17,7 +17,7 @@ class ReduceThenScan(SectionsThenTotals):
         return n, sections + 1
 
     def first_grid(self, builder, sections, io):
-        """A block counts several sections of a mask (KernelSpec.counted_sections_per_block);
+        """A block counts several sections of a mask (ScanModule.counted_sections_per_block);
         one level down, and otherwise, a block reduces one."""
         if io != "user":
             return sections

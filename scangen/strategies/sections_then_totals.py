@@ -11,7 +11,7 @@ sections of 4096 do. Every level is shorter than the one above, so the recursion
 from __future__ import annotations
 
 from ..arith import ceil_div
-from ..kernels import IOS, Kernel, KernelFamily
+from ..families import IOS, Kernel, KernelFamily
 from .base import PlanBuilder, Strategy, io_of
 from .one_section import ONE_SECTION_STRATEGY
 

@@ -11,7 +11,7 @@ last_item cannot run on these strategies.
 from __future__ import annotations
 
 from ..arith import ceil_div
-from ..kernels import ONE_SECTION, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
+from ..families import ONE_SECTION, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
 from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary, register
 from .one_section import ONE_SECTION_STRATEGY
 from .tile_state import TICKET_BYTES, TileState
@@ -29,7 +29,7 @@ class SinglePass(Strategy):
         return self.name
 
     def kernels(self):
-        """The persistent kernel only where the spec has one (KernelSpec.kernels)."""
+        """The persistent kernel only where the spec has one (ScanModule.kernels)."""
         return (Kernel(ONE_SECTION, "user"), Kernel(SCAN_TILES, "user"),
                 Kernel(SCAN_TILES_PERSISTENT, "user"))
 

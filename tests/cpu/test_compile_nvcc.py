@@ -19,8 +19,8 @@ import pytest
 
 from scangen import (ALGORITHMS, LAST_NONZERO, MODES, STRATEGIES, Operator, Scan,
                      ScanCompileError, ScanKernel, Select, Tuning, make_spec)
-from scangen.kernel import KernelSpec
-from scangen.kernels import FAMILIES
+from scangen.kernel import ScanModule
+from scangen.families import FAMILIES
 from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
@@ -89,7 +89,7 @@ def scan(dtype, op="add", mode="inclusive", **kwargs):
     name = op if isinstance(op, str) else op.name
     label = (f"Scan {dtype} {name} {mode} {spec.algorithm} {spec.section_size}"
              f"x{spec.items_per_thread} {spec.strategy}")
-    return Entry(label, s.kernel.kernel_spec, mode)
+    return Entry(label, s.kernel.scan_module, mode)
 
 
 def scan_kernel(what, dtype, op, hooks, **kwargs):
@@ -97,7 +97,7 @@ def scan_kernel(what, dtype, op, hooks, **kwargs):
     spec = k.spec
     label = (f"ScanKernel {what} {dtype} {spec.operator.name} {spec.algorithm} "
              f"{spec.section_size}x{spec.items_per_thread} {spec.strategy}")
-    return Entry(label, k.kernel_spec)
+    return Entry(label, k.scan_module)
 
 
 def _shapes(algorithm, dtype):
@@ -380,7 +380,7 @@ def batch_persistent_tiles():
                                    strategy=strategy, tuning=always))
         entries.append(scan_kernel("preamble", "float32", "add", CLAMPED, strategy=strategy,
                                    tuning=always, section_size=4096))
-    assert all(e.kernel_spec.persistent_tiles for e in entries)
+    assert all(e.scan_module.persistent_tiles for e in entries)
     return entries
 
 
@@ -425,7 +425,7 @@ def batch_dynamic_shared():
                         tuning=Tuning(tile_persistent_min_bytes=0)))
     entries.append(scan_kernel("compaction", "int64", "add", COMPACTION, counts=True,
                                section_size=8192, strategy="auto"))
-    assert all(e.kernel_spec.scan.dynamic_shared for e in entries)
+    assert all(e.scan_module.scan.dynamic_shared for e in entries)
     return entries
 
 
@@ -454,7 +454,7 @@ def harness_entries():
     must see warnings) and one whose operator has a typo (the error is located in it)."""
     canary = scan("int16", "min")
     canary.label, canary.text = "canary: unused variable", \
-        render(canary.kernel_spec).text + "\nstatic const int UNUSED_CANARY = 1;\n"
+        render(canary.scan_module).text + "\nstatic const int UNUSED_CANARY = 1;\n"
     typo = scan("int32", Operator("a +* b", 0, name="typo"), strategy="hierarchical")
     typo.label = "typo 'a +* b'"
     return [canary, typo]
@@ -478,7 +478,7 @@ def argument_name_entries():
         except ValueError as err:
             assert name in str(err)
             continue
-        entries.append(Entry(f"argument named {name!r} {strategy}", kernel.kernel_spec))
+        entries.append(Entry(f"argument named {name!r} {strategy}", kernel.scan_module))
     return entries
 
 
@@ -496,10 +496,10 @@ def compiled(tmp_path_factory):
 
 def test_batches_cover_the_matrix():
     entries = [e for build in BATCHES.values() for e in build()
-               if isinstance(e.kernel_spec, KernelSpec)]
-    specs = [e.kernel_spec.scan for e in entries]
+               if isinstance(e.scan_module, ScanModule)]
+    specs = [e.scan_module.scan for e in entries]
     scans = [e for e in entries if e.mode]
-    assert {(e.kernel_spec.scan.algorithm, e.mode) for e in scans} == \
+    assert {(e.scan_module.scan.algorithm, e.mode) for e in scans} == \
         set(itertools.product(ALGORITHMS, MODES))
     assert {(s.algorithm, s.strategy) for s in specs} == \
         set(itertools.product(ALGORITHMS, STRATEGIES))
@@ -514,20 +514,20 @@ def test_batches_cover_the_matrix():
     assert max(s.section_size for s in specs) >= 16384
     # the single-pass kernel with a packed and with a split tile status
     single_pass = [e for e in entries
-                   if any(k.family.single_pass for k in e.kernel_spec.kernels)]
-    assert {TileState(e.kernel_spec.scan.acc_itemsize).packed for e in single_pass} == \
+                   if any(k.family.single_pass for k in e.scan_module.kernels)]
+    assert {TileState(e.scan_module.scan.acc_itemsize).packed for e in single_pass} == \
         {True, False}
-    assert {e.kernel_spec.scan.acc_itemsize for e in single_pass} >= {1, 2, 4, 8, 16}
+    assert {e.scan_module.scan.acc_itemsize for e in single_pass} >= {1, 2, 4, 8, 16}
     # ScanKernels: the examples with every strategy that accepts them
     kernels = [e for e in entries if not e.mode]
     for what, strategies in [("compaction", STRATEGIES), ("affine maps", STRATEGIES),
                              ("partition", TOTAL_STRATEGIES), ("affine total", TOTAL_STRATEGIES),
                              ("segmented", STRATEGIES)]:
-        assert {e.kernel_spec.scan.strategy for e in kernels
+        assert {e.scan_module.scan.strategy for e in kernels
                 if e.label.startswith(f"ScanKernel {what} ")} == set(strategies), what
-    assert any(e.kernel_spec.hooks.preamble for e in kernels)
+    assert any(e.scan_module.hooks.preamble for e in kernels)
     # every kernel of every family and io is in some module
-    names = {k.name for e in entries for k in e.kernel_spec.kernels}
+    names = {k.name for e in entries for k in e.scan_module.kernels}
     assert names == {f"{family}_{io}" for family in
                      ("scan_one_section", "scan_sections", "add_prefixes", "reduce_sections",
                       "scan_seeded") for io in ("user", "totals")} | {
@@ -541,7 +541,7 @@ def test_modules_are_compiled_as_rendered(compiled):
         for result in results(compiled, name):
             assert result.entry.text is None
             assert result.path.read_text() == result.source.text
-            assert result.source == result.entry.kernel_spec.module_source()
+            assert result.source == result.entry.scan_module.module_source()
 
 
 # --- every module compiles cleanly ------------------------------------------------------------
@@ -564,7 +564,7 @@ def test_batch_has_no_warnings(compiled, name):
 def test_every_kernel_is_in_the_cubin(compiled, name):
     for result in results(compiled, name):
         assert result.returncode == 0, f"[{result.label}] did not compile"
-        promised = [name for name, _ in result.entry.kernel_spec.entry_points()]
+        promised = [name for name, _ in result.entry.scan_module.entry_points()]
         assert len(set(promised)) == len(promised), promised
         # ptxas compiled each entry point once, and the cubin exports each unmangled
         assert sorted(result.shared) == sorted(promised), f"[{result.label}] ptxas"
@@ -578,8 +578,8 @@ def test_shared_memory_fits(compiled, name):
     over = []
     for result in results(compiled, name):
         assert result.returncode == 0, f"[{result.label}] did not compile"
-        spec = result.entry.kernel_spec
-        scans = isinstance(spec, KernelSpec)
+        spec = result.entry.scan_module
+        scans = isinstance(spec, ScanModule)
         claimed = spec.scan.shared_bytes if scans else MAX_STATIC_SHARED_BYTES
         dynamic = spec.dynamic_shared() if scans else {}
         assert bool(dynamic) == (claimed > MAX_STATIC_SHARED_BYTES), result.label
@@ -653,7 +653,7 @@ def test_check_compile_names_the_piece_with_a_typo(piece, typo):
     marked = re.search(r"^>\s*(\d+) \| (.*)$", message, re.M)
     assert marked, message
     number = int(marked.group(1))
-    source = render(kernel.kernel_spec)
+    source = render(kernel.scan_module)
     assert source.user_piece_at(number) == piece
     assert typo in marked.group(2) and typo in source.text.splitlines()[number - 1]
 

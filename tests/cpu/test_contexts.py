@@ -94,7 +94,7 @@ def test_scan_scratch_and_launchers_are_per_context(contexts, monkeypatch):
     monkeypatch.setattr(launcher, "compile_module", lambda spec: None)
     kernel = scangen.ScanKernel(np.int32, "add", arguments="const scan_t *x, scan_t *out",
                                 input_expr="x[i]", output_statement="out[i] = item;")
-    runtime = launcher.Runtime(kernel.kernel_spec)
+    runtime = launcher.Runtime(kernel.scan_module)
 
     def launch():
         runtime.launch((), 1000, None)

@@ -63,7 +63,7 @@ def test_the_bytes_sit_where_c_puts_the_parameter(dtype, op, initial):
                                 "unsigned char tag", input_expr="x[i]",
                                 output_statement="out[i] = item;", initial=initial)
     alignment = element_type(dtype).alignment
-    for entry in kernel.kernel_spec.kernels:
+    for entry in kernel.scan_module.kernels:
         text = launch_format(entry.parameters(kernel.arguments))
         if "s" not in text:
             continue  # a kernel of the totals: no user arguments
@@ -105,7 +105,7 @@ def test_segments_and_rows_render_with_an_initial_value():
     seg = scangen.SegmentedScan(np.int32, scangen.LAST_NONZERO, mode="exclusive", initial=5)
     for form, dtype in (("flags", np.bool_), ("keys", np.int64), ("offsets", np.int32)):
         kernel = seg.kernel(form, np.dtype(dtype))
-        hooks = kernel.kernel_spec.hooks
+        hooks = kernel.scan_module.hooks
         assert hooks.initial and hooks.is_segment_start_expr and kernel.initial == 5
         source = kernel.source
         assert "value_combine(scangen_initial, item_acc.value)" in source

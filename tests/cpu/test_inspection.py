@@ -129,9 +129,9 @@ def test_segmented_plan_takes_a_form_and_index_dtype():
     for form in ("flags", "offsets", "keys"):
         plan = seg.plan(5000, form=form)
         assert plan.launches and f"by {form}" in str(plan)
-        assert plan.kernel_spec == seg.kernel(form).kernel_spec
-    assert seg.plan(100, form="keys", index_dtype=np.int8).kernel_spec == \
-        seg.kernel("keys", np.dtype(np.int8)).kernel_spec
+        assert plan.scan_module == seg.kernel(form).scan_module
+    assert seg.plan(100, form="keys", index_dtype=np.int8).scan_module == \
+        seg.kernel("keys", np.dtype(np.int8)).scan_module
     # the default index dtypes
     assert seg.kernel("offsets") is seg.kernel("offsets", np.int64)
     assert seg.kernel("keys") is seg.kernel("keys", np.dtype(np.int64))
@@ -166,7 +166,7 @@ def test_segmented_inspection_refuses_unknown_forms_and_dtypes(call, error, mess
 
 def test_run_length_encode_plans_its_heads_scan_and_lengths_from_two_to_the_32():
     rle = scangen.RunLengthEncode(np.int32)
-    assert rle.plan(2**32 - 1).kernel_spec == rle.kernel.kernel_spec
+    assert rle.plan(2**32 - 1).scan_module == rle.kernel.scan_module
     wide = rle.plan(2**32)
     heads, lengths = rle.wide_kernels()
     assert wide.steps[0].kernel is heads and wide.steps[0].n == 2**32

@@ -105,7 +105,7 @@ def launches(monkeypatch, device):
     recorded = []
 
     def launch(runtime, values, n, stream):
-        recorded.append((runtime.kernel_spec.hooks.title, values, n, stream))
+        recorded.append((runtime.scan_module.hooks.title, values, n, stream))
 
     monkeypatch.setattr(launcher.Runtime, "launch", launch)
     return recorded

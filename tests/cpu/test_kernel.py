@@ -101,7 +101,7 @@ def test_last_item_needs_a_strategy_that_knows_the_total():
 ])
 def test_last_item_is_a_use_of_the_name_as_a_c_token(statement, used):
     kernel = compaction(output_statement=statement)
-    hooks = kernel.kernel_spec.hooks
+    hooks = kernel.scan_module.hooks
     assert hooks.uses_last_item == used
     assert hooks.library_names_used == ({"last_item"} if used else frozenset())
     assert kernel.plan(1 << 20).strategy == ("reduce_then_scan" if used else
@@ -126,7 +126,7 @@ def test_a_preamble_may_use_the_output_names_otherwise():
         preamble="__device__ float share(long long last_item, float v) { return v / last_item; }"
                  "\n// #define TOTAL last_item\n#define NAME \"last_item\"\n#define TOTALS 3",
         output_statement="out[i] = share(item, x[i]);")
-    assert not kernel.kernel_spec.hooks.uses_last_item
+    assert not kernel.scan_module.hooks.uses_last_item
     assert kernel.plan(1 << 20).strategy == "decoupled_lookback"
 
 
@@ -143,9 +143,9 @@ def test_source_holds_the_hooks_and_plan_needs_no_gpu():
     assert str(plan) == plan.describe() and "<arguments>" in str(plan)
 
 
-def test_kernel_specs_differ_by_every_hook_and_equal_otherwise():
-    base = compaction().kernel_spec
-    assert compaction().kernel_spec == base and hash(compaction().kernel_spec) == hash(base)
+def test_scan_modules_differ_by_every_hook_and_equal_otherwise():
+    base = compaction().scan_module
+    assert compaction().scan_module == base and hash(compaction().scan_module) == hash(base)
     for change in (dict(input_expr="x[i] > 0.25f ? 1 : 0"),
                    dict(output_statement="out[i] = item;"),
                    dict(preamble="// helpers"),
@@ -153,13 +153,13 @@ def test_kernel_specs_differ_by_every_hook_and_equal_otherwise():
                    dict(tuning=scangen.Tuning(backoff_min_ns=16))):
         if "arguments" in change:
             change["output_statement"] = "if (i == n - 1) *total = item;"
-        assert compaction(**change).kernel_spec != base, change
+        assert compaction(**change).scan_module != base, change
 
 
 def test_scan_is_a_scan_kernel():
     for mode, output in (("inclusive", "out[i] = item;"), ("exclusive", "out[i] = prev_item;")):
         scan = scangen.Scan(np.float32, "add", mode=mode)
-        hooks = scan.kernel.kernel_spec.hooks
+        hooks = scan.kernel.scan_module.hooks
         assert hooks.input_expr == "x[i]" and hooks.output_statement == output
         assert scan.source == scan.kernel.source
 
@@ -173,7 +173,7 @@ def no_pycuda(monkeypatch):
 
 
 def convert(kernel, *args, n=None):
-    spec = kernel.kernel_spec
+    spec = kernel.scan_module
     return interop.convert_arguments(spec.hooks.arguments, spec.scan.etype.dtype, args, n)[:2]
 
 
@@ -316,8 +316,8 @@ def test_a_title_stays_on_its_comment_line():
 
 def test_counting_kernels_count_with_ballots_in_every_user_body():
     kernel = compaction(counts=True, strategy="auto")
-    assert kernel.kernel_spec.counts_by_ballots
-    assert kernel.kernel_spec != compaction().kernel_spec
+    assert kernel.scan_module.counts_by_ballots
+    assert kernel.scan_module != compaction().scan_module
     source = kernel.source
     for body in ("scan_one_section", "reduce_sections", "scan_seeded", "scan_tiles"):
         assert f"void {body}(const UserIO &io" in source, body
@@ -336,7 +336,7 @@ def test_counting_kernels_count_with_ballots_in_every_user_body():
     assert told.plan(10_000).strategy == "reduce_then_scan"
     # Blocks of less than a warp scan the 0s and 1s as values.
     narrow = compaction(counts=True, section_size=32, items_per_thread=2)
-    assert not narrow.kernel_spec.counts_by_ballots and "load_ballots" not in narrow.source
+    assert not narrow.scan_module.counts_by_ballots and "load_ballots" not in narrow.source
 
 
 def mask_kernel(argument="const int *keep", mask=MaskInput("keep"), **options):
@@ -351,27 +351,27 @@ def test_a_mask_input_is_counted_from_16_byte_loads():
                         (np.int64, "unsigned long long")):
         for keep in (True, False):
             select = scangen.Select(np.float32, flags=flags, keep=keep)
-            assert select.kernel.kernel_spec.counted_mask == ("flags", word, keep)
+            assert select.kernel.scan_module.counted_mask == ("flags", word, keep)
             assert "count_mask_sections(io.flags, first, totals)" in select.kernel.source
     # the MaskInput writes the expression the other kernels count by ballots
     kernel = mask_kernel()
-    assert kernel.kernel_spec.counted_mask == ("keep", "unsigned int", True)
-    assert kernel.kernel_spec.hooks.input_expr == "(keep[i] != 0) ? 1 : 0"
+    assert kernel.scan_module.counted_mask == ("keep", "unsigned int", True)
+    assert kernel.scan_module.hooks.input_expr == "(keep[i] != 0) ? 1 : 0"
     dropped = mask_kernel(mask=MaskInput("keep", keep=False))
-    assert dropped.kernel_spec.counted_mask == ("keep", "unsigned int", False)
-    assert dropped.kernel_spec.hooks.input_expr == "(!(keep[i] != 0)) ? 1 : 0"
+    assert dropped.scan_module.counted_mask == ("keep", "unsigned int", False)
+    assert dropped.scan_module.hooks.input_expr == "(!(keep[i] != 0)) ? 1 : 0"
     # the same expression written as input_expr is the user's: counted by ballots
     by_hand = compaction(counts=True, arguments="const int *keep, long long *out",
                          input_expr="(keep[i] != 0) ? 1 : 0", output_statement="out[i] = item;")
-    assert by_hand.kernel_spec.counted_mask is None
+    assert by_hand.scan_module.counted_mask is None
     assert "count_mask_section" not in by_hand.source
     # no 16-byte loads: a predicate, reverse, last_counted, sections the loads don't fill
-    assert scangen.Select(np.float32, "x > 0").kernel.kernel_spec.counted_mask is None
+    assert scangen.Select(np.float32, "x > 0").kernel.scan_module.counted_mask is None
     for options in (dict(reverse=True), dict(output_statement="out[i] = last_counted;"),
                     dict(section_size=64, items_per_thread=2)):
         kernel = mask_kernel(**options)
-        assert kernel.kernel_spec.counts_by_ballots
-        assert kernel.kernel_spec.counted_mask is None, options
+        assert kernel.scan_module.counts_by_ballots
+        assert kernel.scan_module.counted_mask is None, options
         assert "count_mask_section" not in kernel.source
 
 
@@ -403,7 +403,7 @@ def test_a_mask_first_pass_block_counts_several_sections(per_block):
     tuning = scangen.Tuning(mask_sections_per_block=per_block)
     select = scangen.Select(np.float32, flags=np.bool_, strategy="reduce_then_scan",
                             tuning=tuning)
-    assert select.kernel.kernel_spec.counted_sections_per_block == per_block
+    assert select.kernel.scan_module.counted_sections_per_block == per_block
     assert f"static const int COUNTED_SECTIONS = {per_block};" in select.kernel.source
     sections = 301
     section = select.kernel.spec.section_size
@@ -412,7 +412,7 @@ def test_a_mask_first_pass_block_counts_several_sections(per_block):
     assert last.grid == sections and all(launch.grid <= sections for launch in inner)
     # a predicate is counted by ballots, a section a block, whatever the tuning
     predicate = scangen.Select(np.float32, "x > 0", strategy="reduce_then_scan", tuning=tuning)
-    assert predicate.kernel.kernel_spec.counted_sections_per_block == 1
+    assert predicate.kernel.scan_module.counted_sections_per_block == 1
     assert predicate.kernel.plan(section * sections).launches[0].grid == sections
     for wrong in (0, 17, 2.0, True):
         with pytest.raises(ValueError, match="mask_sections_per_block must be an int"):
@@ -436,16 +436,16 @@ def last_counted_kernel(dtype="int64", **options):
 
 def test_last_counted_packs_count_and_index():
     kernel = last_counted_kernel()
-    assert kernel.kernel_spec.tracks_last_counted
+    assert kernel.scan_module.tracks_last_counted
     assert "typedef unsigned long long acc_t;" in kernel.source
     assert "const long long last_counted = (long long)(item_acc & LAST_MASK) - 1;" \
         in kernel.source
     assert scangen.ScanKernel(
         np.int64, "add", arguments="const int *x, long long *out", input_expr="x[i] & 1",
         output_statement="out[i] = prev_last_counted;", counts=True
-    ).kernel_spec.tracks_last_counted
+    ).scan_module.tracks_last_counted
     plain = compaction(counts=True)
-    assert not plain.kernel_spec.tracks_last_counted and "LAST_MASK" not in plain.source
+    assert not plain.scan_module.tracks_last_counted and "LAST_MASK" not in plain.source
     # the name in a comment or a string, a longer name or a member is no use of it
     for statement in ('out[i] = item; /* last_counted */ // prev_last_counted',
                       'if (i == 0) printf("last_counted");',
@@ -454,7 +454,7 @@ def test_last_counted_packs_count_and_index():
         assert not scangen.ScanKernel(
             np.int64, "add", arguments="const int *x, long long *out, const run_t *runs",
             input_expr="x[i] & 1", output_statement=statement, counts=True
-        ).kernel_spec.tracks_last_counted, statement
+        ).scan_module.tracks_last_counted, statement
     assert kernel.plan(2 ** 32 - 1).n == 2 ** 32 - 1
     with pytest.raises(ValueError, match=r"last_counted takes at most 4294967295 indices"):
         kernel.plan(2 ** 32)
@@ -489,7 +489,7 @@ def test_calls_from_threads_launch_one_at_a_time(monkeypatch):
     import threading
     import time
 
-    runtime = launcher.Runtime(scangen.Scan("int64", "add").kernel.kernel_spec)
+    runtime = launcher.Runtime(scangen.Scan("int64", "add").kernel.scan_module)
     inside, overlaps, order = [], [], []
 
     def launch_alone(user_values, n, stream):

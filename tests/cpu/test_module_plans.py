@@ -233,7 +233,7 @@ def test_run_length_encode_plans_heads_then_lengths_on_the_host(rng, monkeypatch
 
     monkeypatch.setattr(compaction, "_ONE_PASS_BELOW", 10)
     rle = scangen.RunLengthEncode("int32")
-    assert rle.plan(9).kernel_spec == rle.kernel.kernel_spec
+    assert rle.plan(9).scan_module == rle.kernel.scan_module
     plan = check_launches(rle.plan(5000))
     assert [type(step).__name__ for step in plan.steps] == ["ScanCall", "Launch"]
     x = rng.integers(0, 3, 5000).astype(np.int32)

@@ -56,7 +56,7 @@ def test_each_family_counts_numpys_nonzero(name):
     nz = scangen.FlatNonzero(as_dtype(name))
     text = nz.source
     assert "out[prev_item] = i;" in text and "*count = item;" in text
-    assert nz.kernel.spec.etype.dtype == np.int64 and nz.kernel.kernel_spec.counts_by_ballots
+    assert nz.kernel.spec.etype.dtype == np.int64 and nz.kernel.scan_module.counts_by_ballots
     condition = {"bool": "(x[i] != 0) ? 1 : 0", "int8": "(x[i] != 0) ? 1 : 0",
                  "uint64": "(x[i] != 0) ? 1 : 0", "float32": "(x[i] != 0) ? 1 : 0",
                  "float64": "(x[i] != 0) ? 1 : 0", "float16": "((float)x[i] != 0.0f) ? 1 : 0",
@@ -73,7 +73,7 @@ def test_each_family_counts_numpys_nonzero(name):
     # a mask (bool, integers) is counted as Select's flags: 16 bytes a lane in the first pass
     # of reduce_then_scan, which auto takes at large n
     mask = np.dtype(as_dtype(name)).kind in "biu"
-    assert (nz.kernel.kernel_spec.counted_mask is not None) == mask
+    assert (nz.kernel.scan_module.counted_mask is not None) == mask
     assert nz.plan(1 << 26).strategy == "reduce_then_scan"
     assert nz.plan(1000).strategy == "one_section"
     assert nz.dtype == as_dtype(name)
@@ -116,8 +116,8 @@ def test_scan_options_are_checked_as_scans_check_them():
 
 def test_the_one_shot_function_caches_the_class():
     assert nonzero._flatnonzero(np.dtype(np.float32)) is nonzero._flatnonzero(np.dtype(np.float32))
-    assert nonzero._flatnonzero(np.dtype(np.bool_)).kernel.kernel_spec == \
-        scangen.FlatNonzero(np.bool_).kernel.kernel_spec
+    assert nonzero._flatnonzero(np.dtype(np.bool_)).kernel.scan_module == \
+        scangen.FlatNonzero(np.bool_).kernel.scan_module
 
 
 @pytest.mark.parametrize("call,message", [

@@ -23,7 +23,7 @@ import pytest
 import scangen
 from scangen import (LAST_NONZERO, MODES, STRATEGIES, Operator, Scan, ScanKernel, Tuning,
                      make_spec)
-from scangen.kernel import KernelSpec
+from scangen.kernel import ScanModule
 from scangen.plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from scangen.render import render
 from scangen.spec import MAX_BLOCK_THREADS, MAX_STATIC_SHARED_BYTES
@@ -77,10 +77,10 @@ def auto_choice(spec, n, needs_last_item=False):
     return "decoupled_lookback"
 
 
-def effective_strategy(kernel_spec, n):
-    spec = kernel_spec.scan
+def effective_strategy(scan_module, n):
+    spec = scan_module.scan
     if spec.strategy == "auto" or n <= spec.section_size:
-        return auto_choice(spec, n, kernel_spec.hooks.uses_last_item)
+        return auto_choice(spec, n, scan_module.hooks.uses_last_item)
     return spec.strategy
 
 
@@ -104,14 +104,14 @@ class Model:
     tiles: int = 0
 
 
-def model_plan(kernel_spec, n):
+def model_plan(scan_module, n):
     """The launches and temporaries each strategy's documentation describes."""
-    spec = kernel_spec.scan
+    spec = scan_module.scan
     section, acc = spec.section_size, spec.acc_itemsize
     model = Model([], {})
     if n == 0:
         return model
-    strategy = effective_strategy(kernel_spec, n)
+    strategy = effective_strategy(scan_module, n)
 
     def io(arg):
         return "user" if arg is USER_ARGS else "totals"
@@ -139,7 +139,7 @@ def model_plan(kernel_spec, n):
                                level))
         # Only the top level, and only where the output reads last_item, scans the grand
         # total at the end of its totals.
-        grand_total = io_arg is USER_ARGS and kernel_spec.hooks.uses_last_item
+        grand_total = io_arg is USER_ARGS and scan_module.hooks.uses_last_item
         sections_then_totals(sections + 1 if grand_total else sections, totals, level + 1)
         model.launches.append((f"{second}_{io(io_arg)}", sections, args,
                                count + sections + 1, count, level))
@@ -164,7 +164,7 @@ def model_plan(kernel_spec, n):
         # persistent blocks from Tuning.tile_persistent_min_bytes of values on, where the
         # module has that kernel
         threshold = spec.tuning.at(acc).tile_persistent_min_bytes
-        persistent = kernel_spec.persistent_tiles and n * acc >= threshold
+        persistent = scan_module.persistent_tiles and n * acc >= threshold
         model.launches.append((f"scan_tiles{'_persistent' if persistent else ''}_user", tiles,
                                (USER_ARGS, BufferArg("status"), values, BufferArg("ticket"),
                                 RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
@@ -172,9 +172,9 @@ def model_plan(kernel_spec, n):
     return model
 
 
-def _launch_bounds(kernel_spec):
+def _launch_bounds(scan_module):
     """BLOCK_SIZE and the kernels whose __launch_bounds__ name it, in the rendered source."""
-    text = render(kernel_spec).text
+    text = render(scan_module).text
     (block,) = re.findall(r"static const int BLOCK_SIZE = (\d+);", text)
     bounded = re.findall(r"__launch_bounds__\(BLOCK_SIZE(?:, \d+)?\)\n(\w+)\(", text)
     return int(block), set(bounded)
@@ -182,11 +182,11 @@ def _launch_bounds(kernel_spec):
 
 def check_plan(plan):
     """The plan equals the model, and its numbers are what a GPU can take."""
-    kernel_spec, spec, n = plan.kernel_spec, plan.spec, plan.n
+    scan_module, spec, n = plan.scan_module, plan.spec, plan.n
     acc = spec.acc_itemsize
-    model = model_plan(kernel_spec, n)
-    assert plan.strategy == effective_strategy(kernel_spec, n)
-    assert plan.strategy == resolve(spec.strategy, kernel_spec.hooks.uses_last_item, spec,
+    model = model_plan(scan_module, n)
+    assert plan.strategy == effective_strategy(scan_module, n)
+    assert plan.strategy == resolve(spec.strategy, scan_module.hooks.uses_last_item, spec,
                                     n).name
     got = [(launch.kernel.name, launch.grid, launch.args, launch.bytes_read // acc,
             launch.bytes_written // acc, launch.level) for launch in plan.launches]
@@ -200,8 +200,8 @@ def check_plan(plan):
         assert plan.launches == plan.temporaries == () and plan.levels == 0
         assert plan.bytes_read == plan.bytes_written == plan.temp_bytes == 0
         return
-    block, bounded = _launch_bounds(kernel_spec)
-    module = kernel_spec.kernels
+    block, bounded = _launch_bounds(scan_module)
+    module = scan_module.kernels
     used = set()
     for launch in plan.launches:
         assert launch.kernel in module and launch.kernel.name in bounded
@@ -231,21 +231,21 @@ def check_plan(plan):
     elif plan.strategy == "hierarchical":
         assert 4 * n < traffic <= 4 * n + 6 * totals
         assert plan.levels == section_levels(n, spec.section_size,
-                                             kernel_spec.hooks.uses_last_item)
+                                             scan_module.hooks.uses_last_item)
     else:
         assert 3 * n < traffic <= 3 * n + 6 * totals
         assert plan.levels == section_levels(n, spec.section_size,
-                                             kernel_spec.hooks.uses_last_item)
+                                             scan_module.hooks.uses_last_item)
 
 
-def check_too_many_sections(kernel_spec, n):
+def check_too_many_sections(scan_module, n):
     """More sections than one grid can have: refused, saying how many elements the spec can
     take, and advice that can be followed (a section size that plans n, or pieces)."""
-    spec = kernel_spec.scan
+    spec = scan_module.scan
     sections = ceil_div(n, spec.section_size)
     assert sections > GRID_LIMIT
     with pytest.raises(ValueError) as err:
-        make_plan(kernel_spec, n)
+        make_plan(scan_module, n)
     message = str(err.value)
     assert message.startswith(f"n={n} makes {sections} sections of {spec.section_size}, more "
                               f"blocks than one launch can have ({GRID_LIMIT})"), message
@@ -258,7 +258,7 @@ def check_too_many_sections(kernel_spec, n):
                        section_size=int(suggested.group(1)), strategy=spec.strategy,
                        tuning=spec.tuning, segmented=spec.segmented)
     assert bigger.section_size > spec.section_size
-    check_plan(make_plan(KernelSpec(bigger, kernel_spec.hooks), n))
+    check_plan(make_plan(ScanModule(bigger, scan_module.hooks), n))
 
 
 # --- the plan's numbers -----------------------------------------------------------------------
@@ -312,10 +312,10 @@ def test_plan_numbers_at_boundaries(case, strategy, rng):
         largest = GRID_LIMIT * spec.section_size
         for n in _sizes(spec.section_size, rng):
             plan = kernel.plan(n)
-            assert plan.n == n and plan.kernel_spec == kernel.kernel_spec and plan.spec == spec
-            assert plan == make_plan(kernel.kernel_spec, n)
+            assert plan.n == n and plan.scan_module == kernel.scan_module and plan.spec == spec
+            assert plan == make_plan(kernel.scan_module, n)
             check_plan(plan)
-        check_too_many_sections(kernel.kernel_spec, largest + 1)
+        check_too_many_sections(kernel.scan_module, largest + 1)
 
 
 @pytest.mark.parametrize("strategy", SINGLE_PASS)
@@ -370,7 +370,7 @@ def test_too_many_sections_are_refused_with_the_largest_n(strategy):
     assert plan.launches[0].grid == GRID_LIMIT
     check_plan(plan)
     for n in (largest + 1, 2**40, 2**62):
-        check_too_many_sections(kernel.kernel.kernel_spec, n)
+        check_too_many_sections(kernel.kernel.scan_module, n)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -435,7 +435,7 @@ def test_persistent_single_pass_by_size(strategy):
             kernel = recorder(dtype, "add", last_item=False, segmented=segmented,
                               strategy=strategy, tuning=tuning)
             spec = kernel.spec
-            assert spec.acc_itemsize == size and kernel.kernel_spec.persistent_tiles
+            assert spec.acc_itemsize == size and kernel.scan_module.persistent_tiles
             first = max(ceil_div(threshold, size), spec.section_size + 1)
             cases = [(first, True), (3 * first + 7, True)]
             if first > spec.section_size + 1:
@@ -452,7 +452,7 @@ def test_persistent_single_pass_by_size(strategy):
     # a size the table does not name (16-byte complex128): only where the Tuning says
     assert 16 not in by_size
     kernel = recorder("complex128", "add", last_item=False, strategy=strategy)
-    assert not kernel.kernel_spec.persistent_tiles
+    assert not kernel.scan_module.persistent_tiles
     assert "scan_tiles_persistent" not in kernel.source
     always = recorder("complex128", "add", last_item=False, strategy=strategy,
                       section_size=256, tuning=Tuning(tile_persistent_min_bytes=0))
@@ -462,10 +462,10 @@ def test_persistent_single_pass_by_size(strategy):
     counting = ScanKernel("int64", "add", arguments="const int *x, long long *out",
                           input_expr="x[i] > 0", output_statement="out[i] = item;",
                           counts=True, strategy=strategy)
-    assert not counting.kernel_spec.persistent_tiles
+    assert not counting.scan_module.persistent_tiles
     # a named float64 section of 4096 keeps the classic kernel by default ...
     big = recorder("float64", "add", last_item=False, section_size=4096, strategy=strategy)
-    assert not big.kernel_spec.persistent_tiles
+    assert not big.scan_module.persistent_tiles
     assert big.plan(10**8).launches[0].kernel.name == "scan_tiles_user"
     # ... and holds its two sections in dynamic shared memory where the Tuning asks for
     # the persistent kernel; refused past what a block may have
@@ -495,7 +495,7 @@ def test_single_pass_refuses_an_output_that_uses_last_item(strategy):
                         input_expr="x[i]", strategy=strategy,
                         output_statement='out[i] = item; // not last_item\n'
                                          'if (0) printf("last_item");')
-    assert not kernel.kernel_spec.hooks.uses_last_item
+    assert not kernel.scan_module.hooks.uses_last_item
     assert kernel.plan(10**6).strategy == strategy
 
 
@@ -503,10 +503,10 @@ def test_single_pass_refuses_an_output_that_uses_last_item(strategy):
 def test_every_launched_kernel_is_in_the_module_and_every_kernel_is_launched(strategy):
     for case in PLAN_CASES[:4] + PLAN_CASES[-2:]:
         for kernel in _plan_kernels(case, strategy):
-            kernel_spec = kernel.kernel_spec
-            module = kernel_spec.kernels
+            scan_module = kernel.scan_module
+            module = scan_module.kernels
             assert len(set(module)) == len(module)
-            assert render(kernel_spec).kernel_names == tuple(k.name for k in module)
+            assert render(scan_module).kernel_names == tuple(k.name for k in module)
             launched = set()
             section, size = kernel.spec.section_size, kernel.spec.etype.itemsize
             # auto's reduce_then_scan from its threshold (1 TiB of 4- and 8-byte values)
@@ -547,15 +547,15 @@ def test_plan_takes_numpy_integers():
                   items_per_thread=8, strategy="hierarchical").kernel
     for n in (np.int64(70000), np.uint32(70000), np.uint64(70000), np.int32(70000)):
         plan = kernel.plan(n)
-        assert type(plan.n) is int and plan == make_plan(kernel.kernel_spec, 70000)
-    assert make_plan(kernel.kernel_spec, np.int8(5)).n == 5
+        assert type(plan.n) is int and plan == make_plan(kernel.scan_module, 70000)
+    assert make_plan(kernel.scan_module, np.int8(5)).n == 5
 
 
 def test_the_strategies_plan_from_the_options_alone():
-    """KernelSpec.plan_options is what a plan reads of the module's modes: a field set on
+    """ScanModule.plan_options is what a plan reads of the module's modes: a field set on
     its own changes what the strategy plans."""
     kernel = scangen.Select(np.float32, flags=np.bool_, strategy="reduce_then_scan").kernel
-    options = kernel.kernel_spec.plan_options
+    options = kernel.scan_module.plan_options
     assert options == dataclasses.replace(options) and hash(options) == hash(options)
     assert (options.spec, options.needs_last_item, options.counted_sections_per_block) == \
         (kernel.spec, False, kernel.spec.tuning.mask_sections_per_block)
@@ -584,7 +584,7 @@ def test_plan_rejects_bad_n(n):
     with pytest.raises(ValueError, match="n must be a non-negative int"):
         kernel.plan(n)
     with pytest.raises(ValueError, match="n must be a non-negative int"):
-        make_plan(kernel.kernel.kernel_spec, n)
+        make_plan(kernel.kernel.scan_module, n)
 
 
 def test_scan_is_a_thin_client_of_its_kernel():
@@ -593,13 +593,13 @@ def test_scan_is_a_thin_client_of_its_kernel():
             s = Scan("uint16", "max", mode=mode, algorithm="coarsened", section_size=256,
                      items_per_thread=8, strategy=strategy)
             assert s.mode == mode and not hasattr(s.spec, "mode")
-            assert s.spec is s.kernel.spec and s.spec == s.kernel.kernel_spec.scan
-            hooks = s.kernel.kernel_spec.hooks
+            assert s.spec is s.kernel.spec and s.spec == s.kernel.scan_module.scan
+            hooks = s.kernel.scan_module.hooks
             assert hooks.input_expr == "x[i]" and not hooks.uses_last_item
             assert hooks.output_statement == ("out[i] = item;" if mode == "inclusive"
                                               else "out[i] = prev_item;")
             for n in (0, 255, 256, 257, 70000):
-                assert s.plan(n) == make_plan(s.kernel.kernel_spec, n) == s.kernel.plan(n)
+                assert s.plan(n) == make_plan(s.kernel.scan_module, n) == s.kernel.plan(n)
                 check_plan(s.plan(n))
     # the two modes share the scan spec: only the hooks differ
     assert Scan("int32", mode="inclusive").spec == Scan("int32", mode="exclusive").spec
@@ -936,7 +936,7 @@ def test_lookback_first_wait_where_the_tuning_asks(strategy):
     assert "__nanosleep(first_wait_ns)" in asked.source
     persistent = scan("float64", "add", strategy=strategy).kernel.source
     assert re.search(r"tile_prefix\([^;]*epoch, 0\);", persistent)
-    assert asked.kernel_spec != default.kernel_spec  # a compile of its own
+    assert asked.scan_module != default.scan_module  # a compile of its own
 
 
 def test_a_strategy_is_registered_once_under_a_name_of_its_own():

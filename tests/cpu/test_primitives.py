@@ -48,7 +48,7 @@ def test_kernels_hold_their_hooks(dtype):
     # Run-length encoding in one pass: heads counted, each run's value written at its head,
     # with the length of the run before it (whose head is prev_last_counted)
     assert "counts[prev_item - 1] = i - prev_last_counted;" in rle.source
-    assert rle.kernel.kernel_spec.tracks_last_counted
+    assert rle.kernel.scan_module.tracks_last_counted
     assert "run_lengths" not in rle.source
     # from 2^32 elements: heads with their starts, then the lengths, which read the number
     # of runs from the device (queued right after the heads)
@@ -62,7 +62,7 @@ def test_kernels_hold_their_hooks(dtype):
         assert primitive.dtype == np.dtype(dtype)
     for kernel in (p.kernel for p in (select, flags, rejected, part, unique, rle)):
         assert kernel.spec.etype.dtype == np.int64  # 64-bit counts
-        assert kernel.kernel_spec.counts_by_ballots  # counted with ballots
+        assert kernel.scan_module.counts_by_ballots  # counted with ballots
 
 
 @needs_nvcc

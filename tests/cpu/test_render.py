@@ -2,7 +2,7 @@
 StrictUndefined, so a missing variable raises) into text that holds what the spec asked for.
 
 Whether the text is valid CUDA is test_compile_nvcc.py's job; here the checks are cheap and
-structural: the module defines exactly the kernels ``kernel_spec.kernels`` names, once each,
+structural: the module defines exactly the kernels ``scan_module.kernels`` names, once each,
 as ``extern "C" __global__`` entry points with the parameters the launcher prepares; the
 combine expression, identity literal, C type and preambles are in it; no template syntax or
 Python value leaked; brackets balance outside comments and strings; the user's code sits
@@ -21,7 +21,7 @@ import pytest
 from scangen import (ALGORITHMS, BUILTIN_OPERATORS, LAST_NONZERO, MODES, STRATEGIES, Operator,
                      Scan, ScanKernel, Tuning, make_spec)
 from scangen.args import c_parameters
-from scangen.kernels import FAMILIES, IOS
+from scangen.families import FAMILIES, IOS
 from scangen.render import ModuleSource, render
 from tests.support import (AFFINE, AFFINE_MAPS, COMPACTION, DTYPES, OPERATORS, PARTITION,
                            SATURATING_ADD, TABLE_LOOKUP, TOTAL_STRATEGIES,
@@ -49,15 +49,15 @@ def code_only(text):
     return _STRING.sub('""', _COMMENT.sub(" ", text))
 
 
-def kernel_spec_of(thing):
-    """The KernelSpec of a Scan, a ScanKernel or a KernelSpec."""
+def scan_module_of(thing):
+    """The ScanModule of a Scan, a ScanKernel or a ScanModule."""
     thing = getattr(thing, "kernel", thing)
-    return getattr(thing, "kernel_spec", thing)
+    return getattr(thing, "scan_module", thing)
 
 
-def user_pieces(kernel_spec):
+def user_pieces(scan_module):
     """{piece: the user's text} for every piece of user code the module must carry."""
-    spec, hooks = kernel_spec.scan, kernel_spec.hooks
+    spec, hooks = scan_module.scan, scan_module.hooks
     pieces = {"operator": spec.operator.c_expression(spec.etype),
               "input_expr": hooks.input_expr, "output_statement": hooks.output_statement}
     if spec.operator.preamble.strip():
@@ -71,20 +71,20 @@ def user_pieces(kernel_spec):
 
 def check_module(thing):
     """Every structural promise of a rendered module; returns its text."""
-    kernel_spec = kernel_spec_of(thing)
-    spec, hooks = kernel_spec.scan, kernel_spec.hooks
-    module = render(kernel_spec)
+    scan_module = scan_module_of(thing)
+    spec, hooks = scan_module.scan, scan_module.hooks
+    module = render(scan_module)
     assert isinstance(module, ModuleSource)
     text = module.text
     assert isinstance(text, str) and text.strip()
     lines = text.splitlines()
-    kernels = kernel_spec.kernels
+    kernels = scan_module.kernels
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names), f"a kernel twice in {names}"
     assert list(module.kernel_names) == names
 
     # the user's code sits between its markers, verbatim, and nowhere else is template text
-    pieces = user_pieces(kernel_spec)
+    pieces = user_pieces(scan_module)
     spans = module.user_spans
     assert set(spans) == set(pieces), f"spans {sorted(spans)}, pieces {sorted(pieces)}"
     inside = set()
@@ -167,7 +167,7 @@ def test_every_kernel_is_rendered_by_some_strategy():
     """(complex128 for the classic single pass: 1- to 8-byte values take the persistent
     one past one section, so their modules have no other.)"""
     names = {k.name for s in STRATEGIES for dtype in ("int32", "complex128")
-             for k in Scan(dtype, strategy=s).kernel.kernel_spec.kernels}
+             for k in Scan(dtype, strategy=s).kernel.scan_module.kernels}
     assert names == {f"{f.name}_{io}" for f in FAMILIES for io in IOS} - {
         "scan_tiles_totals", "scan_tiles_persistent_totals"}
 
@@ -277,7 +277,7 @@ def test_user_operators_render(algorithm, mode):
 
 
 def test_preambles_with_braces_come_out_verbatim():
-    text = render(Scan("int32", TABLE_LOOKUP).kernel.kernel_spec).text
+    text = render(Scan("int32", TABLE_LOOKUP).kernel.scan_module).text
     assert "{{0, 1}, {1, 0}}" in text
     kernel = ScanKernel("int32", "add", **TABLE_PREAMBLE)
     assert "static __device__ const int kFlip[2][2] = {{0, 1}, {1, 0}};" in kernel.source
@@ -285,7 +285,7 @@ def test_preambles_with_braces_come_out_verbatim():
     # both preambles at once, each in its own span
     both = ScanKernel("int32", TABLE_LOOKUP, **TABLE_PREAMBLE)
     check_module(both)
-    spans = render(both.kernel_spec).user_spans
+    spans = render(both.scan_module).user_spans
     assert {"operator preamble", "preamble"} <= set(spans)
 
 
@@ -333,11 +333,11 @@ def test_identity_literals_of_extremes_are_emitted():
 def test_source_of_a_scan_is_its_rendered_module():
     scan = Scan("int16", LAST_NONZERO, mode="exclusive", algorithm="coarsened",
                 section_size=512, items_per_thread=8)
-    assert scan.source == scan.kernel.source == render(scan.kernel.kernel_spec).text
-    assert scan.spec == scan.kernel.kernel_spec.scan and not hasattr(scan.spec, "mode")
+    assert scan.source == scan.kernel.source == render(scan.kernel.scan_module).text
+    assert scan.spec == scan.kernel.scan_module.scan and not hasattr(scan.spec, "mode")
     check_module(scan)
     # the mode is the output statement: prev_item for exclusive, item for inclusive
-    assert render(scan.kernel.kernel_spec).user_spans["output_statement"]
+    assert render(scan.kernel.scan_module).user_spans["output_statement"]
     assert "out[i] = prev_item;" in scan.source
     assert "out[i] = item;" in Scan("int16", LAST_NONZERO).source
 
@@ -351,11 +351,11 @@ def test_scan_kernels_render_for_every_strategy(strategy, algorithm):
     check_module(compaction)
     affine = ScanKernel("uint64", AFFINE, **AFFINE_MAPS, strategy=strategy, algorithm=algorithm)
     check_module(affine)
-    assert affine.kernel_spec.kernels == compaction.kernel_spec.kernels
+    assert affine.scan_module.kernels == compaction.scan_module.kernels
     if strategy in TOTAL_STRATEGIES:
         partition = ScanKernel("int64", "add", **PARTITION, strategy=strategy,
                                algorithm=algorithm)
-        assert partition.kernel_spec.hooks.uses_last_item
+        assert partition.scan_module.hooks.uses_last_item
         check_module(partition)
     else:
         with pytest.raises(ValueError, match="last_item"):
@@ -366,13 +366,13 @@ def test_auto_with_last_item_has_no_single_pass_kernel():
     partition = ScanKernel("int64", "add", **PARTITION)
     compaction = ScanKernel("int64", "add", **COMPACTION)
     assert partition.spec.strategy == compaction.spec.strategy == "auto"
-    with_total = [k.name for k in partition.kernel_spec.kernels]
-    without = [k.name for k in compaction.kernel_spec.kernels]
+    with_total = [k.name for k in partition.scan_module.kernels]
+    without = [k.name for k in compaction.scan_module.kernels]
     # 8-byte counts: the persistent single pass at every size, and no classic one
     single_pass = ("scan_tiles_user", "scan_tiles_persistent_user")
     assert "scan_tiles_persistent_user" in without and not set(single_pass) & set(with_total)
     assert with_total == [name for name in without if name not in single_pass]
-    assert not any(k.family.single_pass for k in partition.kernel_spec.kernels)
+    assert not any(k.family.single_pass for k in partition.scan_module.kernels)
     text = check_module(partition)
     # no single-pass machinery at all: no tile kernel, no tile status, no look-back
     for absent in ("scan_tiles", "look_back", "wait_for_predecessor", "FLAG_PREFIX"):
@@ -384,7 +384,7 @@ def test_last_item_in_a_comment_or_string_is_not_a_use():
     kernel = ScanKernel("int64", "add", **dict(
         COMPACTION, output_statement=COMPACTION["output_statement"] + " // not last_item"),
         strategy="chained")
-    assert not kernel.kernel_spec.hooks.uses_last_item
+    assert not kernel.scan_module.hooks.uses_last_item
     check_module(kernel)
 
 
@@ -402,9 +402,9 @@ def test_segmented_scan_kernels_render():
 def test_user_pieces_are_found_by_line():
     kernel = ScanKernel("uint64", AFFINE, **AFFINE_MAPS,
                         preamble="static __device__ int unused_helper() { return 0; }")
-    module = render(kernel.kernel_spec)
+    module = render(kernel.scan_module)
     lines = module.text.splitlines()
-    pieces = user_pieces(kernel.kernel_spec)
+    pieces = user_pieces(kernel.scan_module)
     assert set(module.user_spans) == {"operator preamble", "operator", "preamble",
                                       "input_expr", "output_statement"}
     for piece, text in pieces.items():

@@ -52,7 +52,7 @@ def test_initial_is_checked_like_an_argument():
 def test_rows_kernel_segments_by_row():
     scan = scangen.Scan(np.float64, "max", mode="exclusive", reverse=True)
     rows = scan.rows_kernel
-    assert rows.kernel_spec.hooks.is_segment_start_expr == "i % row_length == 0"
+    assert rows.scan_module.hooks.is_segment_start_expr == "i % row_length == 0"
     assert "long long row_length;" in rows.source
     assert "return i == n - 1 || is_segment_start(i + 1, n);" in rows.source
     assert "scangen_initial" not in rows.source
@@ -116,7 +116,7 @@ CONVERSIONS = [
 @pytest.mark.parametrize("dtype,result,spelled", CONVERSIONS)
 def test_result_dtype_conversions_are_spelled_in_c(dtype, result, spelled):
     scan = scangen.Scan(dtype, "add", result_dtype=result)
-    assert scan.kernel.kernel_spec.hooks.input_expr == spelled
+    assert scan.kernel.scan_module.hooks.input_expr == spelled
     source = scan.source
     # the input's type is declared (or its header included) beside the result's
     assert f"const {scangen.ELEMENT_TYPES[np.dtype(dtype)].c_name} *x;" in source
@@ -154,7 +154,7 @@ def test_result_dtype_conversions_of_structs_are_refused_naming_the_pair():
     (np.int8, BFLOAT16, "(__nv_bfloat16)(float)(x[i])")])
 def test_bfloat16_conversions(dtype, result, spelled):
     scan = scangen.Scan(dtype, "add", result_dtype=result)
-    assert scan.kernel.kernel_spec.hooks.input_expr == spelled
+    assert scan.kernel.scan_module.hooks.input_expr == spelled
     assert "#include <cuda_bf16.h>" in scan.source
     # numpy's safe casting refuses both: 16-bit integers and float16 do not fit bfloat16's
     # 8-bit mantissa, bfloat16's exponents do not fit float16's

@@ -16,8 +16,8 @@ def test_each_form_is_a_segmented_scan_kernel():
              "offsets": (np.int64, "scangen_is_offset(offsets, offset_count, i)")}
     for form, (dtype, head) in forms.items():
         kernel = seg.kernel(form, np.dtype(dtype))
-        assert kernel.kernel_spec.hooks.is_segment_start_expr == head
-        assert kernel.kernel_spec.hooks.output_statement == "out[i] = prev_item;"
+        assert kernel.scan_module.hooks.is_segment_start_expr == head
+        assert kernel.scan_module.hooks.output_statement == "out[i] = prev_item;"
         assert kernel.spec.segmented and kernel.dtype == np.float64
     assert seg.kernel("keys", np.dtype(np.int32)) is seg.kernel("keys", np.dtype(np.int32))
 

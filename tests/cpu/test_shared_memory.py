@@ -182,7 +182,7 @@ def test_a_named_section_past_48_kib_is_held_in_dynamic_shared_memory(algorithm)
                 assert (f"{launch.shared_bytes} B smem ({expected} dynamic)>>>" in str(plan)) \
                     == bool(expected)
                 # what the compiled module opts in to for the kernel
-                assert scan.kernel.kernel_spec.dynamic_shared().get(launch.kernel.name, 0) \
+                assert scan.kernel.scan_module.dynamic_shared().get(launch.kernel.name, 0) \
                     == expected
 
 
@@ -199,7 +199,7 @@ def test_static_shared_memory_up_to_48_kib_and_dynamic_past_it(algorithm):
     assert "extern __shared__" not in smaller.source and "scangen_shared_acc" not in smaller.source
     assert _STATIC_SECTION.search(smaller.source)
     assert all(launch.dynamic_shared_bytes == 0 for launch in smaller.plan(10 ** 6).launches)
-    assert smaller.kernel.kernel_spec.dynamic_shared() == {}
+    assert smaller.kernel.scan_module.dynamic_shared() == {}
 
 
 def test_persistent_tiles_hold_two_sections_dynamically():
@@ -220,7 +220,7 @@ def test_counting_kernels_take_dynamic_shared_memory_only_where_they_hold_values
     section totals are scanned as values, in sections of the same size."""
     kernel = ScanKernel("int64", counts=True, section_size=8192, strategy="auto", **COMPACTION)
     spec = kernel.spec
-    assert kernel.kernel_spec.counts_by_ballots and spec.dynamic_shared
+    assert kernel.scan_module.counts_by_ballots and spec.dynamic_shared
     launches = kernel.plan(10 ** 8).launches
     assert {launch.kernel.io for launch in launches} == {"user", "totals"}
     for launch in launches:
@@ -273,15 +273,15 @@ def test_a_device_with_less_shared_memory_refuses_at_launch(monkeypatch):
                items_per_thread=16)
     assert 99 * 1024 < big.spec.shared_bytes <= tuning.max_shared_bytes()
     monkeypatch.setattr(gpu, "require_pycuda", lambda: _fake_driver(_FakeDevice(99 * 1024)))
-    gpu.check_shared_memory(scan.kernel.kernel_spec)  # fits this device
+    gpu.check_shared_memory(scan.kernel.scan_module)  # fits this device
     with pytest.raises(ValueError, match=rf"section_size 16384 of float64 with coarsened needs "
                                          rf"{big.spec.shared_bytes} bytes of shared memory; the "
                                          rf"limit of a block on NVIDIA GeForce RTX 4090 \(sm_89\) "
                                          rf"is {99 * 1024}: use a smaller section_size"):
-        gpu.check_shared_memory(big.kernel.kernel_spec)
+        gpu.check_shared_memory(big.kernel.scan_module)
     # a spec within 48 KiB asks the device nothing
     monkeypatch.setattr(gpu, "require_pycuda", lambda: pytest.fail("asked the device"))
-    gpu.check_shared_memory(Scan(np.float64).kernel.kernel_spec)
+    gpu.check_shared_memory(Scan(np.float64).kernel.scan_module)
 
 
 class _FakeFunction:
@@ -315,14 +315,14 @@ def fake_pycuda(monkeypatch):
     monkeypatch.setitem(sys.modules, "pycuda._pvt_struct", None)  # no fast path: see below
 
 
-def _compiled(kernel_spec, calls):
+def _compiled(scan_module, calls):
     module = types.SimpleNamespace(get_function=lambda name: _FakeFunction(name, calls))
-    return CompiledModule(module, kernel_spec)
+    return CompiledModule(module, scan_module)
 
 
 def test_the_compiled_module_opts_in_once_per_kernel_that_needs_it(fake_pycuda):
     calls = []
-    spec = _large("kogge_stone_double_buffered", "hierarchical").kernel.kernel_spec
+    spec = _large("kogge_stone_double_buffered", "hierarchical").kernel.scan_module
     compiled = _compiled(spec, calls)
     assert compiled.dynamic_shared == spec.dynamic_shared()
     assert sorted(calls) == sorted(
@@ -331,7 +331,7 @@ def test_the_compiled_module_opts_in_once_per_kernel_that_needs_it(fake_pycuda):
     assert "add_prefixes_user" not in {call[1] for call in calls}
     # within 48 KiB: no attribute is set
     calls.clear()
-    _compiled(Scan(np.float64, strategy="hierarchical").kernel.kernel_spec, calls)
+    _compiled(Scan(np.float64, strategy="hierarchical").kernel.scan_module, calls)
     assert calls == []
 
 
@@ -339,16 +339,16 @@ def test_each_launch_passes_its_dynamic_shared_memory(fake_pycuda, monkeypatch):
     """The plan's bytes reach the launch: prepared_async_call's shared_size (where pycuda
     lacks the fast path's pieces) and _launch_kernel's fourth argument."""
     calls = []
-    kernel_spec = _large("coarsened", "hierarchical").kernel.kernel_spec
-    compiled = _compiled(kernel_spec, calls)
+    scan_module = _large("coarsened", "hierarchical").kernel.scan_module
+    compiled = _compiled(scan_module, calls)
     calls.clear()
-    plan = launcher.make_plan(kernel_spec, 10 ** 6)
+    plan = launcher.make_plan(scan_module, 10 ** 6)
     scratch = types.SimpleNamespace(bind=lambda plan, stream: {
         t.name: 0x1000 * (i + 1) for i, t in enumerate(plan.temporaries)}, generation=0)
     launcher.Launcher(plan, compiled, scratch)((np.uintp(0x10), np.uintp(0x20)), None)
     assert [(name, shared) for _, name, _, shared in calls] == \
         [(launch.kernel.name, launch.dynamic_shared_bytes) for launch in plan.launches]
-    assert {shared for _, _, _, shared in calls} == {0, kernel_spec.scan.section_shared_bytes(1)}
+    assert {shared for _, _, _, shared in calls} == {0, scan_module.scan.section_shared_bytes(1)}
 
     fast = []
     function = types.SimpleNamespace(

@@ -122,17 +122,17 @@ ENTRY_POINTS = [
 
 
 def module_specs(thing) -> list:
-    """The module specs an entry point's object compiles (check_compile's, as data)."""
+    """The modules an entry point's object compiles (check_compile's, as data)."""
     if isinstance(thing, scangen.ScanKernel):
-        return [thing.kernel_spec]
+        return [thing.scan_module]
     if isinstance(thing, scangen.RunLengthEncode):
         heads, lengths = thing.wide_kernels()
-        return [thing.kernel.kernel_spec, heads.kernel_spec, lengths]
+        return [thing.kernel.scan_module, heads.scan_module, lengths]
     if isinstance(thing, scangen.Histogram):
         return [thing.module]
     if isinstance(thing, (scangen.RadixSort, scangen.RadixDigitOffsets)):
         return [thing.module] if isinstance(thing, scangen.RadixSort) else list(thing.modules)
-    return [thing.kernel.kernel_spec]
+    return [thing.kernel.scan_module]
 
 
 def taken(point):
@@ -227,7 +227,7 @@ def test_a_compaction_brings_its_element_type_before_the_predicate():
     text = select.source
     assert text.index("#include <cuda_fp16.h>") < text.index("struct scangen_struct1") < \
         text.index("bool scangen_keep(const scangen_struct1 x, long long i)")
-    source = select.kernel.kernel_spec.module_source()
+    source = select.kernel.scan_module.module_source()
     assert set(source.user_spans) == {"predicate", "input_expr", "output_statement",
                                       "operator", "dtype"}
     line = text[:text.index("bool scangen_keep(")].count("\n") + 1

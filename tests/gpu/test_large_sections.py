@@ -198,7 +198,7 @@ def test_large_segmented_sections(gpu, rng, strategy, mode):
 @pytest.mark.parametrize("protocol", ["chained", "decoupled_lookback"])
 def test_persistent_blocks_hold_two_large_sections(gpu, rng, protocol, mode):
     scan = persistent_scan(protocol, mode)
-    assert scan.kernel.kernel_spec.persistent_tiles and scan.spec.dynamic_shared
+    assert scan.kernel.scan_module.persistent_tiles and scan.spec.dynamic_shared
     for n in sizes(scan.spec.section_size, rng) + [300 * scan.spec.section_size + 11]:
         x = random_values(rng, scan.spec.etype.dtype, n)
         assert_equal(run(gpu, rng, scan, x), reference(x, mode))

@@ -50,7 +50,7 @@ def _compile_in_parallel():
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_persistent_tiles(gpu, rng, protocol, case):
     *tiny, big = persistent_scans(protocol, case)
-    assert all(scan.kernel.kernel_spec.persistent_tiles for scan in tiny + [big])
+    assert all(scan.kernel.scan_module.persistent_tiles for scan in tiny + [big])
     check_single_pass(gpu, rng, tiny, big, case[1])
 
 
@@ -75,7 +75,7 @@ def affine_kernel(protocol):
 def test_persistent_segmented_and_hooks(gpu, rng, protocol):
     for seg, op_name, mode, reverse in segmented_scans(protocol):
         kernel = seg.kernel("flags", np.dtype(np.uint8))
-        assert kernel.kernel_spec.persistent_tiles
+        assert kernel.scan_module.persistent_tiles
         for n in (1, 65, 64 * 40 + 3, (1 << 20) + 7):
             x = random_input(rng, seg.dtype, op_name, n)
             heads = (rng.random(n) < rng.choice([0.0, 0.01, 0.3])).astype(np.uint8)
@@ -85,7 +85,7 @@ def test_persistent_segmented_and_hooks(gpu, rng, protocol):
             np.testing.assert_array_equal(out.get(), want,
                                           err_msg=f"{op_name} {mode} reverse={reverse} n={n}")
     kernel = affine_kernel(protocol)
-    assert kernel.kernel_spec.persistent_tiles
+    assert kernel.scan_module.persistent_tiles
     for n in (3, 64 * 40 + 1, (1 << 20) + 3):
         m = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)
         c = rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)

@@ -35,7 +35,7 @@ def data(rng, dtype, n, pattern):
 
 #: Selects by masks of each width, through reduce_then_scan, whose first pass counts a
 #: block's sections (Tuning.mask_sections_per_block of them) from 16-byte loads where they
-#: are whole and the mask 16-byte aligned (KernelSpec.counted_mask), any other by ballots.
+#: are whole and the mask 16-byte aligned (ScanModule.counted_mask), any other by ballots.
 MASK_SELECTS = [(np.bool_, True, 4), (np.uint8, False, 1), (np.int16, True, 3),
                 (np.int32, False, 4), (np.int64, True, 16)]
 
@@ -85,8 +85,8 @@ def test_select_remove_if_and_flags(gpu, rng, dtype, pattern):
 @pytest.mark.parametrize("flags,keep,per_block", MASK_SELECTS, ids=str)
 def test_select_by_masks_through_reduce_then_scan(gpu, rng, flags, keep, per_block):
     select = mask_select(flags, keep, per_block)
-    assert select.kernel.kernel_spec.counted_mask[::2] == ("flags", keep)
-    assert select.kernel.kernel_spec.counted_sections_per_block == per_block
+    assert select.kernel.scan_module.counted_mask[::2] == ("flags", keep)
+    assert select.kernel.scan_module.counted_sections_per_block == per_block
     for n in SIZES + [2048 * 301 + 17]:
         x = rng.random(n + 1).astype(np.float32)
         share = rng.choice([0.0, 0.5, 1.0])  # none, half or all of the mask nonzero

@@ -334,8 +334,8 @@ def check_counting(gpuarray, rng, strategy, case, tuning=None):
     long runs of kept and dropped elements, poisoned outputs."""
     dtype, section, items_per_thread, reverse, initial, last_counted = case
     kernel = counting_kernel(strategy, *case, tuning=tuning)
-    assert kernel.kernel_spec.counts_by_ballots == (section // items_per_thread % 32 == 0)
-    assert kernel.kernel_spec.tracks_last_counted == last_counted
+    assert kernel.scan_module.counts_by_ballots == (section // items_per_thread % 32 == 0)
+    assert kernel.scan_module.tracks_last_counted == last_counted
     for n in boundary_sizes(section, rng, levels=2) + [section ** 2 * 3 + 7]:
         x = rng.integers(-1000, 1000, n).astype(np.int32)
         if n > 100:  # a long run of each kind, so whole warps and sections agree
@@ -590,7 +590,7 @@ needs_nvcc = pytest.mark.usefixtures("nvcc")
 # --- GPU ---------------------------------------------------------------------------------
 
 def precompile(kernels):
-    """nvcc the modules of many Scans/ScanKernels (or other module specs) up front, in
+    """nvcc the modules of many Scans/ScanKernels (or other modules) up front, in
     parallel threads (PyCUDA's disk cache keeps them), instead of one at a time as tests
     first touch them. Does nothing without a GPU: the ``gpu`` fixture reports that (skip or
     failure) per test."""
@@ -600,7 +600,7 @@ def precompile(kernels):
         scan_compile.current_context()
     except scan_compile.GPUUnavailableError:
         return
-    specs = [k if hasattr(k, "entry_points") else getattr(k, "kernel", k).kernel_spec
+    specs = [k if hasattr(k, "entry_points") else getattr(k, "kernel", k).scan_module
              for k in kernels]
     scan_compile.precompile(specs, workers=16)
 

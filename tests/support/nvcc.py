@@ -32,11 +32,11 @@ ARCH = "sm_90"
 
 @dataclass
 class Entry:
-    """One module to compile: a label saying what it is, and its module spec (a ScanKernel's
-    KernelSpec, or another module such as the radix passes')."""
+    """One module to compile: a label saying what it is, and its module (a ScanKernel's
+    ScanModule, or another module such as the radix passes')."""
 
     label: str
-    kernel_spec: object
+    scan_module: object
     #: Scan's mode, or "" for a ScanKernel of its own.
     mode: str = ""
     #: Text to compile instead of the rendered one (only the harness's own canary).
@@ -105,7 +105,7 @@ UNOPTIMISED = ("-Xcicc", "-O0", "-Xptxas", "-O0")
 
 def compile_entry(entry: Entry, path: Path, options: tuple = ()) -> Compiled:
     """nvcc the entry's module (with ``options`` added) and read what ptxas reports."""
-    source = entry.kernel_spec.module_source()
+    source = entry.scan_module.module_source()
     text = source.text if entry.text is None else entry.text
     path.write_text(text)
     cubin = path.with_suffix(".cubin")
@@ -159,7 +159,7 @@ def compiling(batches: dict, directory: Path, options: tuple = ()):
     for name, entries in batches.items():
         futures[name] = []
         for index, entry in enumerate(entries):
-            key = (entry.kernel_spec, entry.text)
+            key = (entry.scan_module, entry.text)
             if key not in seen:
                 seen[key] = pool.submit(compile_entry, entry, directory / f"{name}_{index}.cu",
                                         options)

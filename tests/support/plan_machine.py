@@ -304,10 +304,10 @@ class PlanMachine:
     def run(self, plan, hooks):
         """Run every launch of ``plan`` with the user io modelled by ``hooks``; return
         ``hooks.result``."""
-        self.plan, self.spec, self.kernel_spec = plan, plan.spec, plan.kernel_spec
+        self.plan, self.spec, self.scan_module = plan, plan.spec, plan.scan_module
         self.section = self.spec.section_size
         self.acc = Acc(self.spec)
-        self.module = set(self.kernel_spec.kernels)
+        self.module = set(self.scan_module.kernels)
         self.temporaries = {t.name: t for t in plan.temporaries}
         assert len(self.temporaries) == len(plan.temporaries), "temporary names repeat"
         self.memory = hooks.memory(self.rng)
@@ -439,7 +439,7 @@ class PlanMachine:
         mem.write(totals, blocks, values, blocks)
         mem.write(totals, np.array([grid]), self.acc.identity(1), np.array([0]))
 
-    # -- the families (kernels.py), as their templates define them --------------------------------
+    # -- the families (families.py), as their templates define them --------------------------------
 
     def scan_one_section(self, mem, side, grid, n):
         starts = np.zeros(grid, np.int64)  # every block scans from 0: meant for grid 1
