@@ -8,6 +8,9 @@ trials). A primitive whose result size is data-dependent (select, unique) reads 
 the host, as torch.masked_select does; ``count_on_device`` rows leave it on the GPU. The
 "copy" row of each table moves the bytes the primitive must move at least (reads plus
 writes) with one device-to-device copy, the roof the issue's targets are stated against.
+The segmented-scan tables (float32 add, 1 to 2^20 segments of random lengths) time
+SegmentedScan by CSR offsets, by head flags and by keys over the same segments (the
+offsets are checked on the host each call, as SegmentedScan does).
 With ``--cub``, CUB's primitives join the tables after scangen's rows: the program
 scangen/cub/cub_primitives.cu, built with the nvcc on PATH, timed the same way on input made
 the same way (its counts stay on the device).
@@ -138,7 +141,44 @@ def cases(n, rng, gpuarray, driver, peers):
         cx = cupy.asarray(x)
         calls.append(("cupy.histogram(256 bins)", lambda: cupy.histogram(cx, 256, (0.0, 1.0))))
     out.append(("histogram float32, 256 bins", 4 * n, calls))
+
+    # Segmented scans: the same segments given three ways. Small whole numbers as floats, so
+    # every sum is exact (up to 2^24) in any order, as in CUB's run. A generator of their
+    # own, so the tables above keep their inputs.
+    rng = np.random.default_rng([2026, n])
+    summed = gpuarray.to_gpu(rng.integers(0, 4, n).astype(np.float32))
+    segmented = scangen.SegmentedScan(np.float32)
+    scanned = gpuarray.empty(n, np.float32)
+    for segments in SEGMENT_COUNTS:
+        if segments > n:
+            continue
+        starts = segment_offsets(rng, n, segments)
+        heads = np.zeros(n, np.bool_)
+        heads[starts[:-1][starts[:-1] < n]] = True
+        segment_keys = np.repeat(np.arange(segments, dtype=np.int32), np.diff(starts))
+        og, hg, sk = (gpuarray.to_gpu(a) for a in (starts, heads, segment_keys))
+        calls = [("scangen.SegmentedScan(offsets=)",
+                  lambda og=og: segmented(summed, scanned, offsets=og)),
+                 ("scangen.SegmentedScan(flags=)",
+                  lambda hg=hg: segmented(summed, scanned, flags=hg)),
+                 ("scangen.SegmentedScan(keys=, int32)",
+                  lambda sk=sk: segmented(summed, scanned, keys=sk))]
+        out.append((f"segmented scan float32 add, {segments} segment"
+                    f"{'s' if segments > 1 else ''}",
+                    8 * n + starts.nbytes, calls))
     return out
+
+
+#: Segments of the segmented-scan tables (random lengths; up to the size).
+SEGMENT_COUNTS = (1, 1024, 65536, 1 << 20)
+
+
+def segment_offsets(rng, n, segments):
+    """CSR offsets (int64) of n elements in ``segments`` segments of random lengths: the
+    cuts between them drawn uniformly with replacement, so a few segments may be empty (as
+    cub_primitives.cu makes them)."""
+    cuts = np.sort(rng.integers(0, n + 1, segments - 1))
+    return np.concatenate([[0], cuts, [n]]).astype(np.int64)
 
 
 def cub_timings(args, driver) -> dict:

@@ -1,5 +1,5 @@
-"""Modules with kernels of their own (radix passes, histogram, run lengths), described,
-planned and launched as scans are. Pure Python: no CUDA import.
+"""Modules with kernels of their own (radix passes, histogram, run lengths, segment heads),
+described, planned and launched as scans are. Pure Python: no CUDA import.
 
 A module is a frozen dataclass subclass of :class:`Module` that states its template, its
 entry points (name and parameters, scangen.args.Argument) and its render context; the
@@ -207,12 +207,15 @@ def _scalar(parameter: Argument, value):
 @dataclass(frozen=True)
 class ScanCall:
     """A ScanKernel run between a primitive's launches: over ``n`` indices, its arguments
-    by name (as a module launch's, in the kernel's order)."""
+    by name (as a module launch's, in the kernel's order). A kernel built with an initial
+    value takes it from the call: ``initial`` names that value (a RuntimeArg; the call may
+    leave it None, and the kernel's own is used), which the kernel converts itself."""
 
     kernel: object
     n: int
     args: tuple
     why: str
+    initial: RuntimeArg | None = None
 
     @property
     def name(self) -> str:
@@ -220,7 +223,10 @@ class ScanCall:
 
     @property
     def parameters(self) -> tuple[Argument, ...]:
-        return self.kernel.arguments
+        """The kernel's arguments the plan binds: all but the initial value (its last,
+        where it takes one)."""
+        arguments = self.kernel.arguments
+        return arguments[:-1] if self.kernel.scan_module.hooks.initial else arguments
 
     @property
     def plan(self):
@@ -278,6 +284,8 @@ class ModulePlan:
         for step in self.steps:
             if isinstance(step, ScanCall):
                 args = ", ".join(f"{k}={format_value(v)}" for k, v in step.args)
+                if step.initial is not None:
+                    args += f", initial={format_value(step.initial)}"
                 lines.append(f"  scan {step.name!r} over n={step.n} ({args}): {step.why}")
                 for launch in step.plan.launches:
                     lines += [f"    {line}" for line in launch_lines(number, launch)]
@@ -313,11 +321,18 @@ class ModulePlanBuilder:
     def launch(self, module: Module, name: str, grid: int, block: int, args: dict, **kw):
         self.steps.append(module.launch(name, grid, block, args, **kw))
 
-    def scan(self, kernel, n: int, args: dict, why: str) -> None:
-        if getattr(kernel, "initial", None) is not None:
-            raise ValueError("a scan inside a plan takes no initial value")
+    def scan(self, kernel, n: int, args: dict, why: str, *, initial=None) -> None:
+        """A ScanCall of ``kernel``; ``initial`` (a RuntimeArg) names the call's value of
+        the initial value, given exactly where the kernel takes one."""
+        takes = kernel.scan_module.hooks.initial
+        if takes != (initial is not None):
+            raise ValueError(f"{kernel.scan_module.hooks.title}: the kernel takes "
+                             f"{'an' if takes else 'no'} initial value; give initial= "
+                             f"{'(a RuntimeArg)' if takes else 'None'}")
+        if initial is not None and not isinstance(initial, RuntimeArg):
+            raise TypeError(f"initial= is a value of the call (RuntimeArg), not {initial!r}")
         call = ScanCall(kernel, n, (), why)
-        self.steps.append(ScanCall(kernel, n, named_arguments(call, args), why))
+        self.steps.append(ScanCall(kernel, n, named_arguments(call, args), why, initial))
 
     def build(self, title: str, n: int, modules=()) -> ModulePlan:
         return ModulePlan(title, n, tuple(self.steps), tuple(self._temporaries.values()),

@@ -1,16 +1,29 @@
 """SegmentedScan: scans that restart at every segment head, given as flags, CSR offsets or
-runs of equal keys. Each form is one ScanKernel with an is_segment_start_expr (so every
-strategy and algorithm serves it, and operand order is kept); the kernels are built on first
-use of each form and index dtype."""
+runs of equal keys. The flags and keys forms are each one ScanKernel with an
+is_segment_start_expr (so every strategy and algorithm serves them, and operand order is
+kept); the offsets form first writes head flags from the offsets with a kernel of its own
+(SegmentHeadsModule, templates/segment_heads.cu.j2) into n bytes of scratch, then runs the
+flags form's kernel over them: a segment test that searched the offsets for every element
+cost several times the scan. The kernels are built on first use of each form and index
+dtype."""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from .arith import ceil_div
+from .args import Argument, c_parameters
 from .kernel import ScanKernel, options_repr
 from .interop import Call, check_array
-from .render import render_template
+from .modules import Module, ModulePlan, ModulePlanBuilder
+from .plan import as_count
+from .runtime.modules import ModuleRuntime
 from .scan import _OUTPUT
 from .spec import check_mode
+from .strategies.base import MAX_GRID, BufferArg, RuntimeArg
+from .tuning import SEGMENT_HEADS
 from .types import MASK_C_TYPES, element_type
 
 #: The dtypes CSR offsets may have.
@@ -26,11 +39,65 @@ _INDEX_TYPES = {
 _DEFAULT_INDEX = {"flags": np.dtype(np.bool_), "offsets": np.dtype(np.int64),
                   "keys": np.dtype(np.int64)}
 
-def _offset_search(offset_c: str) -> str:
-    """The device function the offsets form's segment test calls, ``scangen_is_offset``
-    (templates/segmented.cuh.j2), for offsets of C type ``offset_c``."""
-    return render_template("segmented.cuh.j2", dict(offset_c=offset_c),
-                           "a segmented scan by offsets")
+#: The heads kernel's threads a block and blocks per multiprocessor (scangen.tuning).
+_HEADS_BLOCK_SIZE = SEGMENT_HEADS.value("block_size")
+_HEADS_BLOCKS_PER_SM = SEGMENT_HEADS.value("blocks_per_sm")
+#: Offsets-form plans a SegmentedScan keeps (by index dtype and n), so that a repeated
+#: call plans nothing.
+_PLANS_KEPT = 64
+
+
+@dataclass(frozen=True)
+class SegmentHeadsModule(Module):
+    """``segment_heads`` (templates/segment_heads.cu.j2): the head flags (bool, zeroed
+    first) of n elements from CSR offsets of ``offset_dtype``, a thread an offset."""
+
+    template: ClassVar[str] = "segment_heads.cu.j2"
+    block_size: ClassVar[int] = _HEADS_BLOCK_SIZE
+    offset_dtype: np.dtype
+
+    @property
+    def parameters(self) -> tuple[Argument, ...]:
+        return (Argument("offsets", MASK_C_TYPES[self.offset_dtype], pointer=True, const=True,
+                         restrict=True),
+                Argument("heads", "bool", pointer=True, restrict=True),
+                Argument("offset_count", "long long"), Argument("n", "long long"))
+
+    def entry_points(self):
+        return (("segment_heads", self.parameters),)
+
+    @property
+    def description(self) -> str:
+        return f"segment heads from {self.offset_dtype} offsets"
+
+    def context(self) -> dict:
+        return dict(offset_c=MASK_C_TYPES[self.offset_dtype], block_size=self.block_size,
+                    parameters=c_parameters(self.parameters))
+
+
+def _offsets_plan(module: SegmentHeadsModule, kernel: ScanKernel, n: int,
+                  title: str) -> ModulePlan:
+    """The offsets form over n elements: the heads zeroed, the heads kernel, then
+    ``kernel`` (the flags form's) over x with those heads."""
+    builder = ModulePlanBuilder()
+    if n:
+        heads = builder.temporary("heads", n, "a head flag an element, from the offsets")
+        builder.zero("heads", n)
+        builder.launch(
+            module, "segment_heads", min(ceil_div(n + 1, module.block_size), MAX_GRID),
+            module.block_size,
+            dict(offsets=BufferArg("offsets"), heads=heads,
+                 offset_count=RuntimeArg("offset_count"), n=n),
+            reads=(n + 1) * module.offset_dtype.itemsize, writes=n,
+            blocks_per_sm=_HEADS_BLOCKS_PER_SM,
+            why="heads[offsets[k]] = 1 where offsets[k] < n, a thread an offset of the "
+                "call's <offset_count> (reads and writes at most, for n + 1 offsets)")
+        initial = RuntimeArg("initial") if kernel.scan_module.hooks.initial else None
+        builder.scan(kernel, n, dict(x=BufferArg("x"), flags=heads, out=BufferArg("out")),
+                     "the flags form's scan, segments starting where heads is set",
+                     initial=initial)
+    return builder.build(title, n, [f"{module.description}: {module.block_size} threads a "
+                                    f"block, an offset a thread"])
 
 
 class SegmentedScan:
@@ -41,7 +108,10 @@ class SegmentedScan:
     * ``flags=heads``: a bool or integer array of len(x); nonzero marks a segment's first
       element;
     * ``offsets=starts``: CSR offsets, int32 or int64, of length segments + 1,
-      non-decreasing, from 0 to len(x) (empty segments allowed); checked on the host;
+      non-decreasing, from 0 to len(x) (empty segments allowed); checked on the host. The
+      scan is then two steps: a kernel writes each segment's head flag from the offsets
+      into n bytes of scratch (kept per thread and stream, as the primitives keep theirs),
+      and the flags form's kernel scans with them;
     * ``keys=k``: an integer array of len(x); a segment is a run of equal consecutive keys
       (CUB's scan-by-key).
 
@@ -59,9 +129,12 @@ class SegmentedScan:
     launches for n elements and ``seg.check_compile()`` compiles with the nvcc on PATH.
     ``plan`` and ``check_compile`` take ``form="flags"`` (the default), ``"offsets"`` or
     ``"keys"``, and ``index_dtype=`` (default: bool flags, int64 offsets and keys);
-    ``check_compile()`` with no form compiles all three. ``seg.kernel(form, index_dtype)``
-    is the ScanKernel of one form (``.source`` of another form: ``seg.kernel("keys",
-    np.int32).source``).
+    ``check_compile()`` with no form compiles every module of the three. The offsets
+    form's plan is a ModulePlan: the heads zeroed, the ``segment_heads`` launch, then the
+    flags form's scan. ``seg.kernel(form, index_dtype)`` is the ScanKernel a form scans
+    with (``.source`` of another form: ``seg.kernel("keys", np.int32).source``); for
+    offsets that is the flags form's kernel, ``seg.kernel("flags")``, and the heads kernel
+    is ``seg.heads_module(index_dtype)`` (``.source``, ``.check_compile()``).
     """
 
     def __init__(self, dtype, operator="add", *, mode="inclusive", **scan_options):
@@ -69,6 +142,8 @@ class SegmentedScan:
         self.etype = element_type(dtype)
         self.mode, self.operator, self.scan_options = mode, operator, scan_options
         self._kernels = {}
+        self._plans = {}  # (offsets dtype, n) -> the offsets form's ModulePlan
+        self._runtime = ModuleRuntime()
         self.kernel("flags")  # validates the operator and options now
 
     def __repr__(self):
@@ -82,51 +157,77 @@ class SegmentedScan:
     @property
     def source(self) -> str:
         """The CUDA of the flags form with bool flags (no GPU needed); another form's is
-        ``kernel(form, index_dtype).source``."""
+        ``kernel(form, index_dtype).source``, the offsets' heads kernel's
+        ``heads_module(index_dtype).source``."""
         return self.kernel("flags").source
 
     def plan(self, n, form="flags", index_dtype=None):
-        """The launches that scan ``n`` elements segmented by ``form`` (no GPU needed)."""
+        """The launches that scan ``n`` elements segmented by ``form`` (no GPU needed): the
+        kernel's Plan for flags and keys, a ModulePlan (heads kernel, then the flags form's
+        scan) for offsets."""
+        index_dtype = _index_dtype(form, index_dtype)
+        if form == "offsets":
+            return self._offsets_plan(as_count(n), index_dtype)
         return self.kernel(form, index_dtype).plan(n)
 
     def check_compile(self, form=None, index_dtype=None) -> None:
         """Compile ``form`` (default: every form, each with its default index dtype) with the
         nvcc on PATH, without a GPU; a C error in the operator raises ScanCompileError with
-        the numbered source around it."""
+        the numbered source around it. The offsets form compiles its heads kernel and the
+        flags form's scan."""
         if form is None and index_dtype is not None:
             raise TypeError("index_dtype= names the dtype of one form's index: give form= too")
+        modules = []
         for each in _INDEX_TYPES if form is None else (form,):
-            self.kernel(each, index_dtype).check_compile()
+            for module in self._modules(each, index_dtype):
+                if not any(module is other for other in modules):
+                    modules.append(module)
+        for module in modules:
+            module.check_compile()
+
+    def _modules(self, form, index_dtype) -> list:
+        """What ``form`` compiles: its ScanKernel, and for offsets the heads module first."""
+        if form == "offsets":
+            return [self.heads_module(index_dtype), self.kernel("flags")]
+        return [self.kernel(form, index_dtype)]
+
+    def heads_module(self, index_dtype=None) -> SegmentHeadsModule:
+        """The module whose kernel writes the offsets form's head flags from CSR offsets of
+        ``index_dtype`` (int32 or int64; default int64)."""
+        return SegmentHeadsModule(_index_dtype("offsets", index_dtype))
 
     def kernel(self, form: str, index_dtype=None) -> ScanKernel:
         """The ScanKernel of one form ("flags", "offsets", "keys") and index dtype (default:
-        bool flags, int64 offsets and keys)."""
-        if form not in _INDEX_TYPES:
-            raise ValueError(f"form={form!r}: use 'flags', 'offsets' or 'keys'")
-        allowed = _INDEX_TYPES[form]
-        index_dtype = _DEFAULT_INDEX[form] if index_dtype is None else np.dtype(index_dtype)
-        if index_dtype not in allowed:
-            raise TypeError(f"{form} has dtype {index_dtype}; use one of "
-                            f"{', '.join(d.name for d in allowed)}")
+        bool flags, int64 offsets and keys). The offsets form scans with the flags form's
+        kernel over the flags its heads kernel writes (heads_module), so for any offsets
+        dtype this is ``kernel("flags")``."""
+        index_dtype = _index_dtype(form, index_dtype)
+        if form == "offsets":
+            return self.kernel("flags")
         key = (form, index_dtype)
         if key not in self._kernels:
             c = MASK_C_TYPES[index_dtype]
-            helpers = ""
             if form == "flags":
                 arguments, head = f"const {c} *flags", "flags[i] != 0"
-            elif form == "keys":
-                arguments, head = f"const {c} *keys", "i == 0 || keys[i] != keys[i - 1]"
             else:
-                arguments = f"const {c} *offsets, long long offset_count"
-                head = "scangen_is_offset(offsets, offset_count, i)"
-                helpers = _offset_search(c)
+                arguments, head = f"const {c} *keys", "i == 0 || keys[i] != keys[i - 1]"
             self._kernels[key] = ScanKernel(
                 self.dtype, self.operator,
                 arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",
                 output_statement=_OUTPUT[self.mode], is_segment_start_expr=head,
-                _helpers=helpers, title=f"segmented {self.mode} scan by {form}",
-                **self.scan_options)
+                title=f"segmented {self.mode} scan by {form}", **self.scan_options)
         return self._kernels[key]
+
+    def _offsets_plan(self, n: int, index_dtype: np.dtype) -> ModulePlan:
+        key = (index_dtype, n)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= _PLANS_KEPT:
+                self._plans.clear()
+            plan = self._plans[key] = _offsets_plan(
+                self.heads_module(index_dtype), self.kernel("flags"), n,
+                f"segmented {self.mode} scan by {index_dtype} offsets")
+        return plan
 
     def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None,
                  initial=None):
@@ -152,18 +253,32 @@ class SegmentedScan:
             out_view = call.views["out"]
             check_array("out", out_view, self.dtype, length=n)
         kernel = self.kernel(form, index.dtype)  # refuses an index dtype of another form
-        extra = ()
         if form == "offsets":
             check_array(form, index, index.dtype)
             _check_offsets(call.to_host(form), n)
-            extra = (np.int64(index.size),)
-        else:
-            check_array(form, index, index.dtype, length=n)
+            if n:
+                self._runtime.run(self._offsets_plan(n, index.dtype),
+                                  {"x": x_view, "offsets": index, "out": out_view},
+                                  call.stream, dict(offset_count=index.size, initial=initial))
+            return out
+        check_array(form, index, index.dtype, length=n)
         if n:
-            kernel.launch_converted(
-                (x_view.ptr, index.ptr) + extra + (out_view.ptr,),
-                n, call.stream, initial)
+            kernel.launch_converted((x_view.ptr, index.ptr, out_view.ptr), n, call.stream,
+                                    initial)
         return out
+
+
+def _index_dtype(form: str, index_dtype) -> np.dtype:
+    """The index dtype of ``form`` (its default where None), refused if the form takes
+    no such dtype."""
+    if form not in _INDEX_TYPES:
+        raise ValueError(f"form={form!r}: use 'flags', 'offsets' or 'keys'")
+    allowed = _INDEX_TYPES[form]
+    index_dtype = _DEFAULT_INDEX[form] if index_dtype is None else np.dtype(index_dtype)
+    if index_dtype not in allowed:
+        raise TypeError(f"{form} has dtype {index_dtype}; use one of "
+                        f"{', '.join(d.name for d in allowed)}")
+    return index_dtype
 
 
 def _check_offsets(offsets: np.ndarray, n: int) -> None:

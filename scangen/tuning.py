@@ -160,6 +160,11 @@ HISTOGRAM = Table(fallback=dict(block_size=256, shared_bins=8192, blocks_per_sm=
 #: together), in one wave of blocks.
 RUN_LENGTHS = Table(fallback=dict(block_size=256, items_per_thread=4, blocks_per_sm=8))
 
+#: SegmentedScan's segment heads from CSR offsets (SegmentHeadsModule in
+#: scangen/segmented.py): an offset a thread, in one wave of blocks walking the offsets
+#: with a grid stride (their number is the call's, not the plan's).
+SEGMENT_HEADS = Table(fallback=dict(block_size=256, blocks_per_sm=8))
+
 #: Shared memory one block may use, static and dynamic together, once its kernel opts in
 #: (cudaFuncAttributeMaxDynamicSharedMemorySize; the device reports it as
 #: MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), by architecture: the CUDA C++ Programming Guide's

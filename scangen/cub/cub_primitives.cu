@@ -10,12 +10,14 @@
 #include <cub/device/device_partition.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
+#include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
 
 #include "cub_timing.cuh"
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -262,6 +264,52 @@ void runs_of_four(const Bench &b, std::mt19937_64 &rng)
     b.row(rle, "cub DeviceRunLengthEncode::Encode, int64 counts", s);
 }
 
+// Segmented scans, float32 add, over segments of random lengths made as primitives.py makes
+// them (the cuts between segments drawn uniformly with replacement, so a few may be empty).
+// CUB scans by key: each element's key is its segment's number, so the runs of equal keys
+// are the segments (the empty ones have no elements). This toolkit's CUB has no segmented
+// scan that takes the offsets themselves.
+void segmented_scans(const Bench &b, std::mt19937_64 &rng)
+{
+    const int n = b.n;
+    std::vector<float> x(n);
+    for (float &v : x)
+        v = float(rng() % 4);  // whole numbers: sums below 2^24 are exact in any order
+    Buffer<float> in(x), out(n);
+    for (const int segments : {1, 1024, 65536, 1 << 20}) {
+        if (segments > n)
+            continue;
+        std::vector<long long> offsets(segments + 1, 0);
+        offsets[segments] = n;
+        for (int s = 1; s < segments; ++s)
+            offsets[s] = (long long)(rng() % (unsigned long long)(n + 1));
+        std::sort(offsets.begin() + 1, offsets.end() - 1);
+        std::vector<int> keys(n);
+        for (int s = 0; s < segments; ++s)
+            std::fill(keys.begin() + offsets[s], keys.begin() + offsets[s + 1], s);
+        Buffer<int> segment_keys(keys);
+        char primitive[64];
+        std::snprintf(primitive, sizeof primitive, "segmented scan float32 add, %d segment%s",
+                      segments, segments > 1 ? "s" : "");
+        const double s = b.time([&](void *t, size_t &bytes) {
+            return cub::DeviceScan::InclusiveSumByKey(t, bytes, segment_keys.ptr, in.ptr,
+                                                      out.ptr, n);
+        }, 8 * size_t(n) + 8 * size_t(segments + 1));
+        if (b.check) {  // exact below 2^24; above, sums in another order round otherwise
+            const std::vector<float> got = out.get(n);
+            double sum = 0;
+            bool ok = true;
+            for (int i = 0; i < n; ++i) {
+                sum = (i == 0 || keys[i] != keys[i - 1]) ? x[i] : sum + x[i];
+                const double error = std::abs(double(got[i]) - sum);
+                ok = ok && (sum < 16777216.0 ? error == 0 : error <= sum * 0x1p-16);
+            }
+            b.expect(ok, primitive);
+        }
+        b.row(primitive, "cub DeviceScan::InclusiveSumByKey (int32 keys)", s);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -280,6 +328,7 @@ int main(int argc, char **argv)
         select_and_partition(bench, rng);
         radix_sort(bench, rng);
         runs_of_four(bench, rng);
+        segmented_scans(bench, rng);
     }
     return 0;
 }

@@ -69,15 +69,19 @@ class ModuleRuntime:
     def run(self, plan, arrays: dict, stream, values: dict | None = None) -> None:
         """Queue ``plan`` on ``stream``: ``arrays`` binds the call's arrays by the names
         the plan gives them (views with ``ptr`` and ``size``, None for none), ``values``
-        the call's scalars (RuntimeArg)."""
+        the call's scalars (RuntimeArg; a scan's initial value among them, None for the
+        kernel's own)."""
         scratch = self.scratch(stream)
         buffers = {**arrays, **scratch.bind(plan, stream)}
         for name, nbytes in plan.zeroed:
             memset_d8_async(address_of(buffers[name]), 0, nbytes, stream)
         for step in plan.steps:
             if isinstance(step, ScanCall):
+                # The kernel converts its initial value itself (the call's, else its own).
+                initial = None if step.initial is None else \
+                    (values or {}).get(step.initial.name)
                 step.kernel.launch_converted(pack_arguments(step, step.args, buffers),
-                                             step.n, stream)
+                                             step.n, stream, initial)
             else:
                 self._launch(step, buffers, values or {}, scratch, stream)
 

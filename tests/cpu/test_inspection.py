@@ -120,16 +120,23 @@ def test_segmented_source_is_the_flags_form_built_at_construction():
     seg = scangen.SegmentedScan(np.int32, "add")
     assert seg.source == seg.kernel("flags", np.bool_).source
     assert "flags[i] != 0" in seg.source
-    assert "scangen_is_offset" in seg.kernel("offsets").source
+    assert seg.kernel("offsets") is seg.kernel("flags")  # the offsets become flags
+    assert "segment_heads(const long long" in seg.heads_module().source
     assert "keys[i] != keys[i - 1]" in seg.kernel("keys", np.uint8).source
 
 
 def test_segmented_plan_takes_a_form_and_index_dtype():
     seg = scangen.SegmentedScan(np.float32, "max", reverse=True)
-    for form in ("flags", "offsets", "keys"):
+    for form in ("flags", "keys"):
         plan = seg.plan(5000, form=form)
         assert plan.launches and f"by {form}" in str(plan)
         assert plan.scan_module == seg.kernel(form).scan_module
+    # offsets: the heads kernel, then the flags form's scan
+    plan = seg.plan(5000, form="offsets", index_dtype=np.int32)
+    assert isinstance(plan, ModulePlan) and "by int32 offsets" in str(plan)
+    assert plan.steps[0].kernel.module == seg.heads_module(np.int32)
+    assert plan.steps[1].kernel is seg.kernel("flags")
+    assert plan.launches[1:] == seg.plan(5000).launches
     assert seg.plan(100, form="keys", index_dtype=np.int8).scan_module == \
         seg.kernel("keys", np.dtype(np.int8)).scan_module
     # the default index dtypes
@@ -140,14 +147,15 @@ def test_segmented_plan_takes_a_form_and_index_dtype():
 def test_segmented_check_compile_compiles_every_form_or_the_one_named(monkeypatch):
     titles = []
     monkeypatch.setattr(kernel, "check_with_nvcc", lambda spec: titles.append(spec.hooks.title))
+    monkeypatch.setattr(scangen.compile, "check_with_nvcc",
+                        lambda module: titles.append(module.description))
     seg = scangen.SegmentedScan(np.uint32, "bit_xor")
-    seg.check_compile()
-    assert titles == [f"segmented inclusive scan by {form}"
-                      for form in ("flags", "offsets", "keys")]
+    seg.check_compile()  # the flags form's kernel once, though offsets scan with it too
+    assert titles == ["segmented inclusive scan by flags", "segment heads from int64 offsets",
+                      "segmented inclusive scan by keys"]
     titles.clear()
     seg.check_compile(form="offsets", index_dtype=np.int32)
-    assert titles == ["segmented inclusive scan by offsets"]
-    assert "const int *offsets" in seg.kernel("offsets", np.int32).source
+    assert titles == ["segment heads from int32 offsets", "segmented inclusive scan by flags"]
 
 
 @pytest.mark.parametrize("call,error,message", [

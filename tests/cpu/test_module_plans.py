@@ -1,9 +1,9 @@
-"""Primitives with kernels of their own (radix sort, argsort, radix digit offsets,
-histogram, run-length encoding from 2^32 elements) plan their calls as scans do, without a
-GPU: the launches a plan lists (counts, grids, arguments named as the entry points name
-their parameters), the plan run on the host by numpy models of the kernels against numpy
-(tests.support.module_machine), the checks of named arguments, the runtime that launches a
-plan's records, and ``python -m scangen plan`` for each primitive."""
+"""Primitives with kernels of their own (radix sort, argsort, radix digit offsets, histogram,
+run-length encoding from 2^32 elements, segmented scans by offsets) plan their calls as
+scans do, without a GPU: the launches a plan lists (counts, grids, arguments named as the
+entry points name their parameters), the plan run on the host by numpy models of the kernels
+against numpy (tests.support.module_machine), the checks of named arguments, the runtime
+that launches a plan's records, and ``python -m scangen plan`` for each primitive."""
 import numpy as np
 import pytest
 
@@ -17,7 +17,8 @@ from scangen.primitives import radix
 from scangen.primitives.histogram import bin_edges
 from scangen.runtime import modules as runtime_modules
 from scangen.strategies.base import Launch
-from tests.support import digit_offsets
+from tests.support import (digit_offsets, offset_heads, operator, poison_values,
+                           random_input, random_offsets, segmented_reference)
 from tests.support.module_machine import ModuleMachine
 
 
@@ -27,7 +28,8 @@ def check_launches(plan):
     assert isinstance(plan, ModulePlan)
     for step in plan.steps:
         if isinstance(step, ScanCall):
-            assert [name for name, _ in step.args] == [a.name for a in step.kernel.arguments]
+            assert [name for name, _ in step.args] == [a.name for a in step.parameters]
+            assert (step.initial is not None) == step.kernel.scan_module.hooks.initial
             continue
         entry = step.kernel
         assert isinstance(entry, EntryPoint) and isinstance(step, Launch)
@@ -250,6 +252,97 @@ def test_run_length_encode_plans_heads_then_lengths_on_the_host(rng, monkeypatch
     assert rle.plan(0).zeroed == (("count", 8),) and not rle.plan(0).launches
 
 
+# --- segmented scans by offsets ----------------------------------------------------------
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
+    """The heads zeroed (a temporary of n bytes), segment_heads over the call's offsets,
+    then the flags form's own scan (its plan's launches) over those heads; nothing for no
+    elements."""
+    seg = scangen.SegmentedScan(np.float32)
+    flags = seg.kernel("flags")
+    section = flags.spec.section_size
+    module = seg.heads_module(index_dtype)
+    assert seg.kernel("offsets", index_dtype) is flags
+    for n in [1, 255, 256, 257, section - 1, section, section + 1, 5 * section + 3,
+              section ** 2 + 1]:
+        plan = check_launches(seg.plan(n, form="offsets", index_dtype=index_dtype))
+        heads, scan = plan.steps
+        assert isinstance(heads, Launch) and isinstance(scan, ScanCall)
+        assert heads.kernel == EntryPoint(module, "segment_heads")
+        assert dict(heads.args) == dict(offsets=BufferArg("offsets"), heads=BufferArg("heads"),
+                                        offset_count=RuntimeArg("offset_count"), n=n)
+        assert heads.grid == -(-(n + 1) // 256) and heads.block == 256 and heads.blocks_per_sm
+        assert plan.zeroed == (("heads", n),)
+        (temporary,) = plan.temporaries
+        assert (temporary.name, temporary.nbytes, temporary.persistent) == ("heads", n, False)
+        assert scan.kernel is flags and scan.n == n and scan.initial is None
+        assert dict(scan.args) == dict(x=BufferArg("x"), flags=BufferArg("heads"),
+                                       out=BufferArg("out"))
+        assert plan.launches[1:] == flags.plan(n).launches
+        text = str(plan)
+        assert text.startswith(f"plan: segmented inclusive scan by {np.dtype(index_dtype)} "
+                               f"offsets over n={n}")
+        assert f"temporary heads: {n} B" in text and f"zeroed first: heads ({n} B)" in text
+        assert "segment_heads<<<" in text and "scan 'segmented inclusive scan by flags'" in text
+        assert seg.plan(n, form="offsets", index_dtype=index_dtype) is plan  # kept
+    empty = seg.plan(0, form="offsets", index_dtype=index_dtype)
+    assert empty.steps == () and empty.zeroed == () and empty.temporaries == ()
+
+
+def test_segmented_offsets_plan_passes_the_calls_initial_value():
+    seg = scangen.SegmentedScan(np.int32, "max", mode="exclusive", initial=-5)
+    plan = check_launches(seg.plan(1000, form="offsets"))
+    assert plan.steps[1].initial == RuntimeArg("initial")
+    assert "initial=<initial>" in str(plan)
+    assert "scan 'segmented exclusive scan by flags'" in str(plan)
+
+
+@pytest.mark.parametrize("strategy", scangen.STRATEGIES)
+@pytest.mark.parametrize("mode", scangen.MODES)
+@pytest.mark.parametrize("dtype,op_name", [("int32", "add"), ("uint64", "affine_then")])
+def test_segmented_offsets_plan_runs_on_the_host(rng, strategy, mode, dtype, op_name):
+    """The plan on the host (the heads kernel's model, then the flags scan's own plan
+    interpreted) against the segmented reference: one segment, a segment per element,
+    random segments with empty ones, for sizes around sections of 4."""
+    op = operator(op_name)
+    seg = scangen.SegmentedScan(dtype, op, mode=mode, strategy=strategy,
+                                algorithm="kogge_stone", section_size=4)
+    machine = ModuleMachine(rng)
+    for n in [1, 3, 4, 5, 15, 16, 17, 67]:
+        x = random_input(rng, dtype, op_name, n)
+        for index_dtype in (np.int32, np.int64):
+            plan = seg.plan(n, form="offsets", index_dtype=index_dtype)
+            for offsets in random_offsets(rng, n, index_dtype):
+                arrays = {"x": x, "offsets": offsets, "out": poison_values(rng, dtype, n)}
+                machine.run(plan, arrays, {"offset_count": offsets.size, "initial": None})
+                assert [name for name, _ in machine.ran] == \
+                    ["segment_heads", f"segmented {mode} scan by flags"]
+                want = segmented_reference(x, offset_heads(offsets, n), op, mode)
+                np.testing.assert_array_equal(arrays["out"], want,
+                                              err_msg=f"n={n} offsets={offsets}")
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_segmented_offsets_plan_starts_every_segment_from_initial(rng, mode):
+    """The constructor's initial value, and a call's in its place."""
+    op = operator("affine_then")
+    default, other = random_input(rng, "uint64", "affine_then", 2)
+    seg = scangen.SegmentedScan("uint64", op, mode=mode, algorithm="kogge_stone",
+                                section_size=4, initial=default)
+    machine = ModuleMachine(rng)
+    for n in [1, 5, 17, 67]:
+        x = random_input(rng, "uint64", "affine_then", n)
+        plan = seg.plan(n, form="offsets")
+        for offsets in random_offsets(rng, n, np.int64):
+            for given, initial in ((None, default), (other, other)):
+                arrays = {"x": x, "offsets": offsets, "out": poison_values(rng, "uint64", n)}
+                machine.run(plan, arrays, {"offset_count": offsets.size, "initial": given})
+                want = segmented_reference(x, offset_heads(offsets, n), op, mode,
+                                           initial=initial)
+                np.testing.assert_array_equal(arrays["out"], want)
+
+
 # --- named arguments ----------------------------------------------------------------------
 
 ENTRY = EntryPoint(radix.WideDigitPlacesModule(np.dtype("uint32")), "radix_digit_starts")
@@ -371,6 +464,41 @@ def test_runtime_launches_each_record_with_its_arguments_packed(monkeypatch, sma
     assert first[:2] == (0x1000, spare) and last[:2] == (spare, 0x9000000)
     assert first[2] == counts and last[2] == counts + 256 * 8  # the second pass's counts
     assert (first[5], first[7]) == (0xA000, 0xB000)  # ticket, status
+
+
+def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
+    """A plan's scan gets the buffers by name and the call's initial value (None: the
+    kernel's own), which the kernel converts itself; the heads are zeroed first."""
+    events = []
+
+    class Memory:
+        def empty(self, nbytes, dtype):
+            return FakeArray(0x700000, nbytes)
+
+    monkeypatch.setattr(runtime_modules, "_gpuarray", lambda: Memory())
+    monkeypatch.setattr(runtime_modules, "launch_function",
+                        lambda compiled, name, stream, shared=0:
+                        lambda grid, block, stream, *args: events.append((name, args)))
+    monkeypatch.setattr(runtime_modules, "wave_grid", lambda tiles, per_sm: tiles)
+    monkeypatch.setattr(runtime_modules, "memset_d8_async",
+                        lambda address, value, nbytes, stream: events.append(
+                            ("zero", address, nbytes)))
+    monkeypatch.setattr(runtime_modules, "stream_key", lambda stream: (0xC0, 0))
+    monkeypatch.setattr(type(scangen.SegmentedScan(np.int32).heads_module()), "compiled",
+                        lambda self: None)
+    seg = scangen.SegmentedScan(np.int32, initial=3)
+    monkeypatch.setattr(seg.kernel("flags"), "launch_converted",
+                        lambda values, n, stream, initial=None:
+                        events.append(("scan", values, n, initial)))
+    arrays = {"x": FakeArray(0x1000, 400), "offsets": FakeArray(0x2000, 24),
+              "out": FakeArray(0x3000, 400)}
+    for given in (None, 7):
+        events.clear()
+        seg._runtime.run(seg.plan(100, form="offsets"), arrays, None,
+                         dict(offset_count=3, initial=given))
+        assert events == [("zero", 0x700000, 100),
+                          ("segment_heads", (0x2000, 0x700000, 3, 100)),
+                          ("scan", (0x1000, 0x700000, 0x3000), 100, given)]
 
 
 # --- the command line ---------------------------------------------------------------------

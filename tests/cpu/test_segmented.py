@@ -1,4 +1,5 @@
-"""SegmentedScan without a GPU: the kernel of each form, offsets validation, nvcc."""
+"""SegmentedScan without a GPU: the kernel of each form, the heads kernel of the offsets form,
+offsets validation, nvcc. (The offsets form's plan, run on the host: test_module_plans.)"""
 
 import numpy as np
 import pytest
@@ -12,21 +13,46 @@ from scangen.segmented import _check_offsets
 def test_each_form_is_a_segmented_scan_kernel():
     seg = scangen.SegmentedScan(np.float64, scangen.LAST_NONZERO, mode="exclusive")
     forms = {"flags": (np.bool_, "flags[i] != 0"),
-             "keys": (np.int32, "i == 0 || keys[i] != keys[i - 1]"),
-             "offsets": (np.int64, "scangen_is_offset(offsets, offset_count, i)")}
+             "keys": (np.int32, "i == 0 || keys[i] != keys[i - 1]")}
     for form, (dtype, head) in forms.items():
         kernel = seg.kernel(form, np.dtype(dtype))
         assert kernel.scan_module.hooks.is_segment_start_expr == head
         assert kernel.scan_module.hooks.output_statement == "out[i] = prev_item;"
         assert kernel.spec.segmented and kernel.dtype == np.float64
     assert seg.kernel("keys", np.dtype(np.int32)) is seg.kernel("keys", np.dtype(np.int32))
+    # offsets become bool head flags, which the flags form's kernel scans
+    for dtype in (np.int32, np.int64):
+        assert seg.kernel("offsets", dtype) is seg.kernel("flags")
+
+
+def test_offsets_become_head_flags_one_offset_a_thread():
+    """The heads kernel writes a true per offset below n, for int32 and int64 offsets; no
+    element-wise search is left in any form's scan."""
+    seg = scangen.SegmentedScan(np.float32)
+    for dtype, c_type in ((np.int32, "int"), (np.int64, "long long")):
+        module = seg.heads_module(dtype)
+        assert module == seg.heads_module(np.dtype(dtype)) and module.offset_dtype == dtype
+        (name, parameters), = module.entry_points()
+        assert name == "segment_heads"
+        assert [p.declaration for p in parameters] == [
+            f"const {c_type} *__restrict__ offsets", "bool *__restrict__ heads",
+            "long long offset_count", "long long n"]
+        assert "heads[start] = true;" in module.source
+        assert f"segment_heads(const {c_type} *__restrict__ offsets" in module.source
+    assert seg.heads_module() == seg.heads_module(np.int64)
+    for form in ("flags", "keys"):
+        assert "offsets" not in seg.kernel(form).source
+    with pytest.raises(TypeError, match="offsets has dtype uint32; use one of int32, int64"):
+        seg.heads_module(np.uint32)
 
 
 @needs_nvcc
 def test_every_form_compiles():
     seg = scangen.SegmentedScan(np.uint64, "max", reverse=True, strategy="hierarchical")
-    for form, dtype in (("flags", np.uint8), ("keys", np.int64), ("offsets", np.int32)):
+    for form, dtype in (("flags", np.uint8), ("keys", np.int64)):
         seg.kernel(form, np.dtype(dtype)).check_compile()
+    for dtype in (np.int32, np.int64):
+        seg.heads_module(dtype).check_compile()
 
 
 @pytest.mark.parametrize("offsets,n,message", [

@@ -18,7 +18,8 @@ compaction, histogram, radix = (importlib.import_module(f"scangen.primitives.{na
                                 for name in ("compaction", "histogram", "radix"))
 
 TABLES = {name: getattr(tuning, name) for name in
-          ("SCAN", "COUNTING", "COUNTING_VALUES", "RADIX", "HISTOGRAM", "RUN_LENGTHS")}
+          ("SCAN", "COUNTING", "COUNTING_VALUES", "RADIX", "HISTOGRAM", "RUN_LENGTHS",
+           "SEGMENT_HEADS")}
 
 
 # --- the lookup rule --------------------------------------------------------------------------

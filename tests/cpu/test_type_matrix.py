@@ -79,7 +79,8 @@ ENTRY_POINTS = [
         output_statement="out[i] = prev_item;", reverse=True, title="type matrix"), EVERY),
     EntryPoint("SegmentedScan_flags", _segmented("flags", np.bool_), EVERY),
     EntryPoint("SegmentedScan_offsets", _segmented("offsets", np.int64), EVERY,
-               compiled_elsewhere=HEADS),
+               compiled_elsewhere="it scans with SegmentedScan_flags' kernel; its heads "
+                                  "kernel takes no element type (test_segmented compiles it)"),
     EntryPoint("SegmentedScan_keys", _segmented("keys", np.int32), EVERY,
                compiled_elsewhere=HEADS),
     EntryPoint("Select_predicate", _select, EVERY),

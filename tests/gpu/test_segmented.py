@@ -1,6 +1,6 @@
 """SegmentedScan on the GPU: flags, offsets and keys, non-commutative operators, empty and
 single-element segments, both modes, reverse, every strategy; initial= starting every
-segment (a struct's too)."""
+segment (a struct's too); random CSR offsets of every shape around the tuned section."""
 import itertools
 
 import numpy as np
@@ -10,8 +10,8 @@ import scangen
 from scangen.spec import MODES, STRATEGIES
 
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_guard_untouched,
-                           exact_affine_pairs, guarded_output, operator, precompile,
-                           random_input, segmented_reference)
+                           exact_affine_pairs, guarded_output, offset_heads, operator,
+                           precompile, random_input, random_offsets, segmented_reference)
 
 TYPES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float64", "max")]
 CASES = list(itertools.product(STRATEGIES, MODES, TYPES, (False, True)))
@@ -35,9 +35,27 @@ INITIAL_TYPES = [("uint64", "affine_then"), (AFFINE_PAIR, "affine_pairs")]
 INITIAL_CASES = list(itertools.product(STRATEGIES, MODES, INITIAL_TYPES, (False, True)))
 
 
+#: The offsets form on its own, with the tuned section: a non-commutative operator on 4
+#: bytes, and a 16-byte struct with initial=.
+OFFSET_TYPES = [("int32", "last_nonzero"), (AFFINE_PAIR, "affine_pairs")]
+OFFSET_CASES = list(itertools.product(STRATEGIES, MODES, OFFSET_TYPES, (False, True)))
+
+
+def build_for_offsets(strategy, mode, dtype, op_name, reverse, initial=None):
+    op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)
+    return scangen.SegmentedScan(dtype, op, mode=mode, reverse=reverse, strategy=strategy,
+                                 initial=initial)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _compile_in_parallel():
     kernels = []
+    for strategy, mode, (dtype, op_name), reverse in OFFSET_CASES:
+        initial = values(np.random.default_rng(0), dtype, op_name, 1)[0] \
+            if op_name == "affine_pairs" else None
+        seg = build_for_offsets(strategy, mode, dtype, op_name, reverse, initial)
+        kernels += [seg.kernel("offsets"), seg.heads_module(np.int32),
+                    seg.heads_module(np.int64)]
     for strategy, mode, (dtype, op_name), reverse in CASES:
         seg = build(strategy, mode, dtype, op_name, reverse)
         kernels += [seg.kernel("flags", np.dtype(np.uint8)), seg.kernel("keys", np.dtype(np.int32)),
@@ -120,3 +138,36 @@ def test_call_validation(gpu):
         seg(x, offsets=gpu.to_gpu(np.array([0, 5], np.uint8)))
     with pytest.raises(ValueError, match="non-decreasing"):
         seg(x, offsets=gpu.to_gpu(np.array([0, 3, 2, 5], np.int64)))
+
+
+@pytest.mark.parametrize("strategy,mode,types,reverse", OFFSET_CASES,
+                         ids=[f"{s}-{m}-{t[1]}-{'reverse' if r else 'forward'}"
+                              for s, m, t, r in OFFSET_CASES])
+def test_random_offsets(gpu, rng, strategy, mode, types, reverse):
+    """CSR offsets of every shape (one segment, a segment per element, random cuts with
+    empty segments among them, first and last), int32 and int64, at sizes around the tuned
+    section, into poisoned output with a guard. The struct starts every segment from
+    initial= (the constructor's, or a call's). The largest size runs first: its head flags
+    stay in the scratch the smaller calls reuse, so a call that did not clear them shows."""
+    dtype, op_name = types
+    op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)
+    default = values(rng, dtype, op_name, 1)[0] if op_name == "affine_pairs" else None
+    seg = build_for_offsets(strategy, mode, dtype, op_name, reverse, default)
+    section = seg.kernel("flags").spec.section_size
+    for n in [70_001, 1, 2, section - 1, section, section + 1, 3 * section + 7]:
+        x = values(rng, dtype, op_name, n)
+        x_gpu = gpu.to_gpu(x)
+        for shape, offsets in enumerate(random_offsets(rng, n, np.int64)):
+            if n > 10_000 and offsets.size == n + 1:
+                continue  # a segment per element: the small sizes have it (and the
+                # reference's loop over segments would take long)
+            offsets = offsets.astype((np.int32, np.int64)[shape % 2])
+            given = values(rng, dtype, op_name, 1)[0] if default is not None and shape % 2 \
+                else None
+            want = segmented_reference(x, offset_heads(offsets, n), op, mode, reverse=reverse,
+                                       initial=default if given is None else given)
+            out = guarded_output(gpu, rng, n, dtype)
+            seg(x_gpu, out.out, offsets=gpu.to_gpu(offsets), initial=given)
+            np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                          err_msg=f"n={n} offsets {offsets.dtype}: "
+                                                  f"{offsets[:8]} .. {offsets[-4:]}")

@@ -907,6 +907,22 @@ def segmented_reference(x, heads, op, mode, *, reverse=False, initial=None):
     return out
 
 
+def random_offsets(rng, n, dtype):
+    """CSR offsets of n elements (SegmentedScan's offsets=), one of each shape: one segment,
+    a segment per element, random cuts with empty segments among them (a repeated offset),
+    and the same with empty segments first (repeated zeros) and last (repeated n)."""
+    cuts = np.sort(rng.integers(0, n + 1, int(rng.integers(1, n + 3))))
+    shapes = [[0, n], np.arange(n + 1), np.concatenate([[0], cuts, [n]]),
+              np.concatenate([[0, 0, 0], cuts, [n, n]])]
+    return [np.asarray(offsets, dtype) for offsets in shapes]
+
+
+def offset_heads(offsets, n):
+    """The segment heads CSR offsets mean, for segmented_reference: every element that is
+    some offset."""
+    return np.isin(np.arange(n), offsets).astype(np.uint8)
+
+
 # --- comparing float results ----------------------------------------------------------------
 
 #: Allowed error of a float scan, in units of eps times the running sum of |x| (add) or
@@ -1053,7 +1069,8 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "dtype_label", "ELEMENT_DTYPES", "exact_affine_pairs", "expected",
            "FakeDeviceArray", "flipped", "integers_as", "keep_predicate", "kind", "MIXED", "MIXED_COMBINE", "MODES",
            "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
-           "poison_values", "poisoned", "precompile", "random_chunks", "random_input",
+           "offset_heads", "poison_values", "poisoned", "precompile", "random_chunks",
+           "random_input", "random_offsets",
            "readme_python_blocks", "run_readme_block", "RUNNING_STATS", "SATURATING_ADD",
            "scan_reference", "segmented_reference", "simulate_device", "small_values",
            "STATS", "sum_operator", "TABLE_LOOKUP", "type_operator_pairs", "valid",

@@ -57,6 +57,9 @@ def _cases():
     for form in ("flags", "offsets", "keys"):
         yield (f"segmented-float32-{form}",
                lambda f=form: _scan_text(scangen.SegmentedScan("float32"), f))
+    for offsets in ("int32", "int64"):  # the offsets form's own kernel
+        yield (f"segment-heads-{offsets}",
+               lambda o=offsets: scangen.SegmentedScan("float32").heads_module(o).source)
     for dtype in ("float32", "float16", "complex64"):
         yield (f"select-{dtype}-predicate",
                lambda d=dtype: _scan_text(scangen.Select(d, "x[i] != x[i]")))

@@ -1,9 +1,9 @@
-"""A numpy interpreter of primitives' plans (scangen.modules.ModulePlan): it runs each step
-on the host, doing what each kernel's comments promise (templates/kernels/radix_*.cuh.j2,
-templates/histogram.cu.j2, templates/run_lengths.cu.j2, and the scans a plan runs between
-them), so that a plan's structure (which buffers each launch reads and writes, in which
-order, what is zeroed first, which pass lands where) can be checked against numpy with no
-GPU. The kernels themselves are the GPU tests' job.
+"""A numpy interpreter of primitives' plans (scangen.modules.ModulePlan): it runs each step on
+the host, doing what each kernel's comments promise (templates/kernels/radix_*.cuh.j2,
+templates/histogram.cu.j2, templates/run_lengths.cu.j2, templates/segment_heads.cu.j2, and
+the scans a plan runs between them), so that a plan's structure (which buffers each launch
+reads and writes, in which order, what is zeroed first, which pass lands where) can be
+checked against numpy with no GPU. The kernels themselves are the GPU tests' job.
 
 What it checks while running (AssertionError otherwise):
 
@@ -19,6 +19,8 @@ What it checks while running (AssertionError otherwise):
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from scangen.args import C_SCALARS
@@ -26,6 +28,7 @@ from scangen.modules import ScanCall, named_arguments
 from scangen.strategies.base import MAX_GRID, NULL, BufferArg, RuntimeArg
 
 from . import digits as key_digits
+from .plan_machine import ScanHooks, run_plan
 
 
 class ModuleMachine:
@@ -119,7 +122,10 @@ class ModuleMachine:
 
     def _scan(self, call):
         self.runtime = dict(self.values)
-        bound = self._bind(call.parameters, call.args, C_SCALARS)
+        #: The scan running (its model may read its kernel and initial value).
+        self.call = call
+        bound = self._bind(call.parameters, call.args,
+                           {**C_SCALARS, "scan_t": call.kernel.dtype})
         SCANS[call.name](self, call.n, **bound)
         self.ran.append((call.name, call.n))
 
@@ -222,6 +228,15 @@ class ModuleMachine:
         bounds = np.append(starts[:total], end)
         counts[:total] = np.diff(bounds)
 
+    # -- segment heads from offsets (segment_heads.cu.j2) -------------------------------------
+
+    def segment_heads(self, module, launch, offsets, heads, offset_count, n):
+        """heads[offsets[k]] = true for each of the call's offsets below n (the rest of
+        heads is left as it was: the plan must have zeroed it)."""
+        assert offset_count <= offsets.size, "offset_count is past the offsets"
+        starts = offsets[:offset_count].astype(np.int64)
+        heads[starts[starts < n]] = True
+
 
 def _c_types(module) -> dict:
     """The numpy dtype of each C type a module's parameters point to."""
@@ -251,9 +266,26 @@ def _run_heads(machine, n, x, values, starts, count):
     count[0] = first.size
 
 
+def _segmented_by_flags(machine, n, x, flags, out, *, mode):
+    """SegmentedScan's flags form: its own plan run on the scan plan interpreter
+    (tests.support.plan_machine), with the heads the machine holds and the initial value
+    the runtime passes (the call's, else the kernel's)."""
+    call = machine.call
+    kernel = call.kernel
+    assert not kernel.scan_module.hooks.reverse, "the scan plan interpreter scans forward"
+    initial = None
+    if call.initial is not None:
+        initial = machine.values.get(call.initial.name)
+        initial = kernel.initial if initial is None else initial
+    out[:n] = run_plan(kernel.plan(n), ScanHooks(x[:n], mode, heads=flags[:n].copy(),
+                                                 initial=initial), machine.rng)
+
+
 #: What the scans a plan runs between launches do, by their title.
 SCANS = {"radix digit offsets: tile bases": _tile_bases,
-         "run_length_encode heads": _run_heads}
+         "run_length_encode heads": _run_heads,
+         **{f"segmented {mode} scan by flags": functools.partial(_segmented_by_flags, mode=mode)
+            for mode in ("inclusive", "exclusive")}}
 
 
 __all__ = ["ModuleMachine", "SCANS"]
