@@ -20,6 +20,7 @@ import scangen
 from scangen import interop, one_shot
 from scangen.interop import Call, as_stream, kind_of, parse_cuda_array_interface
 from scangen.runtime import contexts, gpu, launcher, streams
+from scangen.runtime.modules import ModuleRuntime
 from scangen.runtime.streams import RawLaunch, RawStream
 from tests.support import AFFINE, BFLOAT16, FakeContext, FakeDeviceArray, simulate_device
 
@@ -531,11 +532,18 @@ def test_segmented_offsets_are_read_after_the_call_stream(monkeypatch, launches)
         host[:] = [0, 2, 6]
 
     monkeypatch.setattr(streams, "copy_to_host", copy_to_host)
+    runs = []  # the offsets form's plan (head flags, then the flags scan), not run
+
+    def run(runtime, plan, arrays, stream, values):
+        runs.append(({name: view.ptr for name, view in arrays.items()}, stream.handle, values))
+
+    monkeypatch.setattr(ModuleRuntime, "run", run)
     x, out = FakeDeviceArray(6, np.int32, 0x1000), FakeDeviceArray(6, np.int32, 0x2000)
     offsets = FakeDeviceArray(3, np.int64, 0x3000)
     scangen.SegmentedScan(np.int32, "add")(x, out, offsets=offsets, stream=0x4444)
     assert reads == [(0x3000, 0x4444)]
-    assert launches[-1][1] == (0x1000, 0x3000, 3, 0x2000) and launches[-1][3].handle == 0x4444
+    assert runs == [({"x": 0x1000, "offsets": 0x3000, "out": 0x2000}, 0x4444,
+                     {"offset_count": 3, "initial": None})]
     with pytest.raises(ValueError, match="offsets must run from 0 to len"):
         scangen.SegmentedScan(np.int32, "add")(x, out, offsets=FakeDeviceArray(0, np.int64, 0))
     assert len(reads) == 1  # nothing to read from an empty array
