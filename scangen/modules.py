@@ -26,7 +26,7 @@ import numpy as np
 
 from . import compile as compiler
 from .args import C_SCALARS, Argument
-from .plan import format_value, launch_lines, temporary_lines
+from .plan import PlanTotals, format_value, launch_lines, temporary_lines
 from .render import render_module
 from .strategies.base import MAX_GRID, NULL, BufferArg, Launch, RuntimeArg, Temporary
 
@@ -235,7 +235,7 @@ class ScanCall:
 
 
 @dataclass(frozen=True)
-class ModulePlan:
+class ModulePlan(PlanTotals):
     """What a primitive's call runs, in order (``steps``: module Launch records and
     ScanCall), the temporaries it uses (kept per stream), the buffers zeroed before the
     first step ((name, bytes) pairs) and the tile status words its single-pass launches
@@ -257,18 +257,6 @@ class ModulePlan:
         for step in self.steps:
             out += step.plan.launches if isinstance(step, ScanCall) else [step]
         return tuple(out)
-
-    @property
-    def temp_bytes(self) -> int:
-        return sum(t.nbytes for t in self.temporaries)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(launch.bytes_read for launch in self.launches)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(launch.bytes_written for launch in self.launches)
 
     def __str__(self) -> str:
         return self.describe()

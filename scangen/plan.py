@@ -18,8 +18,25 @@ __all__ = ["BufferArg", "Launch", "NULL", "Plan", "RuntimeArg", "Temporary", "US
            "make_plan"]
 
 
+class PlanTotals:
+    """What a plan's launches and temporaries add up to; a scan's Plan and a primitive's
+    ModulePlan (scangen.modules) both have ``launches`` and ``temporaries``."""
+
+    @property
+    def temp_bytes(self) -> int:
+        return sum(t.nbytes for t in self.temporaries)
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(launch.bytes_read for launch in self.launches)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(launch.bytes_written for launch in self.launches)
+
+
 @dataclass(frozen=True)
-class Plan:
+class Plan(PlanTotals):
     #: The scangen.kernel.ScanModule planned for.
     scan_module: object
     n: int
@@ -34,18 +51,6 @@ class Plan:
     @property
     def spec(self):
         return self.scan_module.scan
-
-    @property
-    def temp_bytes(self) -> int:
-        return sum(t.nbytes for t in self.temporaries)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(launch.bytes_read for launch in self.launches)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(launch.bytes_written for launch in self.launches)
 
     @property
     def levels(self) -> int:
