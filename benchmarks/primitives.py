@@ -10,7 +10,7 @@ the host, as torch.masked_select does; ``count_on_device`` rows leave it on the 
 writes) with one device-to-device copy, the roof the issue's targets are stated against.
 The segmented-scan tables (float32 add, 1 to 2^20 segments of random lengths) time
 SegmentedScan by CSR offsets, by head flags and by keys over the same segments (the
-offsets are checked on the host each call, as SegmentedScan does).
+offsets are checked on the device each call, as SegmentedScan does by default).
 With ``--cub``, CUB's primitives join the tables after scangen's rows: the program
 scangen/cub/cub_primitives.cu, built with the nvcc on PATH, timed the same way on input made
 the same way (its counts stay on the device).

@@ -235,9 +235,20 @@ class ScanCall:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """A point between a primitive's steps that the host may wait for without waiting for
+    the steps after it: the runtime records an event there (ModuleRuntime.run returns it
+    by ``name``), so a call can read what the steps before it wrote into mapped host memory
+    (a verdict on its input) while the later ones run."""
+
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
 class ModulePlan(PlanTotals):
-    """What a primitive's call runs, in order (``steps``: module Launch records and
-    ScanCall), the temporaries it uses (kept per stream), the buffers zeroed before the
+    """What a primitive's call runs, in order (``steps``: module Launch records, ScanCall
+    and Checkpoint), the temporaries it uses (kept per stream), the buffers zeroed before the
     first step ((name, bytes) pairs) and the tile status words its single-pass launches
     share (0: none)."""
 
@@ -255,7 +266,10 @@ class ModulePlan(PlanTotals):
         """Every kernel launch of the call in order, the scans' included."""
         out = []
         for step in self.steps:
-            out += step.plan.launches if isinstance(step, ScanCall) else [step]
+            if isinstance(step, ScanCall):
+                out += step.plan.launches
+            elif not isinstance(step, Checkpoint):
+                out.append(step)
         return tuple(out)
 
     def __str__(self) -> str:
@@ -279,6 +293,8 @@ class ModulePlan(PlanTotals):
                     lines += [f"    {line}" for line in launch_lines(number, launch)]
                     number += 1
                 lines += [f"    {line}" for line in temporary_lines(step.plan.temporaries)]
+            elif isinstance(step, Checkpoint):
+                lines.append(f"  checkpoint {step.name!r}: {step.why}")
             else:
                 lines += launch_lines(number, step)
                 number += 1
@@ -308,6 +324,10 @@ class ModulePlanBuilder:
 
     def launch(self, module: Module, name: str, grid: int, block: int, args: dict, **kw):
         self.steps.append(module.launch(name, grid, block, args, **kw))
+
+    def checkpoint(self, name: str, why: str) -> None:
+        """A Checkpoint after the steps so far."""
+        self.steps.append(Checkpoint(name, why))
 
     def scan(self, kernel, n: int, args: dict, why: str, *, initial=None) -> None:
         """A ScanCall of ``kernel``; ``initial`` (a RuntimeArg) names the call's value of

@@ -2,10 +2,11 @@
 runs of equal keys. The flags and keys forms are each one ScanKernel with an
 is_segment_start_expr (so every strategy and algorithm serves them, and operand order is
 kept); the offsets form first writes head flags from the offsets with a kernel of its own
-(SegmentHeadsModule, templates/segment_heads.cu.j2) into n bytes of scratch, then runs the
-flags form's kernel over them: a segment test that searched the offsets for every element
-cost several times the scan. The kernels are built on first use of each form and index
-dtype."""
+(SegmentHeadsModule, templates/segment_heads.cu.j2) into n bytes of scratch, checking the
+offsets on the way, then runs the flags form's kernel over them: a segment test that
+searched the offsets for every element cost several times the scan, and checking the
+offsets on the host cost a copy of them and a wait for every call. The kernels are built on
+first use of each form and index dtype."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from .kernel import ScanKernel, options_repr
 from .interop import Call, check_array
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count
+from .runtime.contexts import release_at_exit
+from .runtime.mapped import ThreadWords
 from .runtime.modules import ModuleRuntime
 from .scan import _OUTPUT
 from .spec import check_mode
@@ -45,12 +48,16 @@ _HEADS_BLOCKS_PER_SM = SEGMENT_HEADS.value("blocks_per_sm")
 #: Offsets-form plans a SegmentedScan keeps (by index dtype and n), so that a repeated
 #: call plans nothing.
 _PLANS_KEPT = 64
+#: The offsets plan's checkpoint after the heads kernel: the call waits for it alone.
+_OFFSETS_CHECKED = "offsets checked"
 
 
 @dataclass(frozen=True)
 class SegmentHeadsModule(Module):
     """``segment_heads`` (templates/segment_heads.cu.j2): the head flags (bool, zeroed
-    first) of n elements from CSR offsets of ``offset_dtype``, a thread an offset."""
+    first) of n elements from CSR offsets of ``offset_dtype``, a thread an offset; where
+    ``verdict`` is not NULL it also checks the offsets and sets ``*verdict`` to 1 if any is
+    bad."""
 
     template: ClassVar[str] = "segment_heads.cu.j2"
     block_size: ClassVar[int] = _HEADS_BLOCK_SIZE
@@ -61,6 +68,7 @@ class SegmentHeadsModule(Module):
         return (Argument("offsets", MASK_C_TYPES[self.offset_dtype], pointer=True, const=True,
                          restrict=True),
                 Argument("heads", "bool", pointer=True, restrict=True),
+                Argument("verdict", "long long", pointer=True),
                 Argument("offset_count", "long long"), Argument("n", "long long"))
 
     def entry_points(self):
@@ -77,8 +85,9 @@ class SegmentHeadsModule(Module):
 
 def _offsets_plan(module: SegmentHeadsModule, kernel: ScanKernel, n: int,
                   title: str) -> ModulePlan:
-    """The offsets form over n elements: the heads zeroed, the heads kernel, then
-    ``kernel`` (the flags form's) over x with those heads."""
+    """The offsets form over n elements: the heads zeroed, the heads kernel (checking the
+    offsets where the call binds a verdict), a checkpoint the call waits for to read the
+    verdict, then ``kernel`` (the flags form's) over x with those heads."""
     builder = ModulePlanBuilder()
     if n:
         heads = builder.temporary("heads", n, "a head flag an element, from the offsets")
@@ -86,12 +95,15 @@ def _offsets_plan(module: SegmentHeadsModule, kernel: ScanKernel, n: int,
         builder.launch(
             module, "segment_heads", min(ceil_div(n + 1, module.block_size), MAX_GRID),
             module.block_size,
-            dict(offsets=BufferArg("offsets"), heads=heads,
+            dict(offsets=BufferArg("offsets"), heads=heads, verdict=BufferArg("verdict"),
                  offset_count=RuntimeArg("offset_count"), n=n),
             reads=(n + 1) * module.offset_dtype.itemsize, writes=n,
             blocks_per_sm=_HEADS_BLOCKS_PER_SM,
             why="heads[offsets[k]] = 1 where offsets[k] < n, a thread an offset of the "
-                "call's <offset_count> (reads and writes at most, for n + 1 offsets)")
+                "call's <offset_count>, each offset checked against the next where the "
+                "call binds a verdict (reads and writes at most, for n + 1 offsets)")
+        builder.checkpoint(_OFFSETS_CHECKED, "a call that checks its offsets waits for the "
+                                             "heads kernel's verdict here, while the scan runs")
         initial = RuntimeArg("initial") if kernel.scan_module.hooks.initial else None
         builder.scan(kernel, n, dict(x=BufferArg("x"), flags=heads, out=BufferArg("out")),
                      "the flags form's scan, segments starting where heads is set",
@@ -108,10 +120,14 @@ class SegmentedScan:
     * ``flags=heads``: a bool or integer array of len(x); nonzero marks a segment's first
       element;
     * ``offsets=starts``: CSR offsets, int32 or int64, of length segments + 1,
-      non-decreasing, from 0 to len(x) (empty segments allowed); checked on the host. The
-      scan is then two steps: a kernel writes each segment's head flag from the offsets
-      into n bytes of scratch (kept per thread and stream, as the primitives keep theirs),
-      and the flags form's kernel scans with them;
+      non-decreasing, from 0 to len(x) (empty segments allowed). The scan is then two
+      steps: a kernel writes each segment's head flag from the offsets into n bytes of
+      scratch (kept per thread and stream, as the primitives keep theirs), checking the
+      offsets as it goes, and the flags form's kernel scans with them. The call queues
+      both, then waits for the first kernel's verdict alone (the scan runs meanwhile, so
+      the GPU does not idle between calls) and raises ValueError naming the first bad
+      offset. ``check_offsets=False`` skips the check and the wait: the call then returns
+      at once, and bad offsets give a wrong result (they never write outside the arrays);
     * ``keys=k``: an integer array of len(x); a segment is a run of equal consecutive keys
       (CUB's scan-by-key).
 
@@ -144,7 +160,13 @@ class SegmentedScan:
         self._kernels = {}
         self._plans = {}  # (offsets dtype, n) -> the offsets form's ModulePlan
         self._runtime = ModuleRuntime()
+        #: The heads kernel's verdicts on the offsets, in mapped host memory.
+        self._verdicts = ThreadWords()
+        release_at_exit(self)
         self.kernel("flags")  # validates the operator and options now
+
+    def release_device_memory(self) -> None:
+        self._verdicts.clear()
 
     def __repr__(self):
         return (f"SegmentedScan({self.dtype.name}, {self.kernel('flags').spec.operator.name!r}, "
@@ -230,12 +252,12 @@ class SegmentedScan:
         return plan
 
     def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None,
-                 initial=None):
+                 initial=None, check_offsets=True):
         """Scan ``x`` segment by segment into ``out`` (new if None) and return ``out``.
         Arrays are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, ...; see
         Scan); ``stream`` defaults to the array library's current stream; ``initial``
         replaces the constructor's initial value (every segment starts from it) for this
-        call."""
+        call. ``check_offsets=False``: see the class docstring."""
         given = {name: value for name, value in
                  (("flags", flags), ("offsets", offsets), ("keys", keys)) if value is not None}
         if len(given) != 1:
@@ -255,17 +277,38 @@ class SegmentedScan:
         kernel = self.kernel(form, index.dtype)  # refuses an index dtype of another form
         if form == "offsets":
             check_array(form, index, index.dtype)
-            _check_offsets(call.to_host(form), n)
-            if n:
-                self._runtime.run(self._offsets_plan(n, index.dtype),
-                                  {"x": x_view, "offsets": index, "out": out_view},
-                                  call.stream, dict(offset_count=index.size, initial=initial))
+            if index.size == 0 or not n:  # nothing to launch: the host checks them
+                _check_offsets(call.to_host(form), n)
+                return out
+            self._scan_by_offsets(call, x_view, index, out_view, initial, check_offsets)
             return out
         check_array(form, index, index.dtype, length=n)
         if n:
             kernel.launch_converted((x_view.ptr, index.ptr, out_view.ptr), n, call.stream,
                                     initial)
         return out
+
+
+    def _scan_by_offsets(self, call, x, offsets, out, initial, check_offsets) -> None:
+        """Queue the offsets plan; with ``check_offsets``, wait for the heads kernel's
+        verdict and raise if the offsets are bad."""
+        n = x.size
+        verdict = self._verdicts.get() if check_offsets else None
+        if verdict is not None:
+            verdict.value = 0  # this thread's last call read it before returning
+        events = self._runtime.run(
+            self._offsets_plan(n, offsets.dtype),
+            {"x": x, "offsets": offsets, "out": out, "verdict": verdict}, call.stream,
+            dict(offset_count=offsets.size, initial=initial))
+        if verdict is None:
+            return
+        events[_OFFSETS_CHECKED].synchronize()
+        if verdict.value:
+            # The rare path: find which offset is bad, for the message.
+            _check_offsets(call.to_host("offsets"), n)
+            raise ValueError("offsets are not CSR offsets of len(x) elements (the device "
+                             "found a bad one, which was gone when the host looked: were "
+                             "they being written meanwhile?)")
 
 
 def _index_dtype(form: str, index_dtype) -> np.dtype:

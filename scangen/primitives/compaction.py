@@ -13,7 +13,6 @@ complex64, complex128, ml_dtypes' bfloat16, and numpy structured dtypes of those
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,8 +25,9 @@ from ..interop import (ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_
 from ..kernel import MaskInput, ScanKernel, counting_condition, options_repr
 from ..modules import Module, ModulePlanBuilder
 from ..plan import as_count
-from ..runtime.contexts import context_key, release_at_exit
+from ..runtime.contexts import release_at_exit
 from ..runtime.gpu import gpuarray as _gpuarray
+from ..runtime.mapped import MappedWord, ThreadWords
 from ..runtime.modules import ModuleRuntime
 from ..runtime.streams import copy_to_host, memset_d8_async, synchronize
 from ..spec import LAST_COUNTED_MAX_N, as_flag
@@ -45,21 +45,6 @@ __all__ = ["Select", "Partition", "Unique", "RunLengthEncode", "select", "remove
 _SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
                  " if (i == n - 1) *count = item;")
 
-
-
-class _HostCount:
-    """A count the kernel writes straight into page-locked host memory mapped into the
-    device's address space (portable: every context may write it), so reading it takes
-    a stream synchronisation and no copy: a synchronous copy of its 8 bytes from device
-    memory costs microseconds a call, which small compactions pay in full."""
-
-    def __init__(self):
-        import pycuda.driver as driver
-
-        flags = driver.host_alloc_flags.DEVICEMAP | driver.host_alloc_flags.PORTABLE
-        # Never read before a launch or an empty call writes it (_launch).
-        self.host = driver.pagelocked_empty(1, np.int64, mem_flags=flags)
-        self.ptr = self.host.base.get_device_pointer()
 
 
 def _leading(array, count):
@@ -138,11 +123,9 @@ class _Compaction:
         #: the elements are only zero or not (FlatNonzero); the subclass checked it.
         self.dtype = as_dtype(dtype)
         self.kernel = kernel
-        # (thread ident, runtime.contexts.context_key) -> _HostCount: a call that reads its count on
-        # the host writes and reads it before it returns, so one thread's calls take turns
-        # with it; a call from another thread (the one-shot functions share their objects)
-        # has its own, and so has another context (PyCUDA frees it in the one it was made in).
-        self._counts = {}
+        # The counts that calls reading theirs on the host have the kernel write into mapped
+        # host memory: one per calling thread and context.
+        self._counts = ThreadWords()
         release_at_exit(self)
 
     def release_device_memory(self) -> None:
@@ -188,28 +171,20 @@ class _Compaction:
                 raise ValueError(f"{name} overlaps {source}; compaction cannot work in place")
         return given, out
 
-    def _thread_count(self) -> "_HostCount":
-        """The calling thread's count, for calls that read it on the host."""
-        key = (threading.get_ident(), *context_key())
-        count = self._counts.get(key)
-        if count is None:
-            count = self._counts[key] = _HostCount()
-        return count
-
     def _launch(self, call, arrays, n, count_on_device, kernel=None):
         """Run ``kernel`` (default: this one's) over n elements of ``arrays`` (views of its
         array arguments before the count) on the call's stream. Returns the count and its
         view: a new one-element int64 array of the call's kind with ``count_on_device``,
-        else the calling thread's _HostCount, to be read with ``_read``. When n is 0 nothing
+        else the calling thread's MappedWord, to be read with ``_read``. When n is 0 nothing
         is launched (an empty GPUArray has no address) and the count is set to 0."""
         if count_on_device:
             count, count_view = call.empty((1,), np.int64)
         else:
-            count = count_view = self._thread_count()
+            count = count_view = self._counts.get()
         if n == 0 and count_on_device:
             memset_d8_async(count_view.ptr, 0, count_view.nbytes, call.stream)
         elif n == 0:
-            count.host[0] = 0  # no work of this thread's writes it: each call read it back
+            count.value = 0  # no work of this thread's writes it: each call read it back
         else:
             (kernel or self.kernel).launch_converted(
                 tuple(a.ptr for a in (*arrays, count_view)), n, call.stream)
@@ -217,11 +192,11 @@ class _Compaction:
 
     @staticmethod
     def _read(count, stream) -> int:
-        """The count (a _HostCount or a one-element int64 device array), after the work
+        """The count (a MappedWord or a one-element int64 device array), after the work
         queued on ``stream``."""
-        if isinstance(count, _HostCount):
+        if isinstance(count, MappedWord):
             synchronize(stream)
-            return int(count.host[0])
+            return count.value
         host = np.empty(1, np.int64)
         copy_to_host(host, count.ptr, stream)
         return int(host[0])

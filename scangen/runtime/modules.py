@@ -7,13 +7,13 @@ import threading
 
 import numpy as np
 
-from ..modules import ScanCall, address_of, pack_arguments
+from ..modules import Checkpoint, ScanCall, address_of, pack_arguments
 from ..strategies.base import RuntimeArg
 from .contexts import release_at_exit, stream_key
 from .gpu import gpuarray as _gpuarray, wave_grid
 from .launcher import launch_function
 from .scratch import StreamScratch
-from .streams import memset_d8_async
+from .streams import StreamEvent, memset_d8_async
 
 #: The values the single-pass state gives each launch that takes them.
 _SINGLE_PASS = ("ticket_base", "epoch")
@@ -27,6 +27,13 @@ class ModuleScratch:
     def __init__(self, tile_state=None):
         self.arrays = {}
         self.status = None if tile_state is None else StreamScratch(tile_state)
+        self.events = {}  # checkpoint name -> StreamEvent
+
+    def event(self, name: str) -> StreamEvent:
+        event = self.events.get(name)
+        if event is None:
+            event = self.events[name] = StreamEvent()
+        return event
 
     def get(self, name: str, nbytes: int):
         array = self.arrays.get(name)
@@ -66,12 +73,14 @@ class ModuleRuntime:
             scratch = self._scratch[key] = ModuleScratch(self.tile_state)
         return scratch
 
-    def run(self, plan, arrays: dict, stream, values: dict | None = None) -> None:
+    def run(self, plan, arrays: dict, stream, values: dict | None = None) -> dict:
         """Queue ``plan`` on ``stream``: ``arrays`` binds the call's arrays by the names
         the plan gives them (views with ``ptr`` and ``size``, None for none), ``values``
         the call's scalars (RuntimeArg; a scan's initial value among them, None for the
-        kernel's own)."""
+        kernel's own). Returns the event recorded at each of the plan's checkpoints, by
+        name (each is this thread's and stream's, recorded again by its next call)."""
         scratch = self.scratch(stream)
+        events = {}
         buffers = {**arrays, **scratch.bind(plan, stream)}
         for name, nbytes in plan.zeroed:
             memset_d8_async(address_of(buffers[name]), 0, nbytes, stream)
@@ -82,8 +91,12 @@ class ModuleRuntime:
                     (values or {}).get(step.initial.name)
                 step.kernel.launch_converted(pack_arguments(step, step.args, buffers),
                                              step.n, stream, initial)
+            elif isinstance(step, Checkpoint):
+                events[step.name] = scratch.event(step.name)
+                events[step.name].record(stream)
             else:
                 self._launch(step, buffers, values or {}, scratch, stream)
+        return events
 
     @staticmethod
     def _launch(launch, buffers, values, scratch, stream) -> None:

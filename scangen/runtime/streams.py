@@ -69,7 +69,13 @@ _SIGNATURES = {
     "cuCtxGetDevice": [ctypes.POINTER(ctypes.c_int)],
     "cuPointerGetAttribute": [_VOID_P, ctypes.c_int, _CUDEVICEPTR],
     "cuGetErrorName": [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)],
+    "cuEventCreate": [ctypes.POINTER(_VOID_P), _UINT],
+    "cuEventRecord": [_VOID_P, _VOID_P],
+    "cuEventSynchronize": [_VOID_P],
+    "cuEventDestroy_v2": [_VOID_P],
 }
+#: CU_EVENT_DISABLE_TIMING: an event without timing is cheaper to record and wait on.
+_EVENT_DISABLE_TIMING = 2
 #: CU_LAUNCH_PARAM_BUFFER_POINTER, CU_LAUNCH_PARAM_BUFFER_SIZE, CU_LAUNCH_PARAM_END.
 _PARAM_BUFFER_POINTER, _PARAM_BUFFER_SIZE, _PARAM_END = 1, 2, 0
 #: CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL.
@@ -161,6 +167,31 @@ def pointer_device(address: int) -> int:
     _check(_lib().cuPointerGetAttribute(ctypes.byref(ordinal), _ATTRIBUTE_DEVICE_ORDINAL,
                                         address), "cuPointerGetAttribute")
     return ordinal.value
+
+
+class StreamEvent:
+    """A CUDA event (without timing) made in the current context, to be recorded on any
+    kind of stream there (None, a pycuda Stream, a RawStream) and waited for: the host can
+    then wait for part of what a call queued, not for all of it."""
+
+    def __init__(self):
+        event = _VOID_P()
+        _check(_lib().cuEventCreate(ctypes.byref(event), _EVENT_DISABLE_TIMING), "cuEventCreate")
+        self.handle = event.value
+
+    def record(self, stream) -> None:
+        handle = 0 if stream is None else stream.handle
+        _check(_lib().cuEventRecord(ctypes.c_void_p(self.handle), ctypes.c_void_p(handle)),
+               "cuEventRecord")
+
+    def synchronize(self) -> None:
+        """Wait for the work queued before the last record."""
+        _check(_lib().cuEventSynchronize(ctypes.c_void_p(self.handle)), "cuEventSynchronize")
+
+    def __del__(self):
+        # At interpreter exit the context may be gone, and with it the event.
+        if getattr(self, "handle", None) and _library is not None:
+            _library.cuEventDestroy_v2(ctypes.c_void_p(self.handle))
 
 
 # ----------------------------------------------------------------- launching on a handle

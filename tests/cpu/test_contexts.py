@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scangen.primitives import compaction
-from scangen.runtime import contexts as cuda_contexts, launcher
+from scangen.runtime import contexts as cuda_contexts, launcher, mapped
 from scangen.runtime.modules import ModuleRuntime
 from scangen.runtime.streams import RawStream
 from tests.support import FakeContext
@@ -50,9 +50,9 @@ def test_radix_scratch_is_per_context_and_stream(contexts):
 
 
 def test_compaction_host_count_is_per_context(contexts, monkeypatch):
-    monkeypatch.setattr(compaction, "_HostCount", lambda: object())
+    monkeypatch.setattr(mapped, "MappedWord", lambda: object())
     select = compaction._Compaction(np.float32, None)
-    _one_each(contexts, select._thread_count)
+    _one_each(contexts, select._counts.get)
 
 
 def test_histogram_device_edges_are_per_context(contexts, monkeypatch):

@@ -47,7 +47,7 @@ LAYERS = [
     ("plan", ["plan"]),
     ("render", ["render"]),
     ("runtime", ["runtime", "runtime.gpu", "runtime.contexts", "runtime.streams",
-                 "runtime.pool", "runtime.scratch", "runtime.gpu_thread"]),
+                 "runtime.pool", "runtime.scratch", "runtime.mapped", "runtime.gpu_thread"]),
     ("compile", ["compile", "modules"]),
     ("interop", ["interop"]),
     ("launch", ["runtime.launcher", "runtime.modules"]),

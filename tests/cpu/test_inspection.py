@@ -131,11 +131,13 @@ def test_segmented_plan_takes_a_form_and_index_dtype():
         plan = seg.plan(5000, form=form)
         assert plan.launches and f"by {form}" in str(plan)
         assert plan.scan_module == seg.kernel(form).scan_module
-    # offsets: the heads kernel, then the flags form's scan
+    # offsets: the heads kernel, the checkpoint a checked call waits for, the flags scan
     plan = seg.plan(5000, form="offsets", index_dtype=np.int32)
     assert isinstance(plan, ModulePlan) and "by int32 offsets" in str(plan)
-    assert plan.steps[0].kernel.module == seg.heads_module(np.int32)
-    assert plan.steps[1].kernel is seg.kernel("flags")
+    heads, checked, scan = plan.steps
+    assert heads.kernel.module == seg.heads_module(np.int32)
+    assert checked.name == "offsets checked"
+    assert scan.kernel is seg.kernel("flags")
     assert plan.launches[1:] == seg.plan(5000).launches
     assert seg.plan(100, form="keys", index_dtype=np.int8).scan_module == \
         seg.kernel("keys", np.dtype(np.int8)).scan_module

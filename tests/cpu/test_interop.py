@@ -524,29 +524,68 @@ def test_segmented_scan_and_two_dimensional_rows(launches):
     assert "rows" in title and values == (0x4000, 0x5000, 3) and n == 6
 
 
-def test_segmented_offsets_are_read_after_the_call_stream(monkeypatch, launches):
-    reads = []
+class _FakeEvent:
+    def __init__(self, log):
+        self.log = log
+
+    def synchronize(self):
+        self.log.append("wait")
+
+
+def test_segmented_offsets_are_checked_on_the_call_stream(monkeypatch, launches):
+    """The offsets plan runs on the call's stream with the thread's verdict word bound;
+    the call waits for the checkpoint after the heads kernel, and reads the offsets to
+    the host only when the device found them bad, to name the bad one."""
+    from scangen.runtime import mapped
+
+    log = []
 
     def copy_to_host(host, address, stream):
-        reads.append((address, stream.handle))
-        host[:] = [0, 2, 6]
+        log.append(("read", address, stream.handle))
+        host[:] = [0, 4, 2, 6][:host.size]
 
+    def no_page_locked_memory(word):
+        word.host, word.ptr = np.array([-1], np.int64), 0x5000
+
+    simulate_device(monkeypatch)  # the verdict is kept per thread and context
+    monkeypatch.setattr(mapped.MappedWord, "__init__", no_page_locked_memory)
     monkeypatch.setattr(streams, "copy_to_host", copy_to_host)
-    runs = []  # the offsets form's plan (head flags, then the flags scan), not run
+    device_says_bad = []
 
     def run(runtime, plan, arrays, stream, values):
-        runs.append(({name: view.ptr for name, view in arrays.items()}, stream.handle, values))
+        verdict = arrays["verdict"]
+        log.append(({name: None if view is None else view.ptr
+                     for name, view in arrays.items()}, stream.handle, values,
+                    None if verdict is None else verdict.value))
+        if verdict is not None and device_says_bad:
+            verdict.value = 1
+        return {"offsets checked": _FakeEvent(log)}
 
     monkeypatch.setattr(ModuleRuntime, "run", run)
     x, out = FakeDeviceArray(6, np.int32, 0x1000), FakeDeviceArray(6, np.int32, 0x2000)
     offsets = FakeDeviceArray(3, np.int64, 0x3000)
-    scangen.SegmentedScan(np.int32, "add")(x, out, offsets=offsets, stream=0x4444)
-    assert reads == [(0x3000, 0x4444)]
-    assert runs == [({"x": 0x1000, "offsets": 0x3000, "out": 0x2000}, 0x4444,
-                     {"offset_count": 3, "initial": None})]
+    seg = scangen.SegmentedScan(np.int32, "add")
+    seg(x, out, offsets=offsets, stream=0x4444)
+    bound = {"x": 0x1000, "offsets": 0x3000, "out": 0x2000, "verdict": 0x5000}
+    values = {"offset_count": 3, "initial": None}
+    assert log == [(bound, 0x4444, values, 0), "wait"]  # the word set to 0 first
+    log.clear()
+    seg(x, out, offsets=offsets, stream=0x4444, check_offsets=False)
+    assert log == [({**bound, "verdict": None}, 0x4444, values, None)]  # no wait
+    log.clear()
+    device_says_bad.append(True)
+    bad = FakeDeviceArray(4, np.int64, 0x3000)
+    with pytest.raises(ValueError, match=r"offsets\[1\] = 4 > offsets\[2\] = 2"):
+        seg(x, out, offsets=bad, stream=0x4444)
+    assert log[1:] == ["wait", ("read", 0x3000, 0x4444)]
+    log.clear()
     with pytest.raises(ValueError, match="offsets must run from 0 to len"):
-        scangen.SegmentedScan(np.int32, "add")(x, out, offsets=FakeDeviceArray(0, np.int64, 0))
-    assert len(reads) == 1  # nothing to read from an empty array
+        seg(x, out, offsets=FakeDeviceArray(0, np.int64, 0))
+    assert log == []  # nothing to read from an empty array, nothing launched
+    with pytest.raises(ValueError, match="must run from 0 to len"):  # no elements: the host
+        seg(FakeDeviceArray(0, np.int32, 0), FakeDeviceArray(0, np.int32, 0),
+            offsets=FakeDeviceArray(3, np.int64, 0x3000), stream=0x4444)
+    assert log == [("read", 0x3000, 0x4444)]
 
 
 def test_select_with_the_count_on_the_device(fake_cupy, launches):

@@ -10,15 +10,15 @@ import pytest
 import scangen
 from scangen import cli
 from scangen.args import Argument
-from scangen.modules import (EntryPoint, ModulePlan, ScanCall, named_arguments,
+from scangen.modules import (Checkpoint, EntryPoint, ModulePlan, ScanCall, named_arguments,
                              pack_arguments)
 from scangen.plan import NULL, BufferArg, RuntimeArg
 from scangen.primitives import radix
 from scangen.primitives.histogram import bin_edges
 from scangen.runtime import modules as runtime_modules
 from scangen.strategies.base import Launch
-from tests.support import (digit_offsets, offset_heads, operator, poison_values,
-                           random_input, random_offsets, segmented_reference)
+from tests.support import (broken_offsets, digit_offsets, offset_heads, operator,
+                           poison_values, random_input, random_offsets, segmented_reference)
 from tests.support.module_machine import ModuleMachine
 
 
@@ -30,6 +30,9 @@ def check_launches(plan):
         if isinstance(step, ScanCall):
             assert [name for name, _ in step.args] == [a.name for a in step.parameters]
             assert (step.initial is not None) == step.kernel.scan_module.hooks.initial
+            continue
+        if isinstance(step, Checkpoint):
+            assert step.name and step.why
             continue
         entry = step.kernel
         assert isinstance(entry, EntryPoint) and isinstance(step, Launch)
@@ -267,10 +270,12 @@ def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
     for n in [1, 255, 256, 257, section - 1, section, section + 1, 5 * section + 3,
               section ** 2 + 1]:
         plan = check_launches(seg.plan(n, form="offsets", index_dtype=index_dtype))
-        heads, scan = plan.steps
+        heads, checked, scan = plan.steps
         assert isinstance(heads, Launch) and isinstance(scan, ScanCall)
+        assert checked == Checkpoint("offsets checked", checked.why)
         assert heads.kernel == EntryPoint(module, "segment_heads")
         assert dict(heads.args) == dict(offsets=BufferArg("offsets"), heads=BufferArg("heads"),
+                                        verdict=BufferArg("verdict"),
                                         offset_count=RuntimeArg("offset_count"), n=n)
         assert heads.grid == -(-(n + 1) // 256) and heads.block == 256 and heads.blocks_per_sm
         assert plan.zeroed == (("heads", n),)
@@ -285,6 +290,8 @@ def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
                                f"offsets over n={n}")
         assert f"temporary heads: {n} B" in text and f"zeroed first: heads ({n} B)" in text
         assert "segment_heads<<<" in text and "scan 'segmented inclusive scan by flags'" in text
+        assert text.index("segment_heads<<<") < text.index("checkpoint 'offsets checked'") \
+            < text.index("scan 'segmented")
         assert seg.plan(n, form="offsets", index_dtype=index_dtype) is plan  # kept
     empty = seg.plan(0, form="offsets", index_dtype=index_dtype)
     assert empty.steps == () and empty.zeroed == () and empty.temporaries == ()
@@ -293,7 +300,7 @@ def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
 def test_segmented_offsets_plan_passes_the_calls_initial_value():
     seg = scangen.SegmentedScan(np.int32, "max", mode="exclusive", initial=-5)
     plan = check_launches(seg.plan(1000, form="offsets"))
-    assert plan.steps[1].initial == RuntimeArg("initial")
+    assert plan.steps[2].initial == RuntimeArg("initial")
     assert "initial=<initial>" in str(plan)
     assert "scan 'segmented exclusive scan by flags'" in str(plan)
 
@@ -314,10 +321,14 @@ def test_segmented_offsets_plan_runs_on_the_host(rng, strategy, mode, dtype, op_
         for index_dtype in (np.int32, np.int64):
             plan = seg.plan(n, form="offsets", index_dtype=index_dtype)
             for offsets in random_offsets(rng, n, index_dtype):
-                arrays = {"x": x, "offsets": offsets, "out": poison_values(rng, dtype, n)}
+                verdict = np.zeros(1, np.int64)
+                arrays = {"x": x, "offsets": offsets, "out": poison_values(rng, dtype, n),
+                          "verdict": verdict}
                 machine.run(plan, arrays, {"offset_count": offsets.size, "initial": None})
                 assert [name for name, _ in machine.ran] == \
-                    ["segment_heads", f"segmented {mode} scan by flags"]
+                    ["segment_heads", "checkpoint offsets checked",
+                     f"segmented {mode} scan by flags"]
+                assert verdict[0] == 0, f"valid offsets {offsets} found bad"
                 want = segmented_reference(x, offset_heads(offsets, n), op, mode)
                 np.testing.assert_array_equal(arrays["out"], want,
                                               err_msg=f"n={n} offsets={offsets}")
@@ -336,11 +347,33 @@ def test_segmented_offsets_plan_starts_every_segment_from_initial(rng, mode):
         plan = seg.plan(n, form="offsets")
         for offsets in random_offsets(rng, n, np.int64):
             for given, initial in ((None, default), (other, other)):
-                arrays = {"x": x, "offsets": offsets, "out": poison_values(rng, "uint64", n)}
+                arrays = {"x": x, "offsets": offsets, "out": poison_values(rng, "uint64", n),
+                          "verdict": None}
                 machine.run(plan, arrays, {"offset_count": offsets.size, "initial": given})
                 want = segmented_reference(x, offset_heads(offsets, n), op, mode,
                                            initial=initial)
                 np.testing.assert_array_equal(arrays["out"], want)
+
+
+def test_segmented_offsets_plan_sets_the_verdict_for_bad_offsets(rng):
+    """The plan binds the call's verdict to the heads kernel, whose model sets it for
+    every way offsets can break the CSR rules (valid ones leave it: the test above); with
+    none bound (a call that does not check) the plan runs the same."""
+    seg = scangen.SegmentedScan(np.int32, algorithm="kogge_stone", section_size=4)
+    machine = ModuleMachine(rng)
+    for n in [1, 4, 5, 17, 67]:
+        x = random_input(rng, "int32", "add", n)
+        for index_dtype in (np.int32, np.int64):
+            plan = seg.plan(n, form="offsets", index_dtype=index_dtype)
+            for good in random_offsets(rng, n, index_dtype):
+                for bad, message in broken_offsets(rng, good, n):
+                    for verdict in (np.zeros(1, np.int64), None):
+                        arrays = {"x": x, "offsets": bad, "out": np.zeros(n, np.int32),
+                                  "verdict": verdict}
+                        machine.run(plan, arrays, {"offset_count": bad.size,
+                                                   "initial": None})
+                        if verdict is not None:
+                            assert verdict[0] == 1, f"n={n}: {bad} ({message}) passed"
 
 
 # --- named arguments ----------------------------------------------------------------------
@@ -468,8 +501,14 @@ def test_runtime_launches_each_record_with_its_arguments_packed(monkeypatch, sma
 
 def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
     """A plan's scan gets the buffers by name and the call's initial value (None: the
-    kernel's own), which the kernel converts itself; the heads are zeroed first."""
+    kernel's own), which the kernel converts itself; the heads are zeroed first; the
+    checkpoint records its event (one per thread and stream, kept) on the call's stream,
+    and run returns it by name."""
     events = []
+
+    class Event:
+        def record(self, stream):
+            events.append(("record", self, stream))
 
     class Memory:
         def empty(self, nbytes, dtype):
@@ -484,6 +523,7 @@ def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
                         lambda address, value, nbytes, stream: events.append(
                             ("zero", address, nbytes)))
     monkeypatch.setattr(runtime_modules, "stream_key", lambda stream: (0xC0, 0))
+    monkeypatch.setattr(runtime_modules, "StreamEvent", Event)
     monkeypatch.setattr(type(scangen.SegmentedScan(np.int32).heads_module()), "compiled",
                         lambda self: None)
     seg = scangen.SegmentedScan(np.int32, initial=3)
@@ -492,13 +532,19 @@ def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
                         events.append(("scan", values, n, initial)))
     arrays = {"x": FakeArray(0x1000, 400), "offsets": FakeArray(0x2000, 24),
               "out": FakeArray(0x3000, 400)}
-    for given in (None, 7):
+    recorded = []
+    for given, verdict in ((None, FakeArray(0x5000, 8)), (7, None)):
         events.clear()
-        seg._runtime.run(seg.plan(100, form="offsets"), arrays, None,
-                         dict(offset_count=3, initial=given))
+        got = seg._runtime.run(seg.plan(100, form="offsets"), {**arrays, "verdict": verdict},
+                               None, dict(offset_count=3, initial=given))
+        (name, event), = got.items()
+        recorded.append(event)
+        assert name == "offsets checked"
         assert events == [("zero", 0x700000, 100),
-                          ("segment_heads", (0x2000, 0x700000, 3, 100)),
+                          ("segment_heads", (0x2000, 0x700000, 0x5000 if verdict else 0, 3, 100)),
+                          ("record", event, None),
                           ("scan", (0x1000, 0x700000, 0x3000), 100, given)]
+    assert recorded[0] is recorded[1]
 
 
 # --- the command line ---------------------------------------------------------------------

@@ -100,10 +100,11 @@ def test_bad_requests_are_refused_before_any_gpu_work(make, error, message):
 
 def test_a_count_read_on_the_host_waits_for_its_stream_and_copies_nothing(monkeypatch):
     """The kernel writes a host-read count straight into mapped page-locked memory
-    (_HostCount): reading it synchronises the call's stream and reads the host array; an
+    (scangen.runtime.mapped.MappedWord): reading it synchronises the call's stream and reads the host array; an
     empty input sets it on the host, with nothing queued. A count left on the device is
     copied after the stream's work."""
     from scangen.primitives import compaction
+    from scangen.runtime import mapped
 
     events = []
 
@@ -111,7 +112,7 @@ def test_a_count_read_on_the_host_waits_for_its_stream_and_copies_nothing(monkey
         count.host, count.ptr = np.array([-1], np.int64), 0x1000
 
     simulate_device(monkeypatch)  # the count is kept per thread and context
-    monkeypatch.setattr(compaction._HostCount, "__init__", no_page_locked_memory)
+    monkeypatch.setattr(mapped.MappedWord, "__init__", no_page_locked_memory)
     monkeypatch.setattr(compaction, "synchronize", lambda stream: events.append(("sync", stream)))
     monkeypatch.setattr(compaction, "memset_d8_async", lambda *a: events.append(("memset",)))
     monkeypatch.setattr(compaction, "copy_to_host",
@@ -121,7 +122,7 @@ def test_a_count_read_on_the_host_waits_for_its_stream_and_copies_nothing(monkey
     call = types.SimpleNamespace(stream=stream)
 
     count, view = select._launch(call, [], 0, count_on_device=False)
-    assert count is view is select._thread_count() and events == []
+    assert count is view is select._counts.get() and events == []
     assert count.host[0] == 0
     count.host[0] = 123  # as the kernel would write it
     assert select._read(count, stream) == 123
@@ -135,16 +136,16 @@ def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
     """The one-shot primitives share their objects between threads, which may queue work on
     one stream at once: a compaction's count and a radix sort's scratch (per
     stream) are kept per calling thread, and kept between one thread's calls."""
-    from scangen.primitives import compaction
+    from scangen.runtime import mapped
 
     simulate_device(monkeypatch)  # counts and scratch are kept per thread and context
-    monkeypatch.setattr(compaction, "_HostCount", object)  # no page-locked memory here
+    monkeypatch.setattr(mapped, "MappedWord", object)  # no page-locked memory here
     select = scangen.Select("float32", "x > 0")
     passes = scangen.RadixSort("uint32")._runtime
     stream = types.SimpleNamespace(handle=0x55)
 
     def buffers():
-        return select._thread_count(), passes.scratch(None), passes.scratch(stream)
+        return select._counts.get(), passes.scratch(None), passes.scratch(stream)
 
     here = buffers()
     assert all(a is b for a, b in zip(here, buffers()))
@@ -153,4 +154,4 @@ def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
         there = pool.submit(buffers).result()
     assert all(a is not b for a, b in zip(here, there))
     select.release_device_memory()
-    assert select._thread_count() is not here[0]
+    assert select._counts.get() is not here[0]

@@ -26,8 +26,9 @@ def test_each_form_is_a_segmented_scan_kernel():
 
 
 def test_offsets_become_head_flags_one_offset_a_thread():
-    """The heads kernel writes a true per offset below n, for int32 and int64 offsets; no
-    element-wise search is left in any form's scan."""
+    """The heads kernel writes a true per offset below n, for int32 and int64 offsets, and
+    checks them where given a verdict word; no element-wise search is left in any form's
+    scan."""
     seg = scangen.SegmentedScan(np.float32)
     for dtype, c_type in ((np.int32, "int"), (np.int64, "long long")):
         module = seg.heads_module(dtype)
@@ -36,8 +37,9 @@ def test_offsets_become_head_flags_one_offset_a_thread():
         assert name == "segment_heads"
         assert [p.declaration for p in parameters] == [
             f"const {c_type} *__restrict__ offsets", "bool *__restrict__ heads",
-            "long long offset_count", "long long n"]
+            "long long *verdict", "long long offset_count", "long long n"]
         assert "heads[start] = true;" in module.source
+        assert "__syncthreads_or(bad)" in module.source
         assert f"segment_heads(const {c_type} *__restrict__ offsets" in module.source
     assert seg.heads_module() == seg.heads_module(np.int64)
     for form in ("flags", "keys"):

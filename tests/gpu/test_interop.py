@@ -158,6 +158,11 @@ def test_segmented_scan(kind, rng, form):
     got = scan(kind.to_device(x), **{form: kind.to_device(index)})
     np.testing.assert_array_equal(kind.to_host(got),
                                   segmented_reference(x, heads, LAST_NONZERO, "exclusive"))
+    if form == "offsets":  # checked on the device, on the array library's stream
+        bad = index.copy()
+        bad[index.size // 2] = n + 1
+        with pytest.raises(ValueError, match="non-decreasing"):
+            scan(kind.to_device(x), offsets=kind.to_device(bad))
 
 
 # --- primitives --------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 import scangen
 from scangen.spec import MODES, STRATEGIES
 
-from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_guard_untouched,
+from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_guard_untouched, broken_offsets,
                            exact_affine_pairs, guarded_output, offset_heads, operator,
                            precompile, random_input, random_offsets, segmented_reference)
 
@@ -171,3 +171,27 @@ def test_random_offsets(gpu, rng, strategy, mode, types, reverse):
             np.testing.assert_array_equal(assert_guard_untouched(out), want,
                                           err_msg=f"n={n} offsets {offsets.dtype}: "
                                                   f"{offsets[:8]} .. {offsets[-4:]}")
+
+
+def test_bad_offsets_are_found_on_the_device(gpu, rng):
+    """Every way offsets can break the CSR rules, at random places and sizes on both sides
+    of a heads-kernel block (256 offsets) and of a section, raises ValueError naming the
+    rule, int32 and int64; a good call after a bad one passes (the verdict is reset). With
+    check_offsets=False nothing is checked and bad offsets write nothing outside out (its
+    guard) and nothing past the heads (the next checked call is right)."""
+    seg = scangen.SegmentedScan(np.uint64, operator("affine_then"))
+    for n in [1, 2, 255, 256, 257, 2048, 2049, 70_001]:
+        x = random_input(rng, "uint64", "affine_then", n)
+        x_gpu = gpu.to_gpu(x)
+        for index_dtype in (np.int32, np.int64):
+            good = random_offsets(rng, n, index_dtype)[2]
+            want = segmented_reference(x, offset_heads(good, n), operator("affine_then"),
+                                       "inclusive")
+            for bad, message in broken_offsets(rng, good, n):
+                with pytest.raises(ValueError, match=message):
+                    seg(x_gpu, offsets=gpu.to_gpu(bad))
+                out = guarded_output(gpu, rng, n, np.uint64)
+                seg(x_gpu, out.out, offsets=gpu.to_gpu(bad), check_offsets=False)
+                assert_guard_untouched(out)
+            got = seg(x_gpu, offsets=gpu.to_gpu(good)).get()
+            np.testing.assert_array_equal(got, want, err_msg=f"n={n} after bad offsets")

@@ -917,6 +917,31 @@ def random_offsets(rng, n, dtype):
     return [np.asarray(offsets, dtype) for offsets in shapes]
 
 
+def broken_offsets(rng, offsets, n):
+    """Copies of valid CSR ``offsets`` of n elements, each breaking one rule at a random
+    place, with what SegmentedScan's message says of it: the first not 0, the last not n
+    (short of it, past it), one greater than the next, one below 0, one past n."""
+    offsets = np.asarray(offsets)
+    out = []
+
+    def broken(where, value, message):
+        copy = offsets.copy()
+        copy[where] = value
+        out.append((copy, message))
+
+    broken(0, 1 if n else -1, "must run from 0 to len")
+    broken(-1, n + 1, "must run from 0 to len")
+    if n:
+        broken(-1, n - 1, "must run from 0 to len")
+    if offsets.size > 2:
+        k = int(rng.integers(1, offsets.size - 1))
+        high = int(offsets[k + 1]) + int(rng.integers(1, 4))
+        broken(k, high, rf"offsets\[{k}\] = {high} > offsets\[{k + 1}\]")
+        broken(k, -5, "non-decreasing")
+        broken(k, n + 7, "non-decreasing")
+    return out
+
+
 def offset_heads(offsets, n):
     """The segment heads CSR offsets mean, for segmented_reference: every element that is
     some offset."""

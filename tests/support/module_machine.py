@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 from scangen.args import C_SCALARS
-from scangen.modules import ScanCall, named_arguments
+from scangen.modules import Checkpoint, ScanCall, named_arguments
 from scangen.strategies.base import MAX_GRID, NULL, BufferArg, RuntimeArg
 
 from . import digits as key_digits
@@ -48,7 +48,7 @@ class ModuleMachine:
         and ``values`` (the call's RuntimeArg values); return the buffers."""
         self.ran = []
         self.values = dict(values or {})
-        buffers = {name: a for name, a in arrays.items() if a is not None}
+        buffers = dict(arrays)  # an array bound to None is passed as NULL
         for temp in plan.temporaries:
             assert temp.name not in buffers, f"temporary {temp.name} shadows an array"
             if temp.persistent:
@@ -65,6 +65,8 @@ class ModuleMachine:
         for step in plan.steps:
             if isinstance(step, ScanCall):
                 self._scan(step)
+            elif isinstance(step, Checkpoint):
+                self.ran.append((f"checkpoint {step.name}", 0))
             else:
                 self._launch(step)
         return buffers
@@ -84,6 +86,8 @@ class ModuleMachine:
             return None
         assert isinstance(value, BufferArg), value
         assert value.name in self.buffers, f"no buffer {value.name!r}"
+        if self.buffers[value.name] is None:
+            return None
         raw = self._bytes(value.name, value.offset)
         dtype = np.dtype(dtype)
         return raw[:raw.size // dtype.itemsize * dtype.itemsize].view(dtype)
@@ -230,12 +234,16 @@ class ModuleMachine:
 
     # -- segment heads from offsets (segment_heads.cu.j2) -------------------------------------
 
-    def segment_heads(self, module, launch, offsets, heads, offset_count, n):
-        """heads[offsets[k]] = true for each of the call's offsets below n (the rest of
-        heads is left as it was: the plan must have zeroed it)."""
+    def segment_heads(self, module, launch, offsets, heads, verdict, offset_count, n):
+        """heads[offsets[k]] = true for each of the call's offsets in [0, n) (the rest of
+        heads is left as it was: the plan must have zeroed it); where a verdict is bound,
+        it becomes 1 if the offsets break the CSR rules and is left as it was if not."""
         assert offset_count <= offsets.size, "offset_count is past the offsets"
         starts = offsets[:offset_count].astype(np.int64)
-        heads[starts[starts < n]] = True
+        heads[starts[(starts >= 0) & (starts < n)]] = True
+        if verdict is not None and (starts[0] != 0 or starts[-1] != n or
+                                    np.any(np.diff(starts) < 0)):
+            verdict[0] = 1
 
 
 def _c_types(module) -> dict:
