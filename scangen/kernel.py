@@ -58,6 +58,22 @@ class MaskInput:
 
 
 @dataclass(frozen=True)
+class HeadFlags:
+    """Segment heads that are the nonzero elements of an integer or bool array argument:
+    what SegmentedScan's flags form passes a ScanKernel as ``_segment_heads=`` instead of
+    an ``is_segment_start_expr``. The expression comes from here, so the module may load
+    one-byte flags by other means (a lane's run of them in one load:
+    ScanModule.head_bytes) without reading the expression."""
+
+    #: The name of the pointer argument that holds the flags.
+    argument: str
+
+    @property
+    def expression(self) -> str:
+        return f"{self.argument}[i] != 0"
+
+
+@dataclass(frozen=True)
 class Counting:
     """What a counting scan (``counts=True``: ``input_expr`` is 0 or 1, the scan adds
     integers) needs besides its counts."""
@@ -99,6 +115,9 @@ class Hooks:
     #: Which of LIBRARY_OUTPUT_NAMES the output statement names, found once, when the
     #: hooks are made (make_hooks).
     library_names_used: frozenset = frozenset()
+    #: The segment heads are a flags argument's nonzero elements (HeadFlags; then
+    #: is_segment_start_expr is its expression); None: the expression is the user's.
+    head_flags: HeadFlags | None = None
 
     @property
     def counts(self) -> bool:
@@ -119,11 +138,12 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None, counts=False,
-               types=(), helpers="", input=None):
+               types=(), helpers="", input=None, segment_heads=None):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
     element types) whose C types the code names besides the scan type; ``input`` (a
-    MaskInput, for a library client) replaces ``input_expr``."""
+    MaskInput, for a library client) replaces ``input_expr``, ``segment_heads`` (a
+    HeadFlags) ``is_segment_start_expr``."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -142,6 +162,15 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     check_code(output_statement, "output_statement", expression=False)
     check_code(preamble, "preamble", expression=False)
     _check_preamble_macros(preamble)
+    if segment_heads is not None:
+        if not isinstance(segment_heads, HeadFlags):
+            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags, not "
+                            f"{type(segment_heads).__name__}")
+        if is_segment_start_expr is not None:
+            raise TypeError("give is_segment_start_expr or _segment_heads (a HeadFlags), "
+                            "not both")
+        _check_integer_pointer(parsed, segment_heads.argument, "HeadFlags")
+        is_segment_start_expr = segment_heads.expression
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
@@ -161,7 +190,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                   for t in types)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
                  is_segment_start_expr, reverse, initial_type is not None, counting, types,
-                 helpers.strip(), names_used)
+                 helpers.strip(), names_used, segment_heads)
 
 
 def _check_mask(mask, arguments, input_expr, counts) -> None:
@@ -174,13 +203,18 @@ def _check_mask(mask, arguments, input_expr, counts) -> None:
     if not counts:
         raise ValueError(f"a MaskInput ({mask.argument!r}) is an input to count: pass "
                          f"counts=True")
-    argument = next((a for a in arguments if a.name == mask.argument), None)
+    _check_integer_pointer(arguments, mask.argument, "MaskInput")
+
+
+def _check_integer_pointer(arguments, name: str, what: str) -> None:
+    """The argument a typed description (``what``) names: a pointer to integers or bools."""
+    argument = next((a for a in arguments if a.name == name), None)
     if argument is None:
-        raise ArgumentError(f"the MaskInput names {mask.argument!r}, which is none of the "
+        raise ArgumentError(f"the {what} names {name!r}, which is none of the "
                             f"arguments ({', '.join(a.name for a in arguments)})")
     dtype = argument.scalar_dtype
     if not argument.pointer or dtype is None or dtype.kind not in "biu":
-        raise ArgumentError(f"the MaskInput's {argument.described} must point to integers "
+        raise ArgumentError(f"the {what}'s {argument.described} must point to integers "
                             f"or bools")
 
 
@@ -266,6 +300,20 @@ class ScanModule:
             return None
         # counted in the unsigned word of the mask's size, 16 bytes a load
         return mask.argument, UNSIGNED_C_TYPES[dtype.itemsize], mask.keep
+
+    @property
+    def head_bytes(self) -> str | None:
+        """The flags argument whose one-byte elements are the segment heads (HeadFlags),
+        where the single pass moves values warp by warp in array order with runs of 4, 8
+        or 16 items: each lane then reads its run's flags in one load of that many bytes
+        (where the flags are aligned to it) instead of a byte an element, which cost the
+        scan as much as its values did. None otherwise (the heads come with each item)."""
+        heads = self.hooks.head_flags
+        if heads is None or self.hooks.reverse or not self.moves_warp_runs or \
+                self.scan.items_per_thread not in (4, 8, 16):
+            return None
+        argument = next(a for a in self.hooks.arguments if a.name == heads.argument)
+        return heads.argument if argument.scalar_dtype.itemsize == 1 else None
 
     @property
     def counted_sections_per_block(self) -> int:
@@ -424,7 +472,8 @@ class ScanKernel:
         As for scangen.Scan.
 
     Keywords that start with ``_`` are scangen's primitives' own: ``_helpers`` (C emitted
-    before the preamble) and ``_input`` (a MaskInput in place of ``input_expr``).
+    before the preamble), ``_input`` (a MaskInput in place of ``input_expr``) and
+    ``_segment_heads`` (a HeadFlags in place of ``is_segment_start_expr``).
 
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
@@ -439,16 +488,17 @@ class ScanKernel:
                  preamble="", is_segment_start_expr=None, reverse=False, initial=None,
                  counts=False, types=(), algorithm=None, section_size=None,
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
-                 _helpers="", _input=None):
+                 _helpers="", _input=None, _segment_heads=None):
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
-                           counts, types, _helpers, _input)
+                           counts, types, _helpers, _input, _segment_heads)
         if hooks.counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
-                         segmented=is_segment_start_expr is not None, counts=hooks.counts)
+                         segmented=hooks.is_segment_start_expr is not None,
+                         counts=hooks.counts)
         self.scan_module = ScanModule(scan, hooks)
         #: The initial value used when a call gives none (None: the kernel takes none).
         self.initial = None if initial is None else self._initial_value(initial)

@@ -16,7 +16,7 @@ import numpy as np
 
 from .arith import ceil_div
 from .args import Argument, c_parameters
-from .kernel import ScanKernel, options_repr
+from .kernel import HeadFlags, ScanKernel, options_repr
 from .interop import Call, check_array
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count
@@ -230,14 +230,15 @@ class SegmentedScan:
         if key not in self._kernels:
             c = MASK_C_TYPES[index_dtype]
             if form == "flags":
-                arguments, head = f"const {c} *flags", "flags[i] != 0"
+                arguments, heads = f"const {c} *flags", dict(_segment_heads=HeadFlags("flags"))
             else:
-                arguments, head = f"const {c} *keys", "i == 0 || keys[i] != keys[i - 1]"
+                arguments = f"const {c} *keys"
+                heads = dict(is_segment_start_expr="i == 0 || keys[i] != keys[i - 1]")
             self._kernels[key] = ScanKernel(
                 self.dtype, self.operator,
                 arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",
-                output_statement=_OUTPUT[self.mode], is_segment_start_expr=head,
-                title=f"segmented {self.mode} scan by {form}", **self.scan_options)
+                output_statement=_OUTPUT[self.mode],
+                title=f"segmented {self.mode} scan by {form}", **heads, **self.scan_options)
         return self._kernels[key]
 
     def _offsets_plan(self, n: int, index_dtype: np.dtype) -> ModulePlan:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from scangen import (ALGORITHMS, LAST_NONZERO, MODES, STRATEGIES, Operator, Scan,
-                     ScanCompileError, ScanKernel, Select, Tuning, make_spec)
+                     ScanCompileError, ScanKernel, SegmentedScan, Select, Tuning, make_spec)
 from scangen.kernel import ScanModule
 from scangen.families import FAMILIES
 from scangen.render import render
@@ -255,6 +255,13 @@ def batch_scan_kernels():
     entries.append(scan_kernel("segmented affine", "uint64", AFFINE,
                                {**SEGMENTED, "output_statement": "out[i] = item;"},
                                strategy="auto"))
+    # SegmentedScan's one-byte flags, read a run a load (4, 8 and 16 items a lane), both
+    # single-pass kernels (persistent and not)
+    for items, mode in [(4, "inclusive"), (8, "exclusive"), (16, "inclusive")]:
+        seg = SegmentedScan("float32", "max", mode=mode, items_per_thread=items,
+                            section_size=256 * items, strategy="decoupled_lookback")
+        entries.append(Entry(f"SegmentedScan flags float32 max {mode} 256x{items}",
+                             seg.kernel("flags").scan_module))
     return entries
 
 

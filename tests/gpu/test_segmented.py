@@ -195,3 +195,42 @@ def test_bad_offsets_are_found_on_the_device(gpu, rng):
                 assert_guard_untouched(out)
             got = seg(x_gpu, offsets=gpu.to_gpu(good)).get()
             np.testing.assert_array_equal(got, want, err_msg=f"n={n} after bad offsets")
+
+
+#: One-byte flags read a run a load (ScanModule.head_bytes): each run length, with a
+#: non-commutative operator on 8 and 16 bytes, in both modes.
+RUN_HEAD_CASES = list(itertools.product((4, 8, 16), MODES,
+                                        [("uint64", "affine_then"), (AFFINE_PAIR, "affine_pairs")]))
+
+
+@pytest.mark.parametrize("items,mode,types", RUN_HEAD_CASES,
+                         ids=[f"{i}-{m}-{t[1]}" for i, m, t in RUN_HEAD_CASES])
+def test_one_byte_flags_read_a_run_at_a_time(gpu, rng, items, mode, types):
+    """Flags of bool, uint8 and int8 (any nonzero byte a head), aligned to the run and
+    misaligned by 1, 2 and 4 bytes (a view into a larger array: read a byte at a time),
+    at sizes of whole sections and with a partial last one (whose items carry their own
+    heads), into poisoned output with a guard; heads from none to every element."""
+    dtype, op_name = types
+    op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)
+    seg = scangen.SegmentedScan(dtype, op, mode=mode, items_per_thread=items,
+                                section_size=256 * items, strategy="decoupled_lookback")
+    section = seg.kernel("flags").spec.section_size
+    for flags_dtype in (np.bool_, np.uint8, np.int8):
+        assert seg.kernel("flags", flags_dtype).scan_module.head_bytes == "flags"
+    for n in [section, 3 * section, 3 * section + 5, 1, section - 1, 40 * section + 77]:
+        x = values(rng, dtype, op_name, n)
+        x_gpu = gpu.to_gpu(x)
+        for shift in (0, 1, 2, 4):
+            density = rng.choice([0.0, 0.002, 0.3, 1.0])
+            heads = rng.random(n) < density
+            flags_dtype = (np.bool_, np.uint8, np.int8)[shift % 3]
+            raw = heads.astype(flags_dtype) if flags_dtype == np.bool_ else \
+                (heads * rng.integers(1, 128, n)).astype(flags_dtype)  # any nonzero byte
+            padded = np.zeros(n + 8, flags_dtype)
+            padded[shift:shift + n] = raw
+            flags = gpu.to_gpu(padded)[shift:shift + n]
+            want = segmented_reference(x, heads, op, mode)
+            out = guarded_output(gpu, rng, n, dtype)
+            seg(x_gpu, out.out, flags=flags)
+            np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                          err_msg=f"n={n} shift={shift} {flags_dtype}")
