@@ -63,7 +63,7 @@ class HeadFlags:
     what SegmentedScan's flags form passes a ScanKernel as ``_segment_heads=`` instead of
     an ``is_segment_start_expr``. The expression comes from here, so the module may load
     one-byte flags by other means (a lane's run of them in one load:
-    ScanModule.head_bytes) without reading the expression."""
+    ScanModule.run_heads) without reading the expression."""
 
     #: The name of the pointer argument that holds the flags.
     argument: str
@@ -71,6 +71,25 @@ class HeadFlags:
     @property
     def expression(self) -> str:
         return f"{self.argument}[i] != 0"
+
+
+@dataclass(frozen=True)
+class HeadKeys:
+    """Segment heads where an integer array argument's key differs from the one before it
+    (runs of equal keys, and element 0): what SegmentedScan's keys form passes as
+    ``_segment_heads=``, so a lane may read its run's keys in wide loads and compare them
+    itself (ScanModule.run_heads) without reading the expression."""
+
+    #: The name of the pointer argument that holds the keys.
+    argument: str
+
+    @property
+    def expression(self) -> str:
+        return f"i == 0 || {self.argument}[i] != {self.argument}[i - 1]"
+
+
+#: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads``.
+SEGMENT_HEADS = (HeadFlags, HeadKeys)
 
 
 @dataclass(frozen=True)
@@ -115,9 +134,10 @@ class Hooks:
     #: Which of LIBRARY_OUTPUT_NAMES the output statement names, found once, when the
     #: hooks are made (make_hooks).
     library_names_used: frozenset = frozenset()
-    #: The segment heads are a flags argument's nonzero elements (HeadFlags; then
-    #: is_segment_start_expr is its expression); None: the expression is the user's.
-    head_flags: HeadFlags | None = None
+    #: The segment heads are a flags argument's nonzero elements (HeadFlags) or where a
+    #: keys argument changes (HeadKeys); is_segment_start_expr is then its expression.
+    #: None: the expression is the user's.
+    segment_heads: HeadFlags | HeadKeys | None = None
 
     @property
     def counts(self) -> bool:
@@ -143,7 +163,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
     element types) whose C types the code names besides the scan type; ``input`` (a
     MaskInput, for a library client) replaces ``input_expr``, ``segment_heads`` (a
-    HeadFlags) ``is_segment_start_expr``."""
+    HeadFlags or HeadKeys) ``is_segment_start_expr``."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -163,13 +183,14 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     check_code(preamble, "preamble", expression=False)
     _check_preamble_macros(preamble)
     if segment_heads is not None:
-        if not isinstance(segment_heads, HeadFlags):
-            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags, not "
-                            f"{type(segment_heads).__name__}")
+        if not isinstance(segment_heads, SEGMENT_HEADS):
+            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags or HeadKeys, "
+                            f"not {type(segment_heads).__name__}")
+        what = type(segment_heads).__name__
         if is_segment_start_expr is not None:
-            raise TypeError("give is_segment_start_expr or _segment_heads (a HeadFlags), "
-                            "not both")
-        _check_integer_pointer(parsed, segment_heads.argument, "HeadFlags")
+            raise TypeError(f"give is_segment_start_expr or _segment_heads (a {what}), "
+                            f"not both")
+        _check_integer_pointer(parsed, segment_heads.argument, what)
         is_segment_start_expr = segment_heads.expression
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
@@ -302,18 +323,23 @@ class ScanModule:
         return mask.argument, UNSIGNED_C_TYPES[dtype.itemsize], mask.keep
 
     @property
-    def head_bytes(self) -> str | None:
-        """The flags argument whose one-byte elements are the segment heads (HeadFlags),
-        where the single pass moves values warp by warp in array order with runs of 4, 8
-        or 16 items: each lane then reads its run's flags in one load of that many bytes
-        (where the flags are aligned to it) instead of a byte an element, which cost the
-        scan as much as its values did. None otherwise (the heads come with each item)."""
-        heads = self.hooks.head_flags
+    def run_heads(self) -> tuple[str, str, str] | None:
+        """``(form, argument, C type of its elements)`` where the segment heads are given
+        typed (Hooks.segment_heads: ``"flags"`` for one-byte HeadFlags, ``"keys"`` for
+        HeadKeys) and the single pass moves warp runs of 4, 8 or 16 items in array order:
+        each lane then reads its run's flags or keys in a few wide loads and finds the
+        heads itself, instead of every item reading its own (which cost the scan as much
+        as its values did). None otherwise (the heads come with each item)."""
+        heads = self.hooks.segment_heads
         if heads is None or self.hooks.reverse or not self.moves_warp_runs or \
                 self.scan.items_per_thread not in (4, 8, 16):
             return None
         argument = next(a for a in self.hooks.arguments if a.name == heads.argument)
-        return heads.argument if argument.scalar_dtype.itemsize == 1 else None
+        if isinstance(heads, HeadFlags):
+            if argument.scalar_dtype.itemsize != 1:
+                return None
+            return "flags", heads.argument, argument.c_type
+        return "keys", heads.argument, argument.c_type
 
     @property
     def counted_sections_per_block(self) -> int:
@@ -473,7 +499,7 @@ class ScanKernel:
 
     Keywords that start with ``_`` are scangen's primitives' own: ``_helpers`` (C emitted
     before the preamble), ``_input`` (a MaskInput in place of ``input_expr``) and
-    ``_segment_heads`` (a HeadFlags in place of ``is_segment_start_expr``).
+    ``_segment_heads`` (a HeadFlags or HeadKeys in place of ``is_segment_start_expr``).
 
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,

@@ -138,7 +138,7 @@ def template_context(scan_module) -> dict:
         protocol=strategy.protocol,
         warp_runs=scan_module.moves_warp_runs,
         counted_mask=scan_module.counted_mask,
-        head_bytes=scan_module.head_bytes,
+        run_heads=scan_module.run_heads,
         counted_sections_per_block=scan_module.counted_sections_per_block,
         **state.template_context(),
         backoff_min_ns=spec.tuning.backoff_min_ns,

@@ -16,7 +16,7 @@ import numpy as np
 
 from .arith import ceil_div
 from .args import Argument, c_parameters
-from .kernel import HeadFlags, ScanKernel, options_repr
+from .kernel import HeadFlags, HeadKeys, ScanKernel, options_repr
 from .interop import Call, check_array
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count
@@ -232,8 +232,7 @@ class SegmentedScan:
             if form == "flags":
                 arguments, heads = f"const {c} *flags", dict(_segment_heads=HeadFlags("flags"))
             else:
-                arguments = f"const {c} *keys"
-                heads = dict(is_segment_start_expr="i == 0 || keys[i] != keys[i - 1]")
+                arguments, heads = f"const {c} *keys", dict(_segment_heads=HeadKeys("keys"))
             self._kernels[key] = ScanKernel(
                 self.dtype, self.operator,
                 arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",

@@ -255,13 +255,16 @@ def batch_scan_kernels():
     entries.append(scan_kernel("segmented affine", "uint64", AFFINE,
                                {**SEGMENTED, "output_statement": "out[i] = item;"},
                                strategy="auto"))
-    # SegmentedScan's one-byte flags, read a run a load (4, 8 and 16 items a lane), both
-    # single-pass kernels (persistent and not)
-    for items, mode in [(4, "inclusive"), (8, "exclusive"), (16, "inclusive")]:
+    # SegmentedScan's one-byte flags and its keys, read a run at a time (4, 8 and 16 items a
+    # lane; keys of 1 to 8 bytes), both single-pass kernels (persistent and not)
+    for items, mode, keys in [(4, "inclusive", "int8"), (8, "exclusive", "int32"),
+                              (16, "inclusive", "int64"), (8, "inclusive", "uint16")]:
         seg = SegmentedScan("float32", "max", mode=mode, items_per_thread=items,
                             section_size=256 * items, strategy="decoupled_lookback")
         entries.append(Entry(f"SegmentedScan flags float32 max {mode} 256x{items}",
                              seg.kernel("flags").scan_module))
+        entries.append(Entry(f"SegmentedScan {keys} keys float32 max {mode} 256x{items}",
+                             seg.kernel("keys", keys).scan_module))
     return entries
 
 

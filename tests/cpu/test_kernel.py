@@ -8,7 +8,7 @@ import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
 from scangen import UserCodeError
 from scangen import interop
-from scangen.kernel import HeadFlags, MaskInput
+from scangen.kernel import HeadFlags, HeadKeys, MaskInput
 from scangen.runtime import launcher
 from tests.support import COMPACTION, FakeDeviceArray, simulate_device
 from tests.support import needs_nvcc
@@ -400,31 +400,42 @@ def head_kernel(argument="const unsigned char *heads", heads=HeadFlags("heads"),
                                  "_segment_heads": heads, **options})
 
 
-def test_one_byte_head_flags_are_loaded_a_run_at_a_time():
-    """SegmentedScan's flags form passes its heads as a HeadFlags: one-byte flags in a
-    single pass that moves warp runs of 4, 8 or 16 items in array order are read a run a
-    load; other flags, reverse scans and other tiles read them with each item."""
-    for flags in (np.bool_, np.uint8, np.int8):
-        kernel = scangen.SegmentedScan(np.float32).kernel("flags", flags)
-        assert kernel.scan_module.head_bytes == "flags"
+def test_typed_heads_are_loaded_a_run_at_a_time():
+    """SegmentedScan's flags and keys forms pass their heads typed (HeadFlags, HeadKeys):
+    one-byte flags, and keys of any width, in a single pass that moves warp runs of 4, 8 or
+    16 items in array order, are read a run at a time; wider flags, reverse scans and other
+    tiles read each item's head with it."""
+    seg = scangen.SegmentedScan(np.float32)
+    for flags, c_type in ((np.bool_, "bool"), (np.uint8, "unsigned char"),
+                          (np.int8, "signed char")):
+        kernel = seg.kernel("flags", flags)
+        assert kernel.scan_module.run_heads == ("flags", "flags", c_type)
         assert kernel.scan_module.hooks.is_segment_start_expr == "flags[i] != 0"
         assert "load_run_heads(io, start, n)" in kernel.source
         assert "io.input_without_head(" in kernel.source
+    for keys, c_type in ((np.int8, "signed char"), (np.uint16, "unsigned short"),
+                         (np.int32, "int"), (np.int64, "long long")):
+        kernel = seg.kernel("keys", keys)
+        assert kernel.scan_module.run_heads == ("keys", "keys", c_type)
+        assert kernel.scan_module.hooks.is_segment_start_expr == \
+            "i == 0 || keys[i] != keys[i - 1]"
+        assert f"typedef {c_type} head_key_t;" in kernel.source
     for items in (4, 8, 16):
         assert head_kernel(items_per_thread=items, section_size=256 * items) \
-            .scan_module.head_bytes == "heads"
+            .scan_module.run_heads == ("flags", "heads", "unsigned char")
     # the same expression written as is_segment_start_expr is the user's: read per item
     by_hand = scangen.ScanKernel(np.float32, "add",
                                  arguments="const scan_t *x, const bool *heads, scan_t *out",
                                  input_expr="x[i]", output_statement="out[i] = item;",
                                  is_segment_start_expr="heads[i] != 0")
-    assert by_hand.scan_module.head_bytes is None
-    for kernel in (by_hand, scangen.SegmentedScan(np.float32).kernel("flags", np.int32),
+    assert by_hand.scan_module.run_heads is None
+    for kernel in (by_hand, seg.kernel("flags", np.int32),
                    scangen.SegmentedScan(np.float32, reverse=True).kernel("flags"),
+                   scangen.SegmentedScan(np.float32, reverse=True).kernel("keys"),
                    head_kernel(items_per_thread=2, section_size=512),
                    head_kernel(algorithm="kogge_stone"),
                    head_kernel(tuning=scangen.Tuning(tile_warp_runs=False))):
-        assert kernel.scan_module.head_bytes is None
+        assert kernel.scan_module.run_heads is None
         assert "input_without_head" not in kernel.source
     assert "input_without_head" not in scangen.Scan(np.float32).source
 
@@ -437,7 +448,9 @@ def test_one_byte_head_flags_are_loaded_a_run_at_a_time():
     (dict(is_segment_start_expr="heads[i]"), TypeError,
      r"give is_segment_start_expr or _segment_heads \(a HeadFlags\), not both"),
     (dict(heads="heads[i] != 0"), TypeError,
-     "_segment_heads must be a scangen.kernel.HeadFlags, not str"),
+     "_segment_heads must be a scangen.kernel.HeadFlags or HeadKeys, not str"),
+    (dict(heads=HeadKeys("heads"), argument="const double *heads"), ArgumentError,
+     r"HeadKeys's argument 'heads' \(const double \*heads\) must point to integers"),
 ])
 def test_head_flags_name_a_pointer_to_integers(options, error, message):
     with pytest.raises(error, match=message):

@@ -197,10 +197,30 @@ def test_bad_offsets_are_found_on_the_device(gpu, rng):
             np.testing.assert_array_equal(got, want, err_msg=f"n={n} after bad offsets")
 
 
-#: One-byte flags read a run a load (ScanModule.head_bytes): each run length, with a
+#: One-byte flags and keys read a run at a time (ScanModule.run_heads): each run length, with a
 #: non-commutative operator on 8 and 16 bytes, in both modes.
 RUN_HEAD_CASES = list(itertools.product((4, 8, 16), MODES,
                                         [("uint64", "affine_then"), (AFFINE_PAIR, "affine_pairs")]))
+
+
+def shifted_view(gpu, host, shift):
+    """``host`` on the device as a view ``shift`` elements into a larger array, so its
+    address is aligned to no more than that."""
+    padded = np.zeros(host.size + 8, host.dtype)
+    padded[shift:shift + host.size] = host
+    return gpu.to_gpu(padded)[shift:shift + host.size]
+
+
+def check_run_heads(gpu, rng, seg, x, x_gpu, heads, op, mode, **index):
+    """``seg`` over x with ``index`` (flags= or keys=, whose heads are ``heads``), into
+    poisoned output with a guard, against the segmented reference."""
+    want = segmented_reference(x, heads, op, mode)
+    out = guarded_output(gpu, rng, x.size, x.dtype)
+    seg(x_gpu, out.out, **index)
+    (form, view), = index.items()
+    np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                  err_msg=f"n={x.size} {form} {view.dtype} at "
+                                          f"{int(view.gpudata) % 16} bytes past 16")
 
 
 @pytest.mark.parametrize("items,mode,types", RUN_HEAD_CASES,
@@ -216,7 +236,7 @@ def test_one_byte_flags_read_a_run_at_a_time(gpu, rng, items, mode, types):
                                 section_size=256 * items, strategy="decoupled_lookback")
     section = seg.kernel("flags").spec.section_size
     for flags_dtype in (np.bool_, np.uint8, np.int8):
-        assert seg.kernel("flags", flags_dtype).scan_module.head_bytes == "flags"
+        assert seg.kernel("flags", flags_dtype).scan_module.run_heads[0] == "flags"
     for n in [section, 3 * section, 3 * section + 5, 1, section - 1, 40 * section + 77]:
         x = values(rng, dtype, op_name, n)
         x_gpu = gpu.to_gpu(x)
@@ -226,11 +246,32 @@ def test_one_byte_flags_read_a_run_at_a_time(gpu, rng, items, mode, types):
             flags_dtype = (np.bool_, np.uint8, np.int8)[shift % 3]
             raw = heads.astype(flags_dtype) if flags_dtype == np.bool_ else \
                 (heads * rng.integers(1, 128, n)).astype(flags_dtype)  # any nonzero byte
-            padded = np.zeros(n + 8, flags_dtype)
-            padded[shift:shift + n] = raw
-            flags = gpu.to_gpu(padded)[shift:shift + n]
-            want = segmented_reference(x, heads, op, mode)
-            out = guarded_output(gpu, rng, n, dtype)
-            seg(x_gpu, out.out, flags=flags)
-            np.testing.assert_array_equal(assert_guard_untouched(out), want,
-                                          err_msg=f"n={n} shift={shift} {flags_dtype}")
+            check_run_heads(gpu, rng, seg, x, x_gpu, heads, op, mode,
+                            flags=shifted_view(gpu, raw, shift))
+
+
+@pytest.mark.parametrize("items,mode,types", RUN_HEAD_CASES,
+                         ids=[f"{i}-{m}-{t[1]}" for i, m, t in RUN_HEAD_CASES])
+def test_keys_read_a_run_at_a_time(gpu, rng, items, mode, types):
+    """Keys of 1 to 8 bytes, aligned and misaligned by one key (a view into a larger
+    array: read a key at a time), runs of equal keys from one to every element, at sizes
+    of whole sections and with a partial last one, into poisoned output with a guard."""
+    dtype, op_name = types
+    op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)
+    seg = scangen.SegmentedScan(dtype, op, mode=mode, items_per_thread=items,
+                                section_size=256 * items, strategy="decoupled_lookback")
+    section = seg.kernel("flags").spec.section_size
+    key_types = (np.int8, np.uint16, np.int32, np.int64)
+    for key_dtype in key_types:
+        assert seg.kernel("keys", key_dtype).scan_module.run_heads[0] == "keys"
+    for n in [section, 3 * section, 3 * section + 5, 1, section - 1, 40 * section + 77]:
+        x = values(rng, dtype, op_name, n)
+        x_gpu = gpu.to_gpu(x)
+        for case, key_dtype in enumerate(key_types):
+            heads = rng.random(n) < rng.choice([0.0, 0.002, 0.3, 1.0])
+            heads[0] = True
+            # runs differ by 7 (mod the key's range: never 0), so no two runs merge
+            keys = (np.cumsum(heads) * 7 - 3).astype(key_dtype)
+            shift = case % 2
+            check_run_heads(gpu, rng, seg, x, x_gpu, heads, op, mode,
+                            keys=shifted_view(gpu, keys, shift))
