@@ -6,13 +6,18 @@ element is the number kept. The kernel itself is the eleven lines of `compact_ab
 
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/compaction.py
 """
+import sys
+
 import numpy as np
-from pycuda import gpuarray
 
 import scangen
 
-# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
-scangen.current_context()
+try:
+    # Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+    scangen.current_context()
+except scangen.GPUUnavailableError as err:  # no PyCUDA or no GPU: say so in one line
+    sys.exit(f"this example runs on an NVIDIA GPU: {err}")
+from pycuda import gpuarray  # noqa: E402 (after the check, which names what is missing)
 
 
 def compact_above(x, threshold):

@@ -8,13 +8,18 @@ with ScanKernel's is_segment_start_expr.
 
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/linear_recurrence.py
 """
+import sys
+
 import numpy as np
-from pycuda import gpuarray
 
 import scangen
 
-# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
-scangen.current_context()
+try:
+    # Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+    scangen.current_context()
+except scangen.GPUUnavailableError as err:  # no PyCUDA or no GPU: say so in one line
+    sys.exit(f"this example runs on an NVIDIA GPU: {err}")
+from pycuda import gpuarray  # noqa: E402 (after the check, which names what is missing)
 
 #: combine(f, g) = "f, then g": g(f(x)) = ag*(af*x + bf) + bg.
 AFFINE = scangen.Operator("then(a, b)", identity=1 << 32, name="affine_then", preamble="""

@@ -11,13 +11,18 @@ Three scan-based steps, all on the GPU:
 
 Run on a machine with an NVIDIA GPU and PyCUDA:  python examples/particles.py
 """
+import sys
+
 import numpy as np
-from pycuda import gpuarray
 
 import scangen
 
-# Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
-scangen.current_context()
+try:
+    # Device 0's primary context: the one CuPy and torch use, so arrays of all three mix.
+    scangen.current_context()
+except scangen.GPUUnavailableError as err:  # no PyCUDA or no GPU: say so in one line
+    sys.exit(f"this example runs on an NVIDIA GPU: {err}")
+from pycuda import gpuarray  # noqa: E402 (after the check, which names what is missing)
 
 #: A particle: position and velocity; scangen declares the same struct for the kernel.
 PARTICLE = np.dtype([("x", np.float32), ("y", np.float32), ("vx", np.float32),

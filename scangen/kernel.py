@@ -497,6 +497,8 @@ class ScanKernel:
     algorithm, section_size, items_per_thread, strategy, tuning:
         As for scangen.Scan.
 
+    Notes
+    -----
     Keywords that start with ``_`` are scangen's primitives' own: ``_helpers`` (C emitted
     before the preamble), ``_input`` (a MaskInput in place of ``input_expr``) and
     ``_segment_heads`` (a HeadFlags or HeadKeys in place of ``is_segment_start_expr``).

@@ -87,6 +87,8 @@ _DOC = """The {mode} scan of ``x`` with ``operator``: a new array (or ``out``).
     **options:
         algorithm, section_size, items_per_thread, strategy, tuning, as for scangen.Scan.
 
+    Notes
+    -----
     Each distinct (dtype, operator, options) builds a Scan once and caches it, so a
     repeated call compiles nothing; a ``scangen.Scan`` kept by the caller skips the cache
     lookup too (see docs/performance.md for the per-call cost of both).

@@ -64,6 +64,8 @@ class Scan:
         A scangen.tuning.Tuning (default: the measured scangen.tuning.DEFAULT_TUNING); part
         of the compile cache key.
 
+    Notes
+    -----
     Scan is ScanKernel with input ``x[i]`` and output ``out[i] = item`` (inclusive) or
     ``out[i] = prev_item`` (exclusive); ``scan.kernel`` is that ScanKernel. A 2-D
     C-contiguous array is scanned along its last axis, every row on its own, in the same

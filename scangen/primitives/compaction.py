@@ -240,6 +240,8 @@ class Select(_Compaction):
     **scan_options:
         algorithm, section_size, items_per_thread, strategy, tuning as for Scan.
 
+    Notes
+    -----
     Call ``sel(x)`` (or ``sel(x, mask)``) -> the kept elements, a new array of x's kind of
     length count (a view of ``out`` when given). ``count_on_device=True`` returns ``(out,
     count)`` with the count in a new one-element int64 array of x's kind and no host

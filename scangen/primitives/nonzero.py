@@ -52,6 +52,8 @@ class FlatNonzero(_Compaction):
     **scan_options:
         algorithm, section_size, items_per_thread, strategy, tuning as for Scan.
 
+    Notes
+    -----
     Call ``nz(x, *, out=None, stream=None, count_on_device=False)``: ``out`` an int64 array
     of x's kind with room for len(x) indices (nothing past the count is written);
     ``count_on_device=True`` returns ``(out, count)`` with the count in a new one-element

@@ -4,25 +4,15 @@ Each skips visibly without PyCUDA or a device (the ``gpu`` fixture); with
 SCANGEN_REQUIRE_GPU=1 they fail instead.
 """
 import ast
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.support import (AFFINE_PAIRS, exact_affine_pairs, readme_python_blocks, reference,
-                           require_module, run_readme_block)
+from tests.support import (AFFINE_PAIRS, exact_affine_pairs, load_example, readme_python_blocks,
+                           reference, require_module, run_readme_block)
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
-
-
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(f"scangen_example_{name}",
-                                                  EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_sandwich(gpu, capsys):

@@ -4,11 +4,13 @@ generators, poisoned outputs, the reference with its tolerance, boundary sizes.
 Import from here instead of copying a helper into a test file.
 """
 import importlib
+import importlib.util
 import itertools
 import math
 import os
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -1137,3 +1139,17 @@ def check_single_pass(gpuarray, rng, tiny, big, op_name):
     for n in (1_000_003, (1 << 24) + 3, 5_000, 1_000_003):
         check_scan(gpuarray, rng, big, n, op_name)
     assert 1 <= scratch.epoch < 10
+
+# --- the examples ---------------------------------------------------------------------------
+
+#: examples/ of the checkout.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_example(name):
+    """examples/NAME.py imported as a module (its ``main`` not run)."""
+    spec = importlib.util.spec_from_file_location(f"scangen_example_{name}",
+                                                  EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
