@@ -1,6 +1,6 @@
 // A look-ahead single-pass scan, prototyped outside the templates to see what the design
-// gives before building it there (docs/performance.md, "A look-ahead kernel, prototyped
-// and not kept"). Not part of the package and not run by the tests.
+// gives before building it there (docs/design/decisions.md, "A look-ahead scan prototyped
+// outside the package"). Not part of the package and not run by the tests.
 //
 // Persistent blocks (1-3 per multiprocessor) each take tiles by ticket. Warp roles:
 //   producer    takes tickets, fills a ring of STAGES tiles in dynamic shared memory with
@@ -14,8 +14,8 @@
 //
 // Measured on an H200 (2026-11-25): correct for int32 and int64 add at 2^20..2^28; 1.25x CUB
 // at 2^20, but at most 66% of copy (int32) and 64% (int64) from 2^24, and with -DNOLB=1 (no
-// look-back: wrong sums, the data path alone) only 79% and 70%. Next steps are in
-// docs/performance.md.
+// look-back: wrong sums, the data path alone) only 79% and 70%. What its data path would
+// need is in docs/design/decisions.md.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o lookahead benchmarks/lookahead_scan.cu && ./lookahead
 //   switches: -DNOLB=1 (no look-back), -DEARLY=1 (look back before the own tile is reduced),
