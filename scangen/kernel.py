@@ -360,8 +360,8 @@ class ScanModule:
         has_persistent_tiles, where values move warp by warp), which the single pass takes
         from Tuning.tile_persistent_min_bytes on. Not a counting module by ballots: one that
         held only its tiles' ballots was measured slower (its output statements re-read the
-        values, by then out of L2: docs/performance.md, "the persistent counting kernel
-        measured and removed", 2026-11-25)."""
+        values, by then out of L2: docs/design/decisions.md, "A persistent counting kernel
+        (dropped)")."""
         return self.scan.has_persistent_tiles and self.moves_warp_runs
 
     @property
