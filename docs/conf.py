@@ -18,8 +18,9 @@ release = version = scangen.__version__
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser"]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
-# The lab pages that are not part of the site: developer notes, design notes, results.
-exclude_patterns = ["_build", "developer.md", "design/**", "results/**", "performance.md"]
+# Not part of the site: the developers' notes (the pages link the raw results, whose
+# Markdown files are pages too, listed in no table of contents).
+exclude_patterns = ["_build", "developer.md"]
 
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 autodoc_member_order = "bysource"

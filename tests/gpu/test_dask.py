@@ -11,7 +11,7 @@ import pytest
 import scangen
 from scangen.chunked import CarryScan, ChunkTotal, GPUBackend
 from tests.support import (AFFINE, assert_scan_equal, operator, random_chunks, random_input,
-                           run_readme_block, scan_reference)
+                           run_docs_block, scan_reference)
 from tests.support import require_gpus, require_module
 
 dask = require_module("dask")
@@ -83,7 +83,7 @@ def test_carry_scan_reads_and_writes_its_carry(gpu, rng, mode):
 
 def test_readme_dask_block_runs(gpu):
     require_module("cupy")
-    namespace = run_readme_block("scangen.dask.inclusive_scan", "More than one GPU (Dask)")
+    namespace = run_docs_block("scangen.dask.inclusive_scan", "More than one GPU (Dask)")
     values = namespace["values"]
     np.testing.assert_array_equal(namespace["y"].compute().get(),
                                   scan_reference(values, scangen.LAST_NONZERO, "inclusive"))

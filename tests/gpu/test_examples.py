@@ -1,4 +1,5 @@
-"""The examples, the README's quick start and `python -m scangen demo`, run on the GPU.
+"""The examples, the python blocks of the README and the guide and `python -m scangen
+demo`, run on the GPU.
 
 Each skips visibly without PyCUDA or a device (the ``gpu`` fixture); with
 SCANGEN_REQUIRE_GPU=1 they fail instead.
@@ -9,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import (AFFINE_PAIRS, exact_affine_pairs, load_example, readme_python_blocks,
-                           reference, require_module, run_readme_block)
+from tests.support import (AFFINE_PAIRS, docs_python_blocks, exact_affine_pairs, load_example,
+                           reference, require_module, run_docs_block)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +61,7 @@ def test_particles(gpu, capsys, n):
 
 
 def test_readme_sorting_section_runs(gpu):
-    namespace = run_readme_block("scangen.radix_sort(", "sorting")
+    namespace = run_docs_block("scangen.radix_sort(", "sorting")
     keys, ids = namespace["keys"].get(), np.arange(1_000_000, dtype=np.int32)
     order = np.argsort(keys, kind="stable")
     np.testing.assert_array_equal(namespace["ordered"].get(), keys[order])
@@ -87,8 +88,8 @@ def test_examples_run_with_their_defaults(gpu, capsys):
 
 def test_readme_quick_start_runs(gpu, capsys):
     require_module("cupy")  # the quick start scans CuPy arrays
-    blocks = readme_python_blocks()
-    assert blocks, "README.md has no python block"
+    blocks = docs_python_blocks()
+    assert blocks, "the docs have no python block"
     namespace = {}
     exec(compile(blocks[0], "README.md quick start", "exec"), namespace)
     printed = capsys.readouterr().out
@@ -99,7 +100,7 @@ def test_readme_quick_start_runs(gpu, capsys):
 
 
 def test_readme_scan_kernel_section_runs(gpu):
-    namespace = run_readme_block("ScanKernel(", "ScanKernel")
+    namespace = run_docs_block("ScanKernel(", "ScanKernel")
     x = namespace["x"].get()
     np.testing.assert_array_equal(namespace["kept"].get(), x[x > 0.5])
 
@@ -116,7 +117,7 @@ def test_cli_demo(gpu, capsys, algorithm):
 
 
 def test_readme_primitives_section_runs(gpu):
-    namespace = run_readme_block("scangen.select(x, \"x > 0.0f\")", "primitives")
+    namespace = run_docs_block("scangen.select(x, \"x > 0.0f\")", "primitives")
     x, mask = namespace["x"].get(), namespace["mask"].get()
     np.testing.assert_array_equal(namespace["positive"].get(), x[x > 0])
     np.testing.assert_array_equal(namespace["kept"].get(), x[mask])
@@ -125,7 +126,7 @@ def test_readme_primitives_section_runs(gpu):
 
 
 def test_readme_more_kinds_of_scan_runs(gpu, capsys):
-    namespace = run_readme_block("SegmentedScan(", "'More kinds of scan'")
+    namespace = run_docs_block("SegmentedScan(", "'More kinds of scan'")
     x = np.arange(1, 13, dtype=np.uint8)
     np.testing.assert_array_equal(namespace["wide"].get(), np.cumsum(x, dtype=np.int64))
     np.testing.assert_array_equal(namespace["suffix"].get(),
@@ -174,22 +175,23 @@ def _check_struct_scan(namespace):
     np.testing.assert_array_equal(got, reference(maps, AFFINE_PAIRS))
 
 
-#: What each README block computes, checked after it runs, by a text the block contains.
+#: What each docs block computes, checked after it runs, by a text the block contains.
 #: Blocks checked by a test above, or by assert statements of their own, are named in
 #: CHECKED_ELSEWHERE.
-README_CHECKS = {"torch.cuda.Stream()": _check_torch_streams,
+DOCS_CHECKS = {"torch.cuda.Stream()": _check_torch_streams,
                  "scangen.dask.inclusive_scan(x, scangen.LAST_NONZERO)": _check_dask_scans,
                  "scan_t{b.m * a.m, b.m * a.c + b.c}": _check_struct_scan}
 CHECKED_ELSEWHERE = ["scan(x, out=y)", "ScanKernel(", "scangen.radix_sort(", "SegmentedScan(",
                      'scangen.select(x, "x > 0.0f")', "assert "]
 
 
-@pytest.mark.parametrize("index", range(len(readme_python_blocks())))
-def test_every_readme_python_block_runs(gpu, capsys, index, tmp_path, monkeypatch):
-    """Each README block runs as written, and what it computes is checked: here, by a test
-    above, or by its own asserts; a block that imports an optional library (CuPy, torch,
-    Dask, dask-cuda) needs that library (tests.support.require_module)."""
-    block = readme_python_blocks()[index]
+@pytest.mark.parametrize("index", range(len(docs_python_blocks())))
+def test_every_docs_python_block_runs(gpu, capsys, index, tmp_path, monkeypatch):
+    """Each python block of the README and the guide runs as written, and what it computes
+    is checked: here, by a test above, or by its own asserts; a block that imports an
+    optional library (CuPy, torch, Dask, dask-cuda) needs that library
+    (tests.support.require_module)."""
+    block = docs_python_blocks()[index]
     imported = _top_level_imports(block)
     for library in ("cupy", "torch", "dask", "dask_cuda", "distributed"):
         if library in imported:
@@ -198,9 +200,9 @@ def test_every_readme_python_block_runs(gpu, capsys, index, tmp_path, monkeypatc
         require_module("distributed")
     monkeypatch.chdir(tmp_path)  # blocks that write files (a memmap) write them there
     namespace = {}
-    exec(compile(block, f"README.md python block {index}", "exec"), namespace)
-    checks = [check for marker, check in README_CHECKS.items() if marker in block]
+    exec(compile(block, f"docs python block {index}", "exec"), namespace)
+    checks = [check for marker, check in DOCS_CHECKS.items() if marker in block]
     for check in checks:
         check(namespace)
     assert checks or any(marker in block for marker in CHECKED_ELSEWHERE), \
-        f"nothing checks what README python block {index} computes: add to README_CHECKS"
+        f"nothing checks what docs python block {index} computes: add to DOCS_CHECKS"

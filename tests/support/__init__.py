@@ -706,20 +706,26 @@ def marked_source_line(message: str) -> str:
 
 # --- README blocks ------------------------------------------------------------------------
 
-def readme_python_blocks():
-    from pathlib import Path
+#: What a user reads: the README (first: its first python block is the quick start), the
+#: guide's pages and the algorithms page.
+USER_PAGES = (Path(__file__).resolve().parents[2] / "README.md",
+              *sorted((Path(__file__).resolve().parents[2] / "docs" / "guide").glob("*.md")),
+              Path(__file__).resolve().parents[2] / "docs" / "algorithms.md")
 
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+def docs_python_blocks():
+    """Every python block of USER_PAGES, in order."""
+    return [block for page in USER_PAGES
+            for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
 
 
-def run_readme_block(marker, what):
-    """Run, as written, the first README python block containing ``marker``; return its
+def run_docs_block(marker, what):
+    """Run, as written, the first python block of the docs containing ``marker``; return its
     namespace."""
-    blocks = [b for b in readme_python_blocks() if marker in b]
-    assert blocks, f"README.md has no {what} block"
+    blocks = [b for b in docs_python_blocks() if marker in b]
+    assert blocks, f"the docs have no {what} block"
     namespace = {}
-    exec(compile(blocks[0], f"README.md {what}", "exec"), namespace)
+    exec(compile(blocks[0], f"docs {what}", "exec"), namespace)
     return namespace
 
 
