@@ -7,6 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "docs"))  # generated_code, this site's extension
 
 import scangen  # noqa: E402
 
@@ -15,12 +16,12 @@ author = "The scangen developers"
 copyright = "2026, the scangen developers"
 release = version = scangen.__version__
 
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "myst_parser", "generated_code"]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 # Not part of the site: the developers' notes (the pages link the raw results, whose
 # Markdown files are pages too, listed in no table of contents).
-exclude_patterns = ["_build", "developer.md"]
+exclude_patterns = ["_build", "_generated", "developer.md"]
 
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
 autodoc_member_order = "bysource"

@@ -13,7 +13,7 @@ import scangen
 from scangen import LAST_NONZERO
 
 from tests.support import (AFFINE, COMPACTION, assert_scan_equal, expected, random_input,
-                           run_readme_block, scan_reference, segmented_reference)
+                           run_docs_block, scan_reference, segmented_reference)
 from tests.support import require_module
 
 SIZES = [0, 1, 1000, 100_003]
@@ -318,7 +318,7 @@ def test_cupy_explicit_streams_and_two_at_once(gpu, rng):
 
 def test_readme_streams_block_runs(gpu):
     torch = require_module("torch")
-    namespace = run_readme_block("torch.cuda.Stream()", "'Array kinds and streams'")
+    namespace = run_docs_block("torch.cuda.Stream()", "'Array kinds and streams'")
     with torch.cuda.stream(namespace["side"]):
         x = namespace["x"].cpu().numpy()
         np.testing.assert_array_equal(namespace["y"].cpu().numpy(), np.cumsum(x, dtype=np.int32))

@@ -1,0 +1,50 @@
+"""A Sphinx extension of this documentation: before the build reads the pages, it writes
+what scangen generates into docs/_generated/ (git-ignored), so the algorithms page shows
+the CUDA and the launch plans of the code it documents, never a copy that could go stale:
+
+* ``block-scan-<algorithm>.cu``: each block algorithm's ``block_scan`` function (with the
+  comment above it) as scangen emits it for int32 add;
+* ``plan-<strategy>.txt``: each strategy's launch plan for 2^20 float32 elements.
+"""
+import re
+from pathlib import Path
+
+import numpy as np
+
+import scangen
+
+GENERATED = Path(__file__).resolve().parent / "_generated"
+#: The size the strategies' plans are shown at.
+PLAN_SIZE = 1 << 20
+
+
+def block_scan_function(source: str) -> str:
+    """The ``block_scan`` definition of a module's source, from the comment lines above it
+    to its closing brace."""
+    lines = source.splitlines()
+    start = next(k for k, line in enumerate(lines)
+                 if re.match(r"static __device__.*\bblock_scan\(", line))
+    while start > 0 and lines[start - 1].startswith("//"):
+        start -= 1
+    depth, end = 0, None
+    for k in range(start, len(lines)):
+        depth += lines[k].count("{") - lines[k].count("}")
+        if "{" in "".join(lines[start:k + 1]) and depth == 0:
+            end = k
+            break
+    return "\n".join(lines[start:end + 1]) + "\n"
+
+
+def write_generated(app=None) -> None:
+    GENERATED.mkdir(exist_ok=True)
+    for name in scangen.ALGORITHMS:
+        scan = scangen.Scan(np.int32, "add", algorithm=name, strategy="hierarchical")
+        (GENERATED / f"block-scan-{name}.cu").write_text(block_scan_function(scan.source))
+    for strategy in scangen.STRATEGIES:
+        plan = scangen.Scan(np.float32, "add", strategy=strategy).plan(PLAN_SIZE)
+        (GENERATED / f"plan-{strategy}.txt").write_text(f"{plan}\n")
+
+
+def setup(app):
+    app.connect("builder-inited", write_generated)
+    return {"parallel_read_safe": True}
