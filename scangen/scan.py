@@ -105,7 +105,8 @@ class Scan:
 
     def __repr__(self):
         result = f", result_dtype={self.dtype.name!r}" if self.dtype != self.input_dtype else ""
-        return (f"Scan({self.input_dtype.name}, {self.spec.operator.name!r}, "
+        # element_type's name: numpy's, or a struct's fields (numpy says "void96")
+        return (f"Scan({element_type(self.input_dtype).name}, {self.spec.operator.name!r}, "
                 f"mode={self.mode!r}{result}{options_repr(self.kernel)})")
 
     @property

@@ -169,7 +169,7 @@ class SegmentedScan:
         self._verdicts.clear()
 
     def __repr__(self):
-        return (f"SegmentedScan({self.dtype.name}, {self.kernel('flags').spec.operator.name!r}, "
+        return (f"SegmentedScan({self.etype.name}, {self.kernel('flags').spec.operator.name!r}, "
                 f"mode={self.mode!r}{options_repr(self.kernel('flags'))})")
 
     @property

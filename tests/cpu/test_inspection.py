@@ -12,7 +12,7 @@ import scangen.primitives.compaction
 from scangen import kernel
 from scangen.modules import ModulePlan
 from scangen.plan import BufferArg, Plan
-from tests.support import needs_nvcc
+from tests.support import ARGMAX, VALUE_INDEX, needs_nvcc
 
 #: id -> (build, what the repr names, entry points the source defines, whether one scan does
 #: its work: its plan is that scan's).
@@ -21,6 +21,12 @@ CLASSES = {
     "Scan": (lambda: scangen.Scan(np.int16, "max", mode="exclusive", reverse=True),
              ["Scan(int16", "'max'", "mode='exclusive'", "reverse=True", "algorithm="],
              ["scan_one_section_user"], True),
+    "Scan of a struct": (lambda: scangen.Scan(VALUE_INDEX, ARGMAX),
+                         ["Scan({'names': ['value', 'index']", "'argmax'"],
+                         ["scan_one_section_user"], True),
+    "SegmentedScan of a struct": (lambda: scangen.SegmentedScan(VALUE_INDEX, ARGMAX),
+                                  ["SegmentedScan({'names': ['value', 'index']", "'argmax'"],
+                                  ["scan_one_section_user"], True),
     "ScanKernel": (lambda: scangen.ScanKernel(np.float32, "min", arguments="const float *x",
                                               input_expr="x[i]", output_statement=""),
                    ["ScanKernel(float32", "'min'", "input_expr='x[i]'"],
