@@ -31,7 +31,8 @@ from .runtime.streams import RawFunctions
 from .tuning import DEFAULT_ARCH
 
 #: With the context and PyCUDA helpers programs and benchmarks import from here.
-__all__ = ["CompiledModule", "GPUUnavailableError", "ScanCompileError", "check_with_nvcc",
+__all__ = ["CompiledModule", "GPUUnavailableError", "ScanCompileError", "check_all_with_nvcc",
+           "check_with_nvcc",
            "compile_module", "current_context", "describe_compile_error", "precompile",
            "require_pycuda"]
 
@@ -76,6 +77,13 @@ def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
     return (f"nvcc could not compile {what}: the first error is {where}, line {line}:\n"
             f"{log}\n--- emitted source around line {line} ---\n"
             f"{source.numbered(around=line)}")
+
+
+def check_all_with_nvcc(modules) -> None:
+    """check_with_nvcc over ``modules`` (ScanModules and Modules: what an object's
+    ``modules_to_compile()`` lists), in order; the first error is raised."""
+    for module in modules:
+        check_with_nvcc(module)
 
 
 def check_with_nvcc(module_spec, arch: str = DEFAULT_ARCH) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .args import (C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, convert_scalar,
                    parse_arguments)
-from .compile import check_with_nvcc
+from . import compile as compiler
 from .families import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
@@ -569,10 +569,14 @@ class ScanKernel:
         """The launches that scan ``n`` elements (no GPU needed)."""
         return self._runtime.plan(n)
 
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: the kernel's ScanModule."""
+        return [self.scan_module]
+
     def check_compile(self) -> None:
         """Compile the module with nvcc from PATH (no GPU needed); raise ScanCompileError
         naming the user code an error is in, with the numbered source around it."""
-        check_with_nvcc(self.scan_module)
+        compiler.check_all_with_nvcc(self.modules_to_compile())
 
     def __call__(self, *args, n=None, stream=None, initial=None):
         """Run the scan over ``n`` indices (default: the first array argument's length);

@@ -123,6 +123,11 @@ class Scan:
         """The launches that scan ``n`` elements (no GPU needed); ``print()`` it to read it."""
         return self.kernel.plan(n)
 
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: the 1-D kernel's ScanModule (2-D rows compile
+        ``rows_kernel`` on first use)."""
+        return self.kernel.modules_to_compile()
+
     def check_compile(self) -> None:
         """Compile with the nvcc on PATH, without a GPU; a C error in the operator raises
         ScanCompileError with the numbered source around it."""

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from . import compile as compiler
 from .arith import ceil_div
 from .args import Argument, c_parameters
 from .kernel import HeadFlags, HeadKeys, ScanKernel, options_repr
@@ -197,21 +198,22 @@ class SegmentedScan:
         nvcc on PATH, without a GPU; a C error in the operator raises ScanCompileError with
         the numbered source around it. The offsets form compiles its heads kernel and the
         flags form's scan."""
+        compiler.check_all_with_nvcc(self.modules_to_compile(form, index_dtype))
+
+    def modules_to_compile(self, form=None, index_dtype=None) -> list:
+        """What check_compile compiles, once each: for each form (default: every form,
+        each with its default index dtype) its kernel's ScanModule, and for offsets the
+        heads module first."""
         if form is None and index_dtype is not None:
             raise TypeError("index_dtype= names the dtype of one form's index: give form= too")
         modules = []
         for each in _INDEX_TYPES if form is None else (form,):
-            for module in self._modules(each, index_dtype):
-                if not any(module is other for other in modules):
-                    modules.append(module)
-        for module in modules:
-            module.check_compile()
-
-    def _modules(self, form, index_dtype) -> list:
-        """What ``form`` compiles: its ScanKernel, and for offsets the heads module first."""
-        if form == "offsets":
-            return [self.heads_module(index_dtype), self.kernel("flags")]
-        return [self.kernel(form, index_dtype)]
+            if each == "offsets":
+                found = [self.heads_module(index_dtype), self.kernel("flags").scan_module]
+            else:
+                found = [self.kernel(each, index_dtype).scan_module]
+            modules += [module for module in found if module not in modules]
+        return modules
 
     def heads_module(self, index_dtype=None) -> SegmentHeadsModule:
         """The module whose kernel writes the offsets form's head flags from CSR offsets of

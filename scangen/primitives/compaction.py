@@ -19,6 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..arith import ceil_div
+from ..compile import check_all_with_nvcc
 from ..args import Argument, c_parameters
 from ..interop import (ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip, kind_of,
                        overlaps)
@@ -149,9 +150,13 @@ class _Compaction:
         it."""
         return self.kernel.plan(n)
 
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: the counting scan's ScanModule."""
+        return [self.kernel.scan_module]
+
     def check_compile(self) -> None:
         """Compile with the nvcc on PATH (no GPU needed); errors name the piece."""
-        self.kernel.check_compile()
+        check_all_with_nvcc(self.modules_to_compile())
 
     def _output(self, call, given, n, name="out", dtype=None):
         """``(native, view)`` of the output ``name`` (of ``dtype``, default the elements'):
@@ -496,13 +501,11 @@ class RunLengthEncode(_Compaction):
         return builder.build(f"run_length_encode of {self.dtype} in two kernels", n,
                              [lengths.description])
 
-    def check_compile(self) -> None:
-        """Compile all three kernels with the nvcc on PATH (no GPU needed): the one-pass
-        scan and the two from 2^32 elements."""
-        self.kernel.check_compile()
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: the one-pass scan and the two kernels from 2^32
+        elements."""
         heads, lengths = self.wide_kernels()
-        heads.check_compile()
-        lengths.check_compile()
+        return [self.kernel.scan_module, heads.scan_module, lengths]
 
     def __call__(self, x, *, values=None, counts=None, stream=None, count_on_device=False):
         call = Call(stream, {"x": x, "values": values, "counts": counts},

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..arith import ceil_div
 from ..args import Argument, c_parameters
+from ..compile import check_all_with_nvcc
 from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
 from ..modules import Module, ModulePlan, ModulePlanBuilder
 from ..plan import as_count
@@ -191,9 +192,13 @@ class Histogram:
         """The CUDA of the histogram kernel (no GPU needed)."""
         return self.module.source
 
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: the histogram module."""
+        return [self.module]
+
     def check_compile(self) -> None:
         """Compile the kernel with the nvcc on PATH (no GPU needed)."""
-        self.module.check_compile()
+        check_all_with_nvcc(self.modules_to_compile())
 
     def plan(self, n, bins=10) -> ModulePlan:
         """The launches that count ``n`` values into ``bins`` bins (no GPU needed); the

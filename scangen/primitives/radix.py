@@ -32,6 +32,7 @@ import numpy as np
 
 from ..arith import ceil_div
 from ..args import Argument, c_parameters
+from ..compile import check_all_with_nvcc
 from ..kernel import ScanKernel
 from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
 from ..modules import Module, ModulePlan, ModulePlanBuilder
@@ -537,12 +538,15 @@ class RadixDigitOffsets:
             texts.append(_tile_bases_scan().source)
         return "\n".join(texts)
 
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: every module the digit offsets use, and the tile
+        bases' scan where a digit fits a pass."""
+        scans = [_tile_bases_scan().scan_module] if self.bits <= MAX_RADIX_BITS else []
+        return [*self.modules, *scans]
+
     def check_compile(self) -> None:
         """Compile every module the digit offsets use with the nvcc on PATH."""
-        for module in self.modules:
-            module.check_compile()
-        if self.bits <= MAX_RADIX_BITS:
-            _tile_bases_scan().check_compile()
+        check_all_with_nvcc(self.modules_to_compile())
 
     def plan(self, n, shift=0, *, descending=False) -> ModulePlan:
         """The launches that place ``n`` keys by the digit at ``shift`` (no GPU needed);
@@ -595,9 +599,13 @@ class RadixSort:
         """The CUDA of the radix kernels (no GPU needed)."""
         return self.module.source
 
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: the radix passes' module."""
+        return [self.module]
+
     def check_compile(self) -> None:
         """Compile the module with the nvcc on PATH (no GPU needed)."""
-        self.module.check_compile()
+        check_all_with_nvcc(self.modules_to_compile())
 
     def plan(self, n, *, descending=False, begin_bit=0, end_bit=None) -> ModulePlan:
         """The launches that sort ``n`` keys (no GPU needed); ``print()`` it to read it."""

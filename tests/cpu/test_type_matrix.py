@@ -122,20 +122,6 @@ ENTRY_POINTS = [
 ]
 
 
-def module_specs(thing) -> list:
-    """The modules an entry point's object compiles (check_compile's, as data)."""
-    if isinstance(thing, scangen.ScanKernel):
-        return [thing.scan_module]
-    if isinstance(thing, scangen.RunLengthEncode):
-        heads, lengths = thing.wide_kernels()
-        return [thing.kernel.scan_module, heads.scan_module, lengths]
-    if isinstance(thing, scangen.Histogram):
-        return [thing.module]
-    if isinstance(thing, (scangen.RadixSort, scangen.RadixDigitOffsets)):
-        return [thing.module] if isinstance(thing, scangen.RadixSort) else list(thing.modules)
-    return [thing.kernel.scan_module]
-
-
 def taken(point):
     return [pytest.param(point, d, id=f"{point.name}-{dtype_label(d)}") for d in point.takes]
 
@@ -154,7 +140,7 @@ def test_every_documented_dtype_renders(point, dtype):
     etype = None if dtype == np.bool_ else element_type(dtype)
     c_name = MASK_C_TYPES[dtype] if etype is None else etype.c_name
     assert c_name in thing.source, f"{point.name} of {dtype} renders no {c_name}"
-    for spec in module_specs(thing):
+    for spec in thing.modules_to_compile():
         text = spec.module_source().text
         code = re.search(rf"^(?!\s*//).*\b{c_name}\b", text, re.M)  # its first use in code
         for header in () if etype is None else etype.includes:
@@ -198,7 +184,7 @@ def test_one_shot_classes_are_the_classes(dtype):
     if dtype in NONZERO:
         pairs.append((nonzero._flatnonzero(dtype), scangen.FlatNonzero(dtype)))
     for cached, made in pairs:
-        assert module_specs(cached) == module_specs(made)
+        assert cached.modules_to_compile() == made.modules_to_compile()
 
 
 # --- the docstrings say what is taken --------------------------------------------------------
@@ -301,7 +287,7 @@ def compiled(tmp_path_factory):
     """Entry point name -> Futures of every module of its documented pairs, compiled
     unoptimised (every stage runs; what C code of a type cannot do fails there too)."""
     batches = {point.name: [Entry(f"{point.name} {dtype_label(d)}", spec)
-                            for d in point.takes for spec in module_specs(point.build(d))]
+                            for d in point.takes for spec in point.build(d).modules_to_compile()]
                for point in COMPILED}
     with compiling(batches, tmp_path_factory.mktemp("type_matrix"), UNOPTIMISED) as futures:
         yield futures
