@@ -73,6 +73,18 @@ class Operator:
         reference scan (and so the tests) use it. ``None`` for operators with no twin.
     integer_only:
         True for bitwise operators, which C rejects on floating-point operands.
+
+    Examples
+    --------
+    "Last non-zero wins": associative, not commutative, with 0 as its identity; its numpy
+    twin lets ``reference_scan`` (and the tests) check it on the CPU.
+
+    >>> last_nonzero = scangen.Operator("b != 0 ? b : a", identity=0, name="last_nonzero",
+    ...                                 reference=lambda a, b: np.where(b != 0, b, a))
+    >>> scangen.reference_scan(np.array([3, 0, 5, 0, 0, 2]), last_nonzero)
+    array([3, 3, 5, 5, 5, 2])
+    >>> scangen.Scan(np.float64, last_nonzero).spec.operator.name
+    'last_nonzero'
     """
 
     expression: Union[str, Callable[[ElementType], str]]

@@ -40,6 +40,13 @@ def reference_scan(x, op, mode="inclusive"):
     operators need ``Operator.reference``, applied by recursive doubling: after the step
     of width w, y[i] = x[i-2w+1] op ... op x[i], the earlier segment always on the left, so
     the result is exact for any associative operator, commutative or not.
+
+    Examples
+    --------
+    >>> scangen.reference_scan(np.array([1, 2, 3, 4]), "add", "exclusive")
+    array([0, 1, 3, 6])
+    >>> scangen.reference_scan(np.array([3, 0, 5, 0]), scangen.LAST_NONZERO)
+    array([3, 3, 5, 5])
     """
     op = resolve_operator(op)
     if op.reference is None:

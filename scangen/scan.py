@@ -73,6 +73,22 @@ class Scan:
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
+
+    Examples
+    --------
+    Building a scan, reading its CUDA and its launches needs no GPU:
+
+    >>> scan = scangen.Scan(np.int32, "max", mode="exclusive")
+    >>> "__global__" in scan.source
+    True
+    >>> print(scan.plan(1000))  # doctest: +ELLIPSIS
+    plan: exclusive scan with max over n=1000 int32
+      strategy one_section (auto), algorithm warp_shuffle, ...
+      1 launch(es), 1 level(s)
+    ...
+
+    On a GPU, ``scan(x)`` scans a device array (CuPy, torch, PyCUDA) into a new one of its
+    kind, and ``scan(x, out=y)`` into ``y``.
     """
 
     def __init__(self, dtype, operator="add", *, mode="inclusive", result_dtype=None,
