@@ -23,7 +23,10 @@ root_doc = "index"
 # Markdown files are pages too, listed in no table of contents).
 exclude_patterns = ["_build", "_generated", "developer.md"]
 
-autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
+# Inherited members too (a primitive's source, plan and check_compile may come from a base),
+# but not an exception's args and with_traceback.
+autodoc_default_options = {"members": True, "inherited-members": "BaseException",
+                           "undoc-members": False, "show-inheritance": False}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 napoleon_numpy_docstring = True

@@ -82,6 +82,26 @@ class Module:
                       0, why, blocks_per_sm=blocks_per_sm)
 
 
+class ModuleOwner:
+    """What a primitive whose work is one module of its own (``self.module``) shows without
+    a GPU: its CUDA, what it compiles and the nvcc check."""
+
+    module: Module
+
+    @property
+    def source(self) -> str:
+        """The CUDA of the module (no GPU needed)."""
+        return self.module.source
+
+    def modules_to_compile(self) -> list:
+        """What check_compile compiles: the module."""
+        return [self.module]
+
+    def check_compile(self) -> None:
+        """Compile the module with the nvcc on PATH (no GPU needed)."""
+        compiler.check_all_with_nvcc(self.modules_to_compile())
+
+
 @dataclass(frozen=True)
 class EntryPoint:
     """One ``__global__`` function of a module: what a module's Launch launches."""

@@ -11,9 +11,8 @@ import numpy as np
 
 from ..arith import ceil_div
 from ..args import Argument, c_parameters
-from ..compile import check_all_with_nvcc
 from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
-from ..modules import Module, ModulePlan, ModulePlanBuilder
+from ..modules import Module, ModuleOwner, ModulePlan, ModulePlanBuilder
 from ..plan import as_count
 from ..runtime.contexts import context_key, release_at_exit
 from ..runtime.gpu import gpuarray as _gpuarray
@@ -159,7 +158,7 @@ def fast_path_margin(edges, low: float, high: float) -> float:
     return margin if margin < 0.25 and bins <= _FAST_PATH_BINS else 1.0
 
 
-class Histogram:
+class Histogram(ModuleOwner):
     """Counts of equal-width bins, as numpy.histogram(x, bins, range).
 
     ``Histogram(dtype)(x, bins, range)`` -> ``(counts, edges)``: counts an int64 array of
@@ -186,19 +185,6 @@ class Histogram:
 
     def __repr__(self):
         return f"Histogram({self.module.dtype.name})"
-
-    @property
-    def source(self) -> str:
-        """The CUDA of the histogram kernel (no GPU needed)."""
-        return self.module.source
-
-    def modules_to_compile(self) -> list:
-        """What check_compile compiles: the histogram module."""
-        return [self.module]
-
-    def check_compile(self) -> None:
-        """Compile the kernel with the nvcc on PATH (no GPU needed)."""
-        check_all_with_nvcc(self.modules_to_compile())
 
     def plan(self, n, bins=10) -> ModulePlan:
         """The launches that count ``n`` values into ``bins`` bins (no GPU needed); the

@@ -35,7 +35,7 @@ from ..args import Argument, c_parameters
 from ..compile import check_all_with_nvcc
 from ..kernel import ScanKernel
 from ..interop import ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip
-from ..modules import Module, ModulePlan, ModulePlanBuilder
+from ..modules import Module, ModuleOwner, ModulePlan, ModulePlanBuilder
 from ..plan import as_count
 from ..runtime.modules import ModuleRuntime
 from ..spec import MAX_STATIC_SHARED_BYTES, as_flag, as_int
@@ -567,7 +567,7 @@ class RadixDigitOffsets:
         return dest, digit_start
 
 
-class RadixSort:
+class RadixSort(ModuleOwner):
     """A stable LSD radix sort of keys (and values carried along).
 
     ``RadixSort(key_dtype, value_dtype=None)(keys, values=None, *, descending=False,
@@ -593,19 +593,6 @@ class RadixSort:
         values = "" if self.value_dtype is None else f", value_dtype={self.value_dtype.name}"
         index = ", _index_values=True" if self.module.index_values else ""
         return f"RadixSort({self.key_dtype.name}{values}{index})"
-
-    @property
-    def source(self) -> str:
-        """The CUDA of the radix kernels (no GPU needed)."""
-        return self.module.source
-
-    def modules_to_compile(self) -> list:
-        """What check_compile compiles: the radix passes' module."""
-        return [self.module]
-
-    def check_compile(self) -> None:
-        """Compile the module with the nvcc on PATH (no GPU needed)."""
-        check_all_with_nvcc(self.modules_to_compile())
 
     def plan(self, n, *, descending=False, begin_bit=0, end_bit=None) -> ModulePlan:
         """The launches that sort ``n`` keys (no GPU needed); ``print()`` it to read it."""
