@@ -26,11 +26,11 @@ def block_scan_function(source: str) -> str:
                  if re.match(r"static __device__.*\bblock_scan\(", line))
     while start > 0 and lines[start - 1].startswith("//"):
         start -= 1
-    depth, end = 0, None
-    for k in range(start, len(lines)):
-        depth += lines[k].count("{") - lines[k].count("}")
-        if "{" in "".join(lines[start:k + 1]) and depth == 0:
-            end = k
+    depth, opened = 0, False
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        opened = opened or "{" in lines[end]
+        if opened and depth == 0:
             break
     return "\n".join(lines[start:end + 1]) + "\n"
 

@@ -88,8 +88,9 @@ class HeadKeys:
         return f"i == 0 || {self.argument}[i] != {self.argument}[i - 1]"
 
 
-#: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads``.
-SEGMENT_HEADS = (HeadFlags, HeadKeys)
+#: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads`` (not
+#: scangen.tuning.SEGMENT_HEADS, the heads kernel's tuning table).
+SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys)
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     check_code(preamble, "preamble", expression=False)
     _check_preamble_macros(preamble)
     if segment_heads is not None:
-        if not isinstance(segment_heads, SEGMENT_HEADS):
+        if not isinstance(segment_heads, SEGMENT_HEAD_TYPES):
             raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags or HeadKeys, "
                             f"not {type(segment_heads).__name__}")
         what = type(segment_heads).__name__

@@ -19,8 +19,8 @@ from typing import ClassVar
 import numpy as np
 
 from ..arith import ceil_div
-from ..compile import check_all_with_nvcc
 from ..args import Argument, c_parameters
+from ..compile import check_all_with_nvcc
 from ..interop import (ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip, kind_of,
                        overlaps)
 from ..kernel import MaskInput, ScanKernel, counting_condition, options_repr
