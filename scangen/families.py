@@ -66,9 +66,16 @@ SCAN_TILES_PERSISTENT = KernelFamily(
     "scan_tiles_persistent", SCAN_TILES.parameters,
     "single pass by persistent blocks: each takes tiles until none is left, holding two",
     single_pass=True, sections=2)
+SCAN_COLUMNS = KernelFamily(
+    "scan_columns",
+    SCAN_TILES.parameters[:-1] + (Argument("axis_length", "long long"),
+                                  Argument("axis_stride", "long long"), N),
+    "the n indices as an (outer, axis_length, axis_stride) array scanned along its middle "
+    "axis, each column on its own: tiles of a warp's width of columns in ticket order, each "
+    "column's carry from the tile status", single_pass=True, sections=0)
 
 FAMILIES = (ONE_SECTION, SCAN_SECTIONS, ADD_PREFIXES, REDUCE_SECTIONS, SCAN_SEEDED, SCAN_TILES,
-            SCAN_TILES_PERSISTENT)
+            SCAN_TILES_PERSISTENT, SCAN_COLUMNS)
 
 
 @dataclass(frozen=True)

@@ -99,9 +99,12 @@ class DevicePointer:
 
 
 def c_contiguous(shape, strides, itemsize) -> bool:
-    """Whether byte ``strides`` lay out ``shape`` in C order (extents of 1 have any stride)."""
+    """Whether byte ``strides`` lay out ``shape`` in C order (extents of 1 have any stride;
+    an array of no elements is laid out whatever its strides, as numpy says)."""
     if len(shape) == 1:  # the common case, on every call
         return shape[0] <= 1 or strides[0] == itemsize
+    if 0 in shape:
+        return True
     expected = itemsize
     for extent, stride in zip(reversed(shape), reversed(strides)):
         if extent > 1 and stride != expected:

@@ -14,7 +14,7 @@ import numpy as np
 from .args import (C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, convert_scalar,
                    parse_arguments)
 from . import compile as compiler
-from .families import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
+from .families import FAMILIES, SCAN_COLUMNS, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
 from . import tuning as tuning_table
 from .ops import resolve_operator
 from .render import render
@@ -88,9 +88,24 @@ class HeadKeys:
         return f"i == 0 || {self.argument}[i] != {self.argument}[i - 1]"
 
 
+@dataclass(frozen=True)
+class HeadRows:
+    """Segment heads every ``argument`` indices (a ``long long`` scalar argument: the rows of
+    a C-contiguous 2-D array, each its own segment): what Scan's rows kernel passes as
+    ``_segment_heads=``, so a lane may find its run's heads from one remainder
+    (ScanModule.run_heads) instead of one 64-bit division per element."""
+
+    #: The name of the scalar argument that holds the row length.
+    argument: str
+
+    @property
+    def expression(self) -> str:
+        return f"i % {self.argument} == 0"
+
+
 #: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads`` (not
 #: scangen.tuning.SEGMENT_HEADS, the heads kernel's tuning table).
-SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys)
+SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys, HeadRows)
 
 
 @dataclass(frozen=True)
@@ -135,10 +150,16 @@ class Hooks:
     #: Which of LIBRARY_OUTPUT_NAMES the output statement names, found once, when the
     #: hooks are made (make_hooks).
     library_names_used: frozenset = frozenset()
-    #: The segment heads are a flags argument's nonzero elements (HeadFlags) or where a
-    #: keys argument changes (HeadKeys); is_segment_start_expr is then its expression.
+    #: The segment heads are a flags argument's nonzero elements (HeadFlags), where a
+    #: keys argument changes (HeadKeys) or every row length (HeadRows);
+    #: is_segment_start_expr is then its expression.
     #: None: the expression is the user's.
-    segment_heads: HeadFlags | HeadKeys | None = None
+    segment_heads: HeadFlags | HeadKeys | HeadRows | None = None
+    #: The indices are an (outer, axis_length, axis_stride) C-contiguous array scanned along
+    #: its middle axis, each column (a fixed outer and inner position) on its own: a
+    #: scan along any axis but the last of an N-D array (scangen.strategies.columns). The
+    #: hooks still see ``i``, the element's index in the array.
+    columns: bool = False
 
     @property
     def counts(self) -> bool:
@@ -159,12 +180,13 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None, counts=False,
-               types=(), helpers="", input=None, segment_heads=None):
+               types=(), helpers="", input=None, segment_heads=None, columns=False):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
     element types) whose C types the code names besides the scan type; ``input`` (a
     MaskInput, for a library client) replaces ``input_expr``, ``segment_heads`` (a
-    HeadFlags or HeadKeys) ``is_segment_start_expr``."""
+    HeadFlags or HeadKeys) ``is_segment_start_expr``; ``columns`` scans along the middle
+    axis of an (outer, axis_length, axis_stride) array (Hooks.columns)."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -185,18 +207,25 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     _check_preamble_macros(preamble)
     if segment_heads is not None:
         if not isinstance(segment_heads, SEGMENT_HEAD_TYPES):
-            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags or HeadKeys, "
-                            f"not {type(segment_heads).__name__}")
+            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags, HeadKeys or "
+                            f"HeadRows, not {type(segment_heads).__name__}")
         what = type(segment_heads).__name__
         if is_segment_start_expr is not None:
             raise TypeError(f"give is_segment_start_expr or _segment_heads (a {what}), "
                             f"not both")
-        _check_integer_pointer(parsed, segment_heads.argument, what)
+        if isinstance(segment_heads, HeadRows):
+            _check_row_length(parsed, segment_heads.argument)
+        else:
+            _check_integer_pointer(parsed, segment_heads.argument, what)
         is_segment_start_expr = segment_heads.expression
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
     names_used = identifiers(output_statement) & LIBRARY_OUTPUT_NAMES
+    columns = as_flag("columns", columns)
+    if columns and (counts or is_segment_start_expr is not None or names_used):
+        raise ValueError("a scan along columns takes no segments, counts, last_item or "
+                         "last_counted: each column is a scan of its own")
     counting = None
     if counts:
         counting = Counting(
@@ -212,7 +241,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                   for t in types)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
                  is_segment_start_expr, reverse, initial_type is not None, counting, types,
-                 helpers.strip(), names_used, segment_heads)
+                 helpers.strip(), names_used, segment_heads, columns)
 
 
 def _check_mask(mask, arguments, input_expr, counts) -> None:
@@ -238,6 +267,14 @@ def _check_integer_pointer(arguments, name: str, what: str) -> None:
     if not argument.pointer or dtype is None or dtype.kind not in "biu":
         raise ArgumentError(f"the {what}'s {argument.described} must point to integers "
                             f"or bools")
+
+
+def _check_row_length(arguments, name: str) -> None:
+    """The argument a HeadRows names: a ``long long`` scalar."""
+    argument = next((a for a in arguments if a.name == name), None)
+    if argument is None or argument.pointer or argument.c_type != "long long":
+        raise ArgumentError(f"the HeadRows names {name!r}, which must be a long long scalar "
+                            f"argument")
 
 
 def _check_preamble_macros(preamble: str) -> None:
@@ -278,6 +315,11 @@ class ScanModule:
                     f"counts=True counts with add over an integer type, without segments; "
                     f"this kernel scans {scan.etype.name} with {scan.operator.name!r}"
                     f"{' in segments' if scan.segmented else ''}")
+        if self.hooks.columns and self.scan.block_size % WARP_SIZE:
+            raise ValueError(
+                f"a scan along columns runs blocks of whole warps; this spec's block has "
+                f"{self.scan.block_size} threads (section {self.scan.section_size} of "
+                f"{self.scan.algorithm}): choose a larger section or warp_shuffle")
         if self.tracks_last_counted and (scan.etype.dtype.itemsize != 8 or self.hooks.reverse):
             raise ValueError(
                 "an output statement that reads (prev_)last_counted needs a counting scan of "
@@ -327,15 +369,20 @@ class ScanModule:
     def run_heads(self) -> tuple[str, str, str] | None:
         """``(form, argument, C type of its elements)`` where the segment heads are given
         typed (Hooks.segment_heads: ``"flags"`` for one-byte HeadFlags, ``"keys"`` for
-        HeadKeys) and the single pass moves warp runs of 4, 8 or 16 items in array order:
-        each lane then reads its run's flags or keys in a few wide loads and finds the
-        heads itself, instead of every item reading its own (which cost the scan as much
-        as its values did). None otherwise (the heads come with each item)."""
+        HeadKeys, ``"rows"`` for HeadRows) and the single pass moves warp runs in array
+        order (of 4, 8 or 16 items for flags and keys): each lane then reads its run's
+        flags or keys in a few wide loads, or takes one remainder by the row length, and
+        finds the heads itself, instead of every item reading (or dividing for) its own,
+        which cost the scan as much as its values did. None otherwise (the heads come with
+        each item)."""
         heads = self.hooks.segment_heads
-        if heads is None or self.hooks.reverse or not self.moves_warp_runs or \
-                self.scan.items_per_thread not in (4, 8, 16):
+        if heads is None or self.hooks.reverse or not self.moves_warp_runs:
             return None
         argument = next(a for a in self.hooks.arguments if a.name == heads.argument)
+        if isinstance(heads, HeadRows):
+            return "rows", heads.argument, argument.c_type
+        if self.scan.items_per_thread not in (4, 8, 16):
+            return None
         if isinstance(heads, HeadFlags):
             if argument.scalar_dtype.itemsize != 1:
                 return None
@@ -383,6 +430,8 @@ class ScanModule:
         """Every kernel of the module, in the order the source defines them: the strategy's,
         less a single-pass kernel no n takes: the persistent one where this spec has none,
         the classic one where the persistent one takes every n (a threshold of 0 bytes)."""
+        if self.hooks.columns:
+            return (Kernel(SCAN_COLUMNS, "user"),)
         unused = {SCAN_TILES_PERSISTENT}
         if self.persistent_tiles:
             unused = set()
@@ -502,7 +551,9 @@ class ScanKernel:
     -----
     Keywords that start with ``_`` are scangen's primitives' own: ``_helpers`` (C emitted
     before the preamble), ``_input`` (a MaskInput in place of ``input_expr``) and
-    ``_segment_heads`` (a HeadFlags or HeadKeys in place of ``is_segment_start_expr``).
+    ``_segment_heads`` (a HeadFlags or HeadKeys in place of ``is_segment_start_expr``) and
+    ``_columns`` (scan along the middle axis of an (outer, axis_length, axis_stride) array:
+    Hooks.columns; launched through ``launch_converted(..., columns=)``).
 
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
@@ -517,11 +568,11 @@ class ScanKernel:
                  preamble="", is_segment_start_expr=None, reverse=False, initial=None,
                  counts=False, types=(), algorithm=None, section_size=None,
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
-                 _helpers="", _input=None, _segment_heads=None):
+                 _helpers="", _input=None, _segment_heads=None, _columns=False):
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
-                           counts, types, _helpers, _input, _segment_heads)
+                           counts, types, _helpers, _input, _segment_heads, _columns)
         if hooks.counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
@@ -566,9 +617,10 @@ class ScanKernel:
         """The CUDA source of every kernel this scan may launch (no GPU needed)."""
         return render(self.scan_module).text
 
-    def plan(self, n):
-        """The launches that scan ``n`` elements (no GPU needed)."""
-        return self._runtime.plan(n)
+    def plan(self, n, columns=None):
+        """The launches that scan ``n`` elements (no GPU needed); for a kernel along
+        columns, ``columns`` is ``(axis_length, axis_stride)`` of the array."""
+        return self._runtime.plan(n, columns)
 
     def modules_to_compile(self) -> list:
         """What check_compile compiles: the kernel's ScanModule."""
@@ -598,11 +650,12 @@ class ScanKernel:
             return ()
         return (convert_scalar(self.arguments[-1], self.initial if initial is None else initial),)
 
-    def launch_converted(self, values: tuple, n: int, stream=None, initial=None) -> None:
+    def launch_converted(self, values: tuple, n: int, stream=None, initial=None,
+                         columns=None) -> None:
         """Launch with argument values already converted (device addresses as ints or np.uintp,
         scalars as numpy scalars of their C type) on a stream already resolved by
         scangen.interop (None, a pycuda Stream or a RawStream): for clients such as Scan
         that validate their own arrays and want the per-call cost of nothing more. The
         initial value (the constructor's, or ``initial``) is converted here, as a call
-        converts it."""
-        self._runtime.launch(values + self.initial_argument(initial), n, stream)
+        converts it. ``columns``: as for plan."""
+        self._runtime.launch(values + self.initial_argument(initial), n, stream, columns)

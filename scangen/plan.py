@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .arith import ceil_div
 from .spec import LAST_COUNTED_MAX_N, make_spec
-from .strategies import resolve
+from .strategies import columns as columns_plan, resolve
 from .strategies.base import (MAX_GRID, NULL, USER_ARGS, BufferArg, Launch, PlanBuilder,
                               RuntimeArg, Temporary)
 
@@ -45,8 +45,10 @@ class Plan(PlanTotals):
     launches: tuple[Launch, ...]
     temporaries: tuple[Temporary, ...]
     #: Tiles of the single-pass launch (0: none): how many tickets a call takes and how much
-    #: tile status it needs.
+    #: tile status it needs (along columns: its status entries, one per chunk and column).
     single_pass_tiles: int = 0
+    #: A scan along columns: (axis_length, axis_stride); None: along the indices.
+    columns: tuple[int, int] | None = None
 
     @property
     def spec(self):
@@ -62,11 +64,13 @@ class Plan(PlanTotals):
     def describe(self) -> str:
         """A human-readable table of the plan (what ``python -m scangen plan`` prints)."""
         spec = self.spec
+        shape = "" if self.columns is None else \
+            f" as (outer, {self.columns[0]}, {self.columns[1]}) along the middle axis"
         lines = [
             f"plan: {self.scan_module.hooks.title} with {spec.operator.name} over "
-            f"n={self.n} {spec.etype.name}",
+            f"n={self.n} {spec.etype.name}{shape}",
             f"  strategy {self.strategy}"
-            + (" (auto)" if spec.strategy == "auto" else "")
+            + (" (auto)" if spec.strategy == "auto" and self.columns is None else "")
             + f", algorithm {spec.algorithm}, section {spec.section_size}"
             f" = {spec.block_size} threads x {spec.items_per_thread} item(s)",
             f"  {len(self.launches)} launch(es), {self.levels} level(s)",
@@ -86,7 +90,11 @@ class Plan(PlanTotals):
 def launch_lines(index: int, launch: Launch, where: str = "") -> list[str]:
     """A launch as plans print it: ``[index] {where}kernel<<<grid, block, smem>>>(args)``
     and a line saying why and what it moves."""
-    args = ", ".join(_format_arg(a) for a in launch.args)
+    # A scan's launch: the io's argument, then one per parameter of its family.
+    family = getattr(launch.kernel, "family", None)
+    names = [None] + [p.name for p in family.parameters] if family else []
+    names += [None] * (len(launch.args) - len(names))
+    args = ", ".join(_format_arg(a, name) for a, name in zip(launch.args, names))
     grid = launch.grid
     if launch.persistent:
         grid = f"min({launch.grid}, resident)"
@@ -109,7 +117,7 @@ def temporary_lines(temporaries) -> list[str]:
     return lines
 
 
-def _format_arg(arg) -> str:
+def _format_arg(arg, name=None) -> str:
     if isinstance(arg, tuple):  # a module's (parameter name, value)
         name, value = arg
         return f"{name}={format_value(value)}"
@@ -117,7 +125,7 @@ def _format_arg(arg) -> str:
         return "<arguments>"
     if isinstance(arg, (BufferArg, RuntimeArg)) or arg is NULL:
         return format_value(arg)
-    return f"n={arg}"
+    return f"{name or 'n'}={arg}"
 
 
 def format_value(value) -> str:
@@ -161,10 +169,22 @@ def _too_many_sections(spec, n: int, sections: int) -> str:
             f"{spec.section_size * MAX_GRID} elements per call")
 
 
-def make_plan(scan_module, n) -> Plan:
-    """The launches that scan n elements with the spec's strategy."""
+def make_plan(scan_module, n, columns=None) -> Plan:
+    """The launches that scan n elements with the spec's strategy; a module along columns
+    (Hooks.columns) needs ``columns``, ``(axis_length, axis_stride)``, and plans its own."""
     n = as_count(n)
     spec = scan_module.scan
+    if scan_module.hooks.columns != (columns is not None):
+        raise ValueError("a kernel along columns plans with columns=(axis_length, "
+                         "axis_stride), and only it")
+    if columns is not None:
+        builder = PlanBuilder(scan_module.plan_options)
+        if n > 0:
+            columns = columns_plan.check_columns(n, columns)
+            columns_plan.build(builder, n, *columns)
+        return Plan(scan_module, n, "columns", tuple(builder.launches),
+                    tuple(builder.temporaries), builder.single_pass_tiles,
+                    None if n == 0 else columns)
     sections = ceil_div(n, spec.section_size)
     if sections > MAX_GRID:
         raise ValueError(_too_many_sections(spec, n, sections))

@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from .args import c_parameters
+from .families import SCAN_TILES, SCAN_TILES_PERSISTENT
 from .strategies.tile_state import TileState
 
 _HERE = Path(__file__).resolve().parent
@@ -147,8 +148,10 @@ def template_context(scan_module) -> dict:
         lookback_tiles_per_lane=spec.tuning.at(spec.acc_itemsize).lookback_tiles_per_lane,
         ios=sorted({k.io for k in kernels}),
         families=list(dict.fromkeys(k.family.name for k in kernels)),
-        # the tile status, look-back and warp runs serve every single-pass kernel
+        # the tile status serves every single-pass kernel; the look-back and warp runs
+        # the tile kernels (a scan along columns looks back a column at a time)
         single_pass=any(k.family.single_pass for k in kernels),
+        tiles=any(k.family in (SCAN_TILES, SCAN_TILES_PERSISTENT) for k in kernels),
         kernels=[_kernel_context(k, hooks, spec) for k in kernels],
     )
 

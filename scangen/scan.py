@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compile import ScanCompileError
-from .kernel import ScanKernel, options_repr
+from .kernel import HeadRows, ScanKernel, options_repr
 from .interop import Call, overlaps
 from .runtime.gpu import GPUUnavailableError
 from .spec import check_mode
@@ -17,7 +17,7 @@ _OUTPUT = {"inclusive": "out[i] = item;", "exclusive": "out[i] = prev_item;"}
 
 
 class Scan:
-    """A reusable scan of device arrays: 1-D, or 2-D scanned row by row.
+    """A reusable scan of device arrays: 1-D, or N-D along any one axis.
 
     Parameters
     ----------
@@ -41,7 +41,7 @@ class Scan:
         operands in array order.
     initial:
         A value combined first: inclusive ``initial op x0 op ...``; exclusive ``y[0] =
-        initial``; with 2-D input, every row starts from it. A call may pass another
+        initial``; with N-D input, every line along the axis starts from it. A call may pass another
         (``scan(x, initial=carry)``). For a struct type, a tuple of field values (or an
         np.void); for complex, a complex number.
     algorithm:
@@ -67,9 +67,13 @@ class Scan:
     Notes
     -----
     Scan is ScanKernel with input ``x[i]`` and output ``out[i] = item`` (inclusive) or
-    ``out[i] = prev_item`` (exclusive); ``scan.kernel`` is that ScanKernel. A 2-D
-    C-contiguous array is scanned along its last axis, every row on its own, in the same
-    launches: a second ScanKernel whose segments are the rows.
+    ``out[i] = prev_item`` (exclusive); ``scan.kernel`` is that ScanKernel. An N-D
+    C-contiguous array is scanned along one axis (``scan(x, axis=k)``; the last by
+    default), every line along it on its own, with no transposing copy: along the last axis
+    by ``scan.rows_kernel``, a ScanKernel whose segments are the rows (the plan of a 1-D
+    scan); along any other by ``scan.columns_kernel``, which reads a warp's width of
+    neighbouring lines at once and walks them down the axis (``scan.plan(shape, axis=k)``
+    shows it).
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
@@ -118,6 +122,7 @@ class Scan:
         self.kernel = ScanKernel(result, operator, title=f"{mode} scan", **self._options)
         self.spec = self.kernel.spec
         self._rows_kernel = None
+        self._columns_kernel = None
 
     def __repr__(self):
         result = f", result_dtype={self.dtype.name!r}" if self.dtype != self.input_dtype else ""
@@ -135,19 +140,35 @@ class Scan:
         """The CUDA source of every kernel this scan may launch (no GPU needed)."""
         return self.kernel.source
 
-    def plan(self, n):
-        """The launches that scan ``n`` elements (no GPU needed); ``print()`` it to read it."""
-        return self.kernel.plan(n)
+    def plan(self, n, axis=-1):
+        """The launches that scan ``n`` elements, or an array of shape ``n`` (a tuple)
+        along ``axis`` (no GPU needed); ``print()`` it to read it."""
+        if not isinstance(n, tuple):
+            return self.kernel.plan(n)
+        kernel, lines = self._kernel_for(n, axis)
+        size = int(np.prod(n, dtype=np.int64))
+        return kernel.plan(size, lines) if kernel is self._columns_kernel else kernel.plan(size)
 
     def modules_to_compile(self) -> list:
-        """What check_compile compiles: the 1-D kernel's ScanModule (2-D rows compile
-        ``rows_kernel`` on first use)."""
+        """What check_compile compiles: the 1-D kernel's ScanModule (N-D scans compile
+        ``rows_kernel`` or ``columns_kernel`` on first use)."""
         return self.kernel.modules_to_compile()
 
     def check_compile(self) -> None:
         """Compile with the nvcc on PATH, without a GPU; a C error in the operator raises
         ScanCompileError with the numbered source around it."""
         self.kernel.check_compile()
+
+    @property
+    def columns_kernel(self) -> ScanKernel:
+        """The ScanKernel that scans an N-D array along an axis other than the last (built
+        on first use): the array as (outer, axis length, inner), each of its columns on its
+        own (scangen.strategies.columns)."""
+        if self._columns_kernel is None:
+            self._columns_kernel = ScanKernel(self.dtype, self._operator, _columns=True,
+                                              title=f"{self.mode} scan along an axis",
+                                              **self._options)
+        return self._columns_kernel
 
     @property
     def rows_kernel(self) -> ScanKernel:
@@ -157,19 +178,39 @@ class Scan:
             options = dict(self._options,
                            arguments=self._options["arguments"] + ", long long row_length")
             self._rows_kernel = ScanKernel(self.dtype, self._operator,
-                                           is_segment_start_expr="i % row_length == 0",
+                                           _segment_heads=HeadRows("row_length"),
                                            title=f"{self.mode} scan of rows", **options)
         return self._rows_kernel
 
-    def __call__(self, x, out=None, *, stream=None, initial=None):
-        """Scan ``x`` into ``out`` (new if None; of the result dtype; may be ``x`` when the
-        dtypes agree) and return ``out``.
+    def _kernel_for(self, shape: tuple, axis):
+        """(kernel, lines) that scan an array of ``shape`` along ``axis``: the 1-D kernel
+        (lines None) where the axis holds every element; the rows kernel (lines: the row
+        length) along the last axis; else the columns kernel (lines: (axis length, inner
+        size))."""
+        ndim = len(shape)
+        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+            raise TypeError(f"axis must be an int, not {axis!r}")
+        if not -ndim <= axis < ndim:
+            raise ValueError(f"axis {axis} is out of range for an array of {ndim} "
+                             f"dimension(s) (shape {shape})")
+        axis = int(axis) % ndim
+        outer = int(np.prod(shape[:axis], dtype=np.int64))
+        length = shape[axis]
+        inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+        if inner == 1:
+            return (self.kernel, None) if outer == 1 else (self.rows_kernel, length)
+        return self.columns_kernel, (length, inner)
 
-        ``x`` is a 1-D or 2-D C-contiguous device array: a pycuda GPUArray, a CuPy array, a
-        torch tensor, or any object with ``__cuda_array_interface__`` or ``__dlpack__``;
-        ``out`` is of the same kind, and a new ``out`` is allocated by that library (see
-        scangen.interop). ``stream`` (a pycuda, CuPy or torch stream, or a raw handle)
-        defaults to the array library's current stream."""
+    def __call__(self, x, out=None, *, axis=-1, stream=None, initial=None):
+        """Scan ``x`` along ``axis`` into ``out`` (new if None; of the result dtype; may be
+        ``x`` when the dtypes agree) and return ``out``.
+
+        ``x`` is a C-contiguous device array of any dimension: a pycuda GPUArray, a CuPy
+        array, a torch tensor, or any object with ``__cuda_array_interface__`` or
+        ``__dlpack__``; ``out`` is of the same kind and shape, and a new ``out`` is allocated
+        by that library (see scangen.interop). ``axis`` (default: the last) is the axis
+        scanned, every line along it on its own. ``stream`` (a pycuda, CuPy or torch stream,
+        or a raw handle) defaults to the array library's current stream."""
         call = Call(stream, {"x": x, "out": out}, writes=("out",))
         x_view, out_view = call.views["x"], call.views["out"]
         self._check_arrays(x_view, out_view, out is x)
@@ -178,14 +219,16 @@ class Scan:
         if out is None:
             out, out_view = call.empty(x_view.shape, self.dtype)
         n = x_view.size
+        shape = tuple(x_view.shape) or (1,)
+        kernel, lines = self._kernel_for(shape, axis)
         if n == 0:
             return out
         pointers = (x_view.ptr, out_view.ptr)  # ints: the launch packs them as pointers
-        if len(x_view.shape) == 2:
-            pointers += (np.int64(x_view.shape[1]),)
-            kernel = self.rows_kernel
-        else:
-            kernel = self.kernel
+        if kernel is self._columns_kernel:
+            kernel.launch_converted(pointers, n, call.stream, initial, lines)
+            return out
+        if lines is not None:
+            pointers += (np.int64(lines),)
         kernel.launch_converted(pointers, n, call.stream, initial)
         return out
 
@@ -196,15 +239,15 @@ class Scan:
             raise TypeError(f"x has dtype {x.dtype}, but this scan was built for "
                             f"{self.input_dtype}: build Scan({x.dtype.name!r}, ...) or convert "
                             f"with .astype()")
-        if len(x.shape) not in (1, 2):
-            raise ValueError(f"x must be 1-D (or 2-D, scanned row by row), got shape {x.shape}")
+        if len(x.shape) == 0:
+            raise ValueError("x must have at least one dimension, got a 0-d array")
         if out is None:
             return
         if out.dtype != self.dtype:
             raise TypeError(f"out has dtype {out.dtype}, but this scan writes {self.dtype}: "
                             f"pass an out of dtype {self.dtype} (or none, and get a new array)")
         if not in_place:
-            if out.shape != x.shape:  # which also keeps out 1-D or 2-D
+            if out.shape != x.shape:
                 raise ValueError(f"out has shape {out.shape}, but x has shape {x.shape}")
             if x.size and overlaps(x, out):
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")

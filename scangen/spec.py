@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .arith import WARP_SIZE
 from . import tuning as tuning_table
 from .ops import Operator, resolve_operator
 # How sections are stitched into a whole-array scan: the names scangen.strategies defines
@@ -34,7 +35,6 @@ MAX_BLOCK_THREADS = 1024
 #: Shared memory per block without an opt-in attribute: all a kernel may declare statically.
 #: Past it, a spec's sections live in dynamic shared memory (ScanSpec.dynamic_shared).
 MAX_STATIC_SHARED_BYTES = 48 * 1024
-WARP_SIZE = 32
 
 #: The most indices a counting scan that reads last_counted takes (scangen.ScanKernel): it
 #: packs the count and the last counted index + 1 in 32 bits each, one 8-byte value.

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..families import Kernel
+from .tile_state import TICKET_BYTES, TileState
 
 #: CUDA's limit on gridDim.x.
 MAX_GRID = 2**31 - 1
@@ -126,6 +127,25 @@ class PlanBuilder:
     def temporary(self, name: str, elements: int, what: str) -> BufferArg:
         self.temporaries.append(Temporary(name, elements * self.itemsize, what=what))
         return BufferArg(name)
+
+    def tile_status(self, entries: int, each: str = "") -> tuple:
+        """The single-pass state for ``entries`` status entries (``each``: what one entry
+        stands for, as plans print it): the ticket, the status words and, where values do
+        not pack into them, the value slots, all kept between calls. Returns the launch's
+        arguments for them: (status, status values or NULL, ticket)."""
+        state = TileState.of(self.spec)
+        self.temporaries.append(Temporary("ticket", TICKET_BYTES, persistent=True,
+                                          what="atomic tile counter"))
+        self.temporaries.append(Temporary("status", entries * state.word_bytes,
+                                          persistent=True,
+                                          what=state.describe(entries) + each))
+        values = NULL
+        if not state.packed:
+            values = BufferArg("status_values")
+            self.temporaries.append(Temporary("status_values", state.value_bytes(entries),
+                                              persistent=True, what="tile value slots"))
+        self.single_pass_tiles = entries
+        return BufferArg("status"), values, BufferArg("ticket")
 
     def launch(self, kernel: Kernel, grid: int, io_arg, args: tuple, *, reads: int,
                writes: int, level: int, why: str, persistent: bool = False) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from ..arith import ceil_div
 from ..families import ONE_SECTION, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
-from .base import NULL, BufferArg, PlanBuilder, RuntimeArg, Strategy, Temporary, register
+from .base import PlanBuilder, RuntimeArg, Strategy, register
 from .one_section import ONE_SECTION_STRATEGY
-from .tile_state import TICKET_BYTES, TileState
+from .tile_state import TileState
 
 
 class SinglePass(Strategy):
@@ -39,22 +39,12 @@ class SinglePass(Strategy):
             return ONE_SECTION_STRATEGY.build(builder, n, io_arg, level)
         tiles = ceil_div(n, spec.section_size)
         state = TileState.of(spec)
-        builder.temporaries.append(Temporary("ticket", TICKET_BYTES, persistent=True,
-                                             what="atomic tile counter"))
-        builder.temporaries.append(Temporary("status", tiles * state.word_bytes,
-                                             persistent=True, what=state.describe(tiles)))
-        values = NULL
-        if not state.packed:
-            values = BufferArg("status_values")
-            builder.temporaries.append(Temporary("status_values", state.value_bytes(tiles),
-                                                 persistent=True, what="tile value slots"))
-        builder.single_pass_tiles = tiles
+        status, values, ticket = builder.tile_status(tiles)
         persistent = builder.options.persistent_tiles and \
             n * spec.acc_itemsize >= spec.tuning.at(spec.acc_itemsize).tile_persistent_min_bytes
         family = SCAN_TILES_PERSISTENT if persistent else SCAN_TILES
         builder.launch(Kernel(family, "user"), tiles, io_arg,
-                       (BufferArg("status"), values, BufferArg("ticket"),
-                        RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
+                       (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
                        reads=n, writes=n, level=level, persistent=persistent,
                        why=f"{self.name}: {tiles} tiles in one pass"
                            f"{' by persistent blocks' if persistent else ''}, "

@@ -24,9 +24,11 @@ from scangen.families import FAMILIES
 from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
 from scangen.strategies.tile_state import TileState
-from tests.support import (AFFINE, AFFINE_MAPS, BFLOAT16, COMPACTION, DTYPES, OPERATORS,
-                           PARTITION, RUN_LENGTHS, SATURATING_ADD, SINGLE_PASS, TABLE_LOOKUP,
-                           TOTAL_STRATEGIES, WIDE_STRUCTS, field_sums, type_operator_pairs, valid)
+from scangen.types import element_type
+from tests.support import (AFFINE, AFFINE_MAPS, AFFINE_PAIR, AFFINE_PAIRS, BFLOAT16,
+                           COMPACTION, DTYPES, OPERATORS, PARTITION, RUN_LENGTHS, SATURATING_ADD,
+                           SINGLE_PASS, TABLE_LOOKUP, TOTAL_STRATEGIES, WIDE_STRUCTS, field_sums,
+                           type_operator_pairs, valid)
 from tests.support.nvcc import Entry, compiling, needs_nvcc, results
 
 pytestmark = needs_nvcc
@@ -268,6 +270,25 @@ def batch_scan_kernels():
     return entries
 
 
+def batch_columns():
+    """Scans along an axis other than the last (the columns kernel): every element size
+    with its tuned tile and a small one, non-commutative and struct operators (packed and
+    split tile status), reverse, initial and a result_dtype conversion."""
+    cases = [(d, "add", {}) for d in ("int8", "float16", "float32", "float64", "complex128")]
+    cases += [("uint64", AFFINE, {"reverse": True}), ("int32", LAST_NONZERO, {"initial": 3}),
+              ("float32", "max", {"section_size": 64}),
+              ("float16", "add", {"result_dtype": "float32", "reverse": True}),
+              (AFFINE_PAIR, AFFINE_PAIRS, {"mode": "exclusive"}),
+              (WIDE_STRUCTS[24], field_sums(WIDE_STRUCTS[24]), {})]
+    entries = []
+    for dtype, op, options in cases:
+        columns = Scan(dtype, op, **options).columns_kernel
+        name = op if isinstance(op, str) else op.name
+        entries.append(Entry(f"Scan along columns {element_type(dtype).name} {name} {options}",
+                             columns.scan_module))
+    return entries
+
+
 def batch_radix_histogram():
     """The radix passes (keys only, with values of 1 to 16 bytes and structs, argsort's index
     values, destinations with narrow digits), the places of digits wider than a pass, and
@@ -448,6 +469,7 @@ BATCHES = {
     "user_operators": batch_user_operators,
     "scan_kernels": batch_scan_kernels,
     "radix_histogram": batch_radix_histogram,
+    "columns": batch_columns,
     "status_16_byte_words": batch_status_16_byte_words,
     "tile_warp_runs": batch_tile_warp_runs,
     "wide_lookback": batch_wide_lookback,
@@ -541,7 +563,7 @@ def test_batches_cover_the_matrix():
     assert names == {f"{family}_{io}" for family in
                      ("scan_one_section", "scan_sections", "add_prefixes", "reduce_sections",
                       "scan_seeded") for io in ("user", "totals")} | {
-        "scan_tiles_user", "scan_tiles_persistent_user"}
+        "scan_tiles_user", "scan_tiles_persistent_user", "scan_columns_user"}
     assert len(entries) >= 300
 
 

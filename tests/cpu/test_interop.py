@@ -105,7 +105,7 @@ def launches(monkeypatch, device):
     """Every launch a call makes, as (title, values, n, stream), instead of running it."""
     recorded = []
 
-    def launch(runtime, values, n, stream):
+    def launch(runtime, values, n, stream, columns=None):
         recorded.append((runtime.scan_module.hooks.title, values, n, stream))
 
     monkeypatch.setattr(launcher.Runtime, "launch", launch)

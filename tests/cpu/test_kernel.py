@@ -448,7 +448,7 @@ def test_typed_heads_are_loaded_a_run_at_a_time():
     (dict(is_segment_start_expr="heads[i]"), TypeError,
      r"give is_segment_start_expr or _segment_heads \(a HeadFlags\), not both"),
     (dict(heads="heads[i] != 0"), TypeError,
-     "_segment_heads must be a scangen.kernel.HeadFlags or HeadKeys, not str"),
+     "_segment_heads must be a scangen.kernel.HeadFlags, HeadKeys or HeadRows, not str"),
     (dict(heads=HeadKeys("heads"), argument="const double *heads"), ArgumentError,
      r"HeadKeys's argument 'heads' \(const double \*heads\) must point to integers"),
 ])
@@ -557,7 +557,7 @@ def test_calls_from_threads_launch_one_at_a_time(monkeypatch):
     runtime = launcher.Runtime(scangen.Scan("int64", "add").kernel.scan_module)
     inside, overlaps, order = [], [], []
 
-    def launch_alone(user_values, n, stream):
+    def launch_alone(user_values, n, stream, columns):
         inside.append(n)
         if len(inside) > 1:
             overlaps.append(tuple(inside))

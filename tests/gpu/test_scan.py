@@ -134,8 +134,8 @@ def test_call_time_validation(gpu):
         scan(gpu.to_gpu(np.zeros(10, np.float32)))
     with pytest.raises(TypeError, match="GPUArray.*to_gpu"):
         scan(np.arange(10, dtype=np.int32))
-    with pytest.raises(ValueError, match="1-D"):  # (2-D arrays are scanned row by row)
-        scan(gpu.to_gpu(np.zeros((2, 5, 2), np.int32)))
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
+        scan(gpu.to_gpu(np.zeros((2, 5, 2), np.int32)), axis=3)
     with pytest.raises(ValueError, match="contiguous"):
         scan(gpu.to_gpu(np.arange(20, dtype=np.int32))[::2])
     with pytest.raises(ValueError, match="shape"):

@@ -915,6 +915,17 @@ def segmented_reference(x, heads, op, mode, *, reverse=False, initial=None):
     return out
 
 
+def axis_reference(x, op, mode, axis, *, reverse=False, initial=None):
+    """Scan every line of the N-D ``x`` along ``axis`` on its own, as scan_reference scans
+    a 1-D array (the operator itself, in order)."""
+    x = np.asarray(x)
+    lines = np.moveaxis(x, axis, -1)
+    out = np.empty_like(lines)
+    for index in np.ndindex(lines.shape[:-1]):
+        out[index] = scan_reference(lines[index], op, mode, reverse=reverse, initial=initial)
+    return np.moveaxis(out, -1, axis)
+
+
 def random_offsets(rng, n, dtype):
     """CSR offsets of n elements (SegmentedScan's offsets=), one of each shape: one segment,
     a segment per element, random cuts with empty segments among them (a repeated offset),
@@ -1089,7 +1100,8 @@ def assert_scan_equal(got, want, dtype, n, *, op=None, reverse=False):
 
 
 __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
-           "allowed_skips", "assert_guard_untouched", "assert_scan_equal", "BFLOAT16",
+           "allowed_skips", "assert_guard_untouched", "assert_scan_equal", "axis_reference",
+           "BFLOAT16",
            "boundary_sizes", "COMPACTION", "digits", "DTYPES", "exact_affine_pairs",
            "expected", "FakeContext", "FakeDeviceArray", "flipped", "GUARD", "guarded_output",
            "kind", "left_fold", "MODES", "multiplies_exactly", "needs_bfloat16", "needs_nvcc",

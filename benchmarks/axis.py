@@ -1,0 +1,101 @@
+"""Time scans of N-D arrays along one axis next to torch.cumsum along the same dimension and
+a copy of the same bytes.
+
+    python benchmarks/axis.py [--shapes 8x4096x1024:1 4096x8192:0 ...] [--json out.json]
+                              [--tiles 128x32 256x16 ...]
+
+Each case is ``SHAPE:AXIS`` (float32 add). Every contender is timed as ``python -m scangen
+bench`` times scans (scangen.bench.Timer: CUDA events around back-to-back calls, warm-up
+first, median of the trials) on torch tensors in and out. "copy" is one device-to-device
+copy of the array, the floor of any scan that reads it once and writes it once. Along an
+axis other than the last, scangen takes its columns kernel (``Scan.plan(shape, axis=)``
+says so); along the last, its rows kernel. ``--tiles BLOCKxITEMS ...`` adds a scangen row per
+tile shape (block size x items per thread; a column tile is 32 columns by block / 32 x items
+rows), the sweep a tuning choice comes from.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import scangen  # noqa: E402
+from scangen.bench import Timer  # noqa: E402
+
+DEFAULT_CASES = ["8x4096x1024:1", "4096x8192:0", "64x64x8192:1", "1024x64x512:1",
+                 "8192x4096:1", "2x8388608x4:1"]
+
+
+def parse_case(text: str) -> tuple[tuple[int, ...], int]:
+    shape, _, axis = text.partition(":")
+    return tuple(int(extent) for extent in shape.split("x")), int(axis or -1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=DEFAULT_CASES, metavar="SHAPE:AXIS")
+    parser.add_argument("--trials", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", help="write every result here")
+    parser.add_argument("--tiles", nargs="+", default=[], metavar="BLOCKxITEMS",
+                        help="also time scangen with these tiles")
+    args = parser.parse_args(argv)
+
+    import torch
+    from scangen.compile import current_context, require_pycuda
+
+    driver = require_pycuda()
+    current_context()
+    device = driver.Context.get_device().name()
+    timer = Timer(driver, args.trials, args.warmup)
+    scan = scangen.Scan("float32", "add")
+    results = []
+    print(f"float32 add along an axis ({device}); times in us\n")
+    print("| shape | axis | scangen kernel | copy | scangen | torch.cumsum | scangen % of copy "
+          "| torch / scangen |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    for text in args.shapes:
+        shape, axis = parse_case(text)
+        x = torch.rand(shape, device="cuda", dtype=torch.float32) - 0.5
+        out, copied = torch.empty_like(x), torch.empty_like(x)
+        scan(x, out=out, axis=axis)
+        torch.cuda.synchronize()
+        error = (out.double() - torch.cumsum(x.double(), dim=axis)).abs().max().item()
+        bound = 1e-5 * max(1.0, torch.cumsum(x.double().abs(), dim=axis).max().item())
+        if error > bound:
+            raise SystemExit(f"{text}: scangen differs from torch.cumsum by {error}")
+        kernel = scan.plan(shape, axis=axis).launches[0].kernel.name
+        calls = [("copy", lambda: copied.copy_(x)),
+                 ("scangen", lambda: scan(x, out=out, axis=axis)),
+                 ("torch.cumsum", lambda: torch.cumsum(x, dim=axis, out=out))]
+        for tile in args.tiles:
+            block, items = (int(part) for part in tile.split("x"))
+            tiled = scangen.Scan("float32", "add", section_size=block * items,
+                                 items_per_thread=items)
+            calls.append((f"scangen {tile}",
+                          lambda tiled=tiled: tiled(x, out=out, axis=axis)))
+        times = {}
+        for name, call in calls:
+            print(f"{text} {name} ...", file=sys.stderr, flush=True)
+            times[name] = timer.seconds_per_call(call, 2 * x.numel() * x.element_size())
+            results.append(dict(shape=list(shape), axis=axis, contender=name,
+                                seconds=times[name], kernel=kernel, device=device))
+        print(f"| {'x'.join(map(str, shape))} | {axis} | {kernel} | "
+              f"{times['copy'] * 1e6:.1f} | {times['scangen'] * 1e6:.1f} | "
+              f"{times['torch.cumsum'] * 1e6:.1f} | "
+              f"{100 * times['copy'] / times['scangen']:.0f}% | "
+              f"{times['torch.cumsum'] / times['scangen']:.2f}x |")
+        for tile in args.tiles:
+            seconds = times[f"scangen {tile}"]
+            print(f"|  |  | tile {tile} |  | {seconds * 1e6:.1f} |  | "
+                  f"{100 * times['copy'] / seconds:.0f}% |  |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

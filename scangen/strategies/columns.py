@@ -1,0 +1,62 @@
+"""Scans along columns: the n indices as an (outer, axis_length, axis_stride) C-contiguous
+array, each of its outer * axis_stride columns scanned along the middle axis on its own
+(Hooks.columns: a scan along any axis of an N-D array but the last, with no transposing
+copy). Not a strategy a spec names: a ScanKernel built along columns has this one kernel.
+
+One single-pass launch (templates/kernels/scan_columns.cuh.j2): a tile is a warp's width of
+consecutive columns by SECTION_SIZE / WARP_SIZE consecutive rows, so each row of a tile a
+warp reads is consecutive elements; tiles go in ticket order, chunk of rows by chunk of
+rows, and each column's carry crosses chunks through a status entry per (chunk, column),
+one look-back per column. About 2n of traffic plus n / (section / warp) status entries.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..arith import WARP_SIZE, ceil_div
+from ..families import SCAN_COLUMNS, Kernel
+from .base import USER_ARGS, PlanBuilder, RuntimeArg
+from .tile_state import TileState
+
+
+def check_columns(n: int, columns) -> tuple[int, int]:
+    """``columns`` as ``(axis_length, axis_stride)`` ints that lay out ``n`` indices (n a
+    multiple of their product, both at least 1); raises ValueError naming what is wrong."""
+    try:
+        length, stride = (int(part) for part in columns)
+    except (TypeError, ValueError):
+        raise ValueError(f"columns must be (axis_length, axis_stride), not {columns!r}") \
+            from None
+    if length < 1 or stride < 1 or n % (length * stride):
+        raise ValueError(f"columns=({length}, {stride}) do not lay out n={n} indices as "
+                         f"(outer, axis_length, axis_stride)")
+    return length, stride
+
+
+def rows_per_tile(spec) -> int:
+    """The rows of a column tile: a section's elements over a warp's width of columns."""
+    return spec.section_size // WARP_SIZE
+
+
+def build(builder: PlanBuilder, n: int, length: int, stride: int) -> None:
+    """The one launch that scans ``n`` indices along columns of ``length`` rows, consecutive
+    rows ``stride`` indices apart."""
+    spec, warp = builder.spec, WARP_SIZE
+    columns = n // length
+    chunks = ceil_div(length, rows_per_tile(spec))
+    tiles = chunks * ceil_div(columns, warp)
+    entries = chunks * columns
+    state = TileState.of(spec)
+    # Status capacity: one entry per chunk and column (the tickets a call takes are the
+    # launch's grid, one per tile).
+    status, values, ticket = builder.tile_status(entries, ", one per (chunk of rows, column)")
+    builder.launch(Kernel(SCAN_COLUMNS, "user"), tiles, USER_ARGS,
+                   (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"), length, stride, n),
+                   reads=n, writes=n, level=0,
+                   why=f"{columns} columns of {length} rows, {stride} apart: {tiles} tiles of "
+                       f"{warp} columns x {rows_per_tile(spec)} rows in one pass, each "
+                       f"column's carry by look-back over {chunks} chunk(s) of rows; status "
+                       f"{state.status_bytes(entries)} B")
+    # Its shared memory is its own few arrays, not the spec's sections.
+    builder.launches[-1] = dataclasses.replace(builder.launches[-1], shared_bytes=None)
+

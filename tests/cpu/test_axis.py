@@ -1,0 +1,140 @@
+"""Scans along an axis without a GPU: which kernel each shape and axis takes, the columns
+kernel's plan (tiles, status entries, arguments), and the errors for a bad axis or a
+columns kernel asked for what it cannot do."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen.arith import WARP_SIZE, ceil_div
+from scangen.kernel import ScanKernel
+from scangen.strategies.columns import check_columns
+
+COPY = dict(arguments="const float *x, float *out", input_expr="x[i]",
+            output_statement="out[i] = item;")
+
+
+@pytest.mark.parametrize("shape,axis,kernel", [
+    ((1000,), 0, "kernel"), ((1000,), -1, "kernel"), ((1, 1000), 1, "kernel"),
+    ((1000, 1), 0, "kernel"), ((1, 1000, 1), 1, "kernel"), ((7, 1000), 1, "rows_kernel"),
+    ((7, 1000), -1, "rows_kernel"), ((3, 4, 5), 2, "rows_kernel"),
+    ((7, 1000), 0, "columns_kernel"), ((3, 4, 5), 0, "columns_kernel"),
+    ((3, 4, 5), 1, "columns_kernel"), ((3, 4, 5), -2, "columns_kernel"),
+    ((2, 3, 4, 5), 1, "columns_kernel"), ((5, 1, 4), 1, "columns_kernel")])
+def test_each_shape_and_axis_takes_its_kernel(shape, axis, kernel):
+    scan = scangen.Scan(np.float32)
+    plan = scan.plan(shape, axis=axis)
+    assert plan.scan_module == getattr(scan, kernel).scan_module
+    assert plan.n == int(np.prod(shape))
+    assert (plan.strategy == "columns") == (kernel == "columns_kernel")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("outer,length,inner", [(8, 4096, 1024), (3, 5, 7), (1, 1, 33),
+                                                (2, 10_000, 1)])
+def test_columns_plan(dtype, outer, length, inner):
+    if inner == 1:
+        return  # the rows kernel's: tests/cpu/test_plan.py
+    scan = scangen.Scan(dtype)
+    plan = scan.plan((outer, length, inner), axis=1)
+    spec = scan.columns_kernel.spec
+    rows = spec.section_size // WARP_SIZE
+    chunks, columns = ceil_div(length, rows), outer * inner
+    (launch,) = plan.launches
+    assert launch.kernel.name == "scan_columns_user"
+    assert launch.grid == chunks * ceil_div(columns, WARP_SIZE)
+    assert launch.args[-3:] == (length, inner, outer * length * inner)
+    assert plan.single_pass_tiles == chunks * columns  # one status entry per chunk and column
+    assert launch.bytes_read == launch.bytes_written == plan.n * np.dtype(dtype).itemsize
+    text = str(plan)
+    assert f"as (outer, {length}, {inner}) along the middle axis" in text
+    assert f"axis_length={length}, axis_stride={inner}" in text
+    assert "strategy columns," in text
+
+
+def test_columns_source_has_only_its_kernel():
+    kernel = scangen.Scan(np.float64, "max", reverse=True).columns_kernel
+    assert kernel.scan_module.kernels[0].name == "scan_columns_user"
+    assert len(kernel.scan_module.kernels) == 1
+    source = kernel.source
+    assert "scan_columns_user(" in source and " look_back(" not in source
+    assert "axis_length - 1 - step" in source  # reverse walks each column from its end
+
+
+def test_empty_shapes_plan_nothing():
+    scan = scangen.Scan(np.float32)
+    for shape, axis in [((0, 5), 0), ((5, 0), 0), ((3, 0, 4), 1)]:
+        assert scan.plan(shape, axis=axis).launches == ()
+
+
+@pytest.mark.parametrize("axis,error,match", [
+    (2, ValueError, "axis 2 is out of range for an array of 2 dimension"),
+    (-3, ValueError, "out of range"), (1.0, TypeError, "axis must be an int"),
+    (True, TypeError, "axis must be an int"), (None, TypeError, "axis must be an int")])
+def test_bad_axis(axis, error, match):
+    with pytest.raises(error, match=match):
+        scangen.Scan(np.float32).plan((3, 4), axis=axis)
+
+
+def test_columns_kernel_refuses_what_it_cannot_do():
+    for extra, match in [({"counts": True}, "no segments, counts"),
+                         ({"is_segment_start_expr": "i % 4 == 0"}, "no segments"),
+                         ({"output_statement": "out[i] = last_item;"}, "last_item")]:
+        options = dict(COPY, **extra)
+        dtype = np.int32 if "counts" in extra else np.float32
+        with pytest.raises(ValueError, match=match):
+            ScanKernel(dtype, "add", _columns=True, **options)
+    with pytest.raises(ValueError, match="blocks of whole warps"):
+        ScanKernel(np.float32, "add", _columns=True, algorithm="naive", section_size=16,
+                   **COPY)
+
+
+def test_columns_plans_need_their_shape():
+    columns = ScanKernel(np.float32, "add", _columns=True, **COPY)
+    with pytest.raises(ValueError, match="plans with columns="):
+        columns.plan(100)
+    with pytest.raises(ValueError, match="plans with columns="):
+        ScanKernel(np.float32, "add", **COPY).plan(100, (10, 10))
+    for bad in [(3, 7), (0, 5), (5, -1), "ab", (1, 2, 3)]:
+        with pytest.raises(ValueError, match="columns"):
+            columns.plan(100, bad)
+    assert check_columns(100, (10, 5)) == (10, 5)
+
+
+@pytest.mark.parametrize("source,ufunc,want", [
+    ("int8", np.add, "int64"), ("uint16", np.add, "uint64"), ("int32", np.multiply, "int64"),
+    ("uint64", np.add, "uint64"), ("float16", np.add, "float16"),
+    ("float32", np.multiply, "float32"), ("complex64", np.add, "complex64")])
+def test_cumulative_functions_take_numpys_result_type(source, ufunc, want):
+    from scangen.one_shot import accumulated_dtype
+    assert accumulated_dtype(ufunc, np.dtype(source)) == np.dtype(want)
+    assert accumulated_dtype(ufunc, np.dtype(source), "float64") == np.dtype("float64")
+
+
+def test_flattening_needs_a_reshape():
+    from tests.support import FakeDeviceArray
+    with pytest.raises(TypeError, match="axis=None scans x flattened.*pass an axis"):
+        scangen.cumsum(FakeDeviceArray((3, 4), np.float32))
+
+
+def test_rows_find_their_heads_a_run_at_a_time():
+    """Along the last axis, a lane finds its run's row heads from one remainder (HeadRows)
+    wherever the single pass moves warp runs, whatever its items per thread; a reverse scan
+    keeps the per-element test."""
+    for dtype in ("int8", "float32", "float64"):
+        rows = scangen.Scan(dtype).rows_kernel
+        assert rows.scan_module.run_heads == ("rows", "row_length", "long long")
+        assert "to_head" in rows.source
+    reverse = scangen.Scan(np.float32, reverse=True).rows_kernel
+    assert reverse.scan_module.run_heads is None
+    assert "i % row_length == 0" in reverse.source
+
+
+@pytest.mark.parametrize("argument", ["long long *row_length", "int row_length"])
+def test_head_rows_name_a_long_long_scalar(argument):
+    from scangen.args import ArgumentError
+    from scangen.kernel import HeadRows
+    with pytest.raises(ArgumentError, match="HeadRows names 'row_length', which must be a "
+                                            "long long scalar"):
+        ScanKernel(np.float32, "add", arguments=f"const float *x, float *out, {argument}",
+                   input_expr="x[i]", output_statement="out[i] = item;",
+                   _segment_heads=HeadRows("row_length"))
