@@ -2,7 +2,7 @@
 a copy of the same bytes.
 
     python benchmarks/axis.py [--shapes 8x4096x1024:1 4096x8192:0 ...] [--json out.json]
-                              [--tiles 128x32 256x16 ...]
+                              [--tiles 128x32 256x16 ...] [--recurrence]
 
 Each case is ``SHAPE:AXIS`` (float32 add). Every contender is timed as ``python -m scangen
 bench`` times scans (scangen.bench.Timer: CUDA events around back-to-back calls, warm-up
@@ -11,7 +11,10 @@ copy of the array, the floor of any scan that reads it once and writes it once. 
 axis other than the last, scangen takes its columns kernel (``Scan.plan(shape, axis=)``
 says so); along the last, its rows kernel. ``--tiles BLOCKxITEMS ...`` adds a scangen row per
 tile shape (block size x items per thread; a column tile is 32 columns by block / 32 x items
-rows), the sweep a tuning choice comes from.
+rows), the sweep a tuning choice comes from. ``--recurrence`` times
+``scangen.linear_recurrence(a, b, axis)`` (float32 a, b, h) on the same shapes instead, against
+a copy of the bytes it must move (two arrays read, one written) and, where torch.compile
+works here, torch's associative_scan compiled with the same combine.
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write every result here")
     parser.add_argument("--tiles", nargs="+", default=[], metavar="BLOCKxITEMS",
                         help="also time scangen with these tiles")
+    parser.add_argument("--recurrence", action="store_true",
+                        help="time linear_recurrence instead of a sum")
     args = parser.parse_args(argv)
 
     import torch
@@ -51,6 +56,8 @@ def main(argv=None) -> int:
     current_context()
     device = driver.Context.get_device().name()
     timer = Timer(driver, args.trials, args.warmup)
+    if args.recurrence:
+        return recurrence(args, torch, timer, device)
     scan = scangen.Scan("float32", "add")
     results = []
     print(f"float32 add along an axis ({device}); times in us\n")
@@ -95,6 +102,62 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def recurrence(args, torch, timer, device) -> int:
+    """The --recurrence table: h[t] = a[t] h[t-1] + b[t] along each case's axis."""
+    results = []
+    print(f"float32 linear recurrence along an axis ({device}); times in us\n")
+    print("| shape | axis | copy of 3 arrays' bytes | scangen | torch.compile associative_scan "
+          "| scangen % of copy |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for text in args.shapes:
+        shape, axis = parse_case(text)
+        a = torch.rand(shape, device="cuda") * 0.5 + 0.5
+        b = torch.rand(shape, device="cuda") - 0.5
+        h = torch.empty_like(a)
+        moved = a.numel() * 3 // 2
+        source, target = torch.empty(moved, device="cuda"), torch.empty(moved, device="cuda")
+        calls = [("copy", lambda: target.copy_(source)),
+                 ("scangen", lambda: scangen.linear_recurrence(a, b, axis=axis, out=h))]
+        compiled = _compiled_recurrence(torch, axis)
+        if compiled is not None:
+            calls.append(("torch.compile", lambda: compiled(a, b)))
+        times = {}
+        for name, call in calls:
+            print(f"{text} {name} ...", file=sys.stderr, flush=True)
+            try:
+                times[name] = timer.seconds_per_call(call, 3 * a.numel() * 4)
+            except Exception as err:  # a peer this machine cannot build: report, go on
+                print(f"  {name} failed: {err}", file=sys.stderr)
+                continue
+            results.append(dict(shape=list(shape), axis=axis, contender=name,
+                                seconds=times[name], work="linear_recurrence", device=device))
+        peer = f"{times['torch.compile'] * 1e6:.1f}" if "torch.compile" in times else "n/a"
+        print(f"| {'x'.join(map(str, shape))} | {axis} | {times['copy'] * 1e6:.1f} | "
+              f"{times['scangen'] * 1e6:.1f} | {peer} | "
+              f"{100 * times['copy'] / times['scangen']:.0f}% |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def _compiled_recurrence(torch, axis):
+    """torch's associative_scan of (a, b) pairs under torch.compile, or None where this
+    torch has none or cannot compile it (its first call compiles; an error is reported)."""
+    try:
+        from torch._higher_order_ops.associative_scan import associative_scan
+    except ImportError:
+        return None
+
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+
+    def run(a, b):
+        return associative_scan(combine, (a, b), dim=axis, combine_mode="pointwise")[1]
+    # One specialisation per shape: under dynamic shapes torch 2.11 refused to lower it
+    # ("lifted arguments") from the second shape on.
+    return torch.compile(run, dynamic=False)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from .compile import ScanCompileError
-from .kernel import HeadRows, ScanKernel, options_repr
+from .kernel import ScanKernel, options_repr
+from .lines import LineKernels
 from .interop import Call, overlaps
 from .runtime.gpu import GPUUnavailableError
 from .spec import check_mode
@@ -110,7 +111,7 @@ class Scan:
             raise TypeError(f"result_dtype {result} cannot hold every {self.input_dtype} value; "
                             f"choose a wider one (numpy's safe casting)")
         in_c = "scan_t" if result == self.input_dtype else source.c_name
-        self._options = dict(
+        options = dict(
             arguments=f"const {in_c} *x, scan_t *out",
             input_expr=conversion(source, target, "x[i]"),  # refuses struct pairs
             # the input type's headers and declarations (the module has the result type's)
@@ -118,11 +119,10 @@ class Scan:
             output_statement=_OUTPUT[mode], reverse=reverse, initial=initial,
             algorithm=algorithm, section_size=section_size, items_per_thread=items_per_thread,
             strategy=strategy, tuning=tuning)
-        self._operator = operator
-        self.kernel = ScanKernel(result, operator, title=f"{mode} scan", **self._options)
+        #: The kernels along any axis (scangen.lines): 1-D, rows and columns.
+        self.lines = LineKernels(result, operator, title=f"{mode} scan", **options)
+        self.kernel = self.lines.kernel
         self.spec = self.kernel.spec
-        self._rows_kernel = None
-        self._columns_kernel = None
 
     def __repr__(self):
         result = f", result_dtype={self.dtype.name!r}" if self.dtype != self.input_dtype else ""
@@ -143,11 +143,7 @@ class Scan:
     def plan(self, n, axis=-1):
         """The launches that scan ``n`` elements, or an array of shape ``n`` (a tuple)
         along ``axis`` (no GPU needed); ``print()`` it to read it."""
-        if not isinstance(n, tuple):
-            return self.kernel.plan(n)
-        kernel, lines = self._kernel_for(n, axis)
-        size = int(np.prod(n, dtype=np.int64))
-        return kernel.plan(size, lines) if kernel is self._columns_kernel else kernel.plan(size)
+        return self.lines.plan(n, axis) if isinstance(n, tuple) else self.kernel.plan(n)
 
     def modules_to_compile(self) -> list:
         """What check_compile compiles: the 1-D kernel's ScanModule (N-D scans compile
@@ -161,45 +157,13 @@ class Scan:
 
     @property
     def columns_kernel(self) -> ScanKernel:
-        """The ScanKernel that scans an N-D array along an axis other than the last (built
-        on first use): the array as (outer, axis length, inner), each of its columns on its
-        own (scangen.strategies.columns)."""
-        if self._columns_kernel is None:
-            self._columns_kernel = ScanKernel(self.dtype, self._operator, _columns=True,
-                                              title=f"{self.mode} scan along an axis",
-                                              **self._options)
-        return self._columns_kernel
+        """The ScanKernel along an axis other than the last (built on first use)."""
+        return self.lines.columns_kernel
 
     @property
     def rows_kernel(self) -> ScanKernel:
-        """The ScanKernel that scans the rows of a 2-D array (built on first use)."""
-        if self._rows_kernel is None:
-            # Every row starts from the initial value, as every segment does.
-            options = dict(self._options,
-                           arguments=self._options["arguments"] + ", long long row_length")
-            self._rows_kernel = ScanKernel(self.dtype, self._operator,
-                                           _segment_heads=HeadRows("row_length"),
-                                           title=f"{self.mode} scan of rows", **options)
-        return self._rows_kernel
-
-    def _kernel_for(self, shape: tuple, axis):
-        """(kernel, lines) that scan an array of ``shape`` along ``axis``: the 1-D kernel
-        (lines None) where the axis holds every element; the rows kernel (lines: the row
-        length) along the last axis; else the columns kernel (lines: (axis length, inner
-        size))."""
-        ndim = len(shape)
-        if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-            raise TypeError(f"axis must be an int, not {axis!r}")
-        if not -ndim <= axis < ndim:
-            raise ValueError(f"axis {axis} is out of range for an array of {ndim} "
-                             f"dimension(s) (shape {shape})")
-        axis = int(axis) % ndim
-        outer = int(np.prod(shape[:axis], dtype=np.int64))
-        length = shape[axis]
-        inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
-        if inner == 1:
-            return (self.kernel, None) if outer == 1 else (self.rows_kernel, length)
-        return self.columns_kernel, (length, inner)
+        """The ScanKernel along the last axis of an N-D array (built on first use)."""
+        return self.lines.rows_kernel
 
     def __call__(self, x, out=None, *, axis=-1, stream=None, initial=None):
         """Scan ``x`` along ``axis`` into ``out`` (new if None; of the result dtype; may be
@@ -218,18 +182,9 @@ class Scan:
             self.kernel.initial_argument(initial)  # a bad one is refused before any work
         if out is None:
             out, out_view = call.empty(x_view.shape, self.dtype)
-        n = x_view.size
-        shape = tuple(x_view.shape) or (1,)
-        kernel, lines = self._kernel_for(shape, axis)
-        if n == 0:
-            return out
-        pointers = (x_view.ptr, out_view.ptr)  # ints: the launch packs them as pointers
-        if kernel is self._columns_kernel:
-            kernel.launch_converted(pointers, n, call.stream, initial, lines)
-            return out
-        if lines is not None:
-            pointers += (np.int64(lines),)
-        kernel.launch_converted(pointers, n, call.stream, initial)
+        # ints: the launch packs them as pointers
+        self.lines.launch((x_view.ptr, out_view.ptr), tuple(x_view.shape), axis, call.stream,
+                          initial)
         return out
 
     def _check_arrays(self, x, out, in_place):

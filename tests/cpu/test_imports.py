@@ -51,7 +51,7 @@ LAYERS = [
     ("compile", ["compile", "modules"]),
     ("interop", ["interop"]),
     ("launch", ["runtime.launcher", "runtime.modules"]),
-    ("scans", ["kernel", "scan", "segmented", "check", "one_shot"]),
+    ("scans", ["kernel", "lines", "scan", "segmented", "check", "one_shot", "operands"]),
     ("primitives", ["primitives", "primitives.*"]),
     ("past one GPU", ["chunked", "dask", "out_of_core"]),
     ("package", [""]),

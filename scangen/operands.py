@@ -1,0 +1,218 @@
+"""Scans of several arrays at once: ``associative_scan(operator, (a, b), axis=k)`` combines
+tuples of elements, one from each array, and writes each result field to its own array
+(structure of arrays: no packing copy), along any axis (scangen.lines); and
+``linear_recurrence(a, b)``, ``h[t] = a[t] * h[t-1] + b[t]``, built on it.
+
+Inside the kernel the operands of one index are one struct value (``scan_t``), whose fields
+are named by the operands (``f0``, ``f1``, ... for a tuple; the keys of a dict), so an
+operator is written as a struct operator is: ``scan_t{b.m * a.m, b.m * a.c + b.c}``, ``a``
+the earlier operand and ``b`` the later one.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .interop import Call, overlaps
+from .lines import LineKernels
+from .ops import Operator
+from .spec import as_flag, check_mode
+from .types import element_type
+
+__all__ = ["associative_scan", "linear_recurrence"]
+
+
+def _fields(operands) -> tuple[tuple[str, ...], tuple]:
+    """(field names, arrays) of a tuple or dict of operands."""
+    if isinstance(operands, dict):
+        names, arrays = tuple(operands), tuple(operands.values())
+        for name in names:
+            if not (isinstance(name, str) and name.isidentifier()):
+                raise ValueError(f"operand names are C identifiers (struct fields), not "
+                                 f"{name!r}")
+    elif isinstance(operands, (tuple, list)):
+        arrays = tuple(operands)
+        names = tuple(f"f{k}" for k in range(len(arrays)))
+    else:
+        raise TypeError(f"operands must be a tuple (or dict) of arrays, not "
+                        f"{type(operands).__name__}")
+    if not arrays:
+        raise ValueError("operands is empty: give at least one array")
+    return names, arrays
+
+
+@functools.lru_cache(maxsize=64)
+def _operand_kernels(operator, names, dtypes, mode, reverse, takes_initial, options):
+    """The LineKernels of a scan of operands of ``dtypes`` named ``names``: a struct of
+    them is the scan type (whose declarations bring its fields' types); each operand is
+    read from its own array and each result field written to its own."""
+    struct = np.dtype(list(zip(names, dtypes)), align=True)
+    c_types = [element_type(d).c_name for d in dtypes]
+    arguments = [f"const {c} *x_{k}" for k, c in enumerate(c_types)] + \
+                [f"{c} *out_{k}" for k, c in enumerate(c_types)]
+    result = "item" if mode == "inclusive" else "prev_item"
+    initial = np.zeros((), struct)[()] if takes_initial else None
+    return LineKernels(
+        struct, operator, title=f"{mode} scan of {len(names)} operands",
+        arguments=", ".join(arguments),
+        input_expr="scan_t{" + ", ".join(f"x_{k}[i]" for k in range(len(names))) + "}",
+        output_statement=" ".join(f"out_{k}[i] = {result}.{name};"
+                                  for k, name in enumerate(names)),
+        reverse=reverse, initial=initial,
+        **dict(options))
+
+
+def _run(kernels_of, names, arrays, out, axis, stream, initial):
+    """Check the operands (and ``out``: the same form), allocate what is missing, launch;
+    return the results as a tuple in operand order."""
+    if out is not None:
+        out_names, outs = _fields(out)
+        if len(outs) != len(arrays) or (isinstance(out, dict) and out_names != names):
+            raise ValueError(f"out must name the same operands as operands: {names}")
+    else:
+        outs = (None,) * len(arrays)
+    inputs = {f"x_{k}": a for k, a in enumerate(arrays)}
+    results = {f"out_{k}": o for k, o in enumerate(outs)}
+    call = Call(stream, {**inputs, **results}, writes=tuple(results))
+    views = call.views
+    shape = tuple(views["x_0"].shape)
+    dtypes = tuple(views[f"x_{k}"].dtype for k in range(len(arrays)))
+    for k, name in enumerate(names):
+        x = views[f"x_{k}"]
+        if tuple(x.shape) != shape:
+            raise ValueError(f"operand {name} has shape {x.shape}, but {names[0]} has {shape}")
+        o = views[f"out_{k}"]
+        if o is None:
+            results[f"out_{k}"], views[f"out_{k}"] = call.empty(shape, dtypes[k])
+            continue
+        if o.dtype != x.dtype or tuple(o.shape) != shape:
+            raise ValueError(f"out for {name} must have shape {shape} and dtype {x.dtype}, "
+                             f"not {o.shape} {o.dtype}")
+        for j in range(len(arrays)):
+            if outs[k] is not arrays[j] and overlaps(views[f"x_{j}"], o) and o.size:
+                raise ValueError(f"out for {name} overlaps an operand without being it")
+    if not shape:
+        raise ValueError("operands must have at least one dimension, got 0-d arrays")
+    kernels = kernels_of(dtypes)
+    pointers = tuple(views[f"x_{k}"].ptr for k in range(len(arrays))) + \
+        tuple(views[f"out_{k}"].ptr for k in range(len(arrays)))
+    kernels.launch(pointers, shape, axis, call.stream, initial)
+    return tuple(results[f"out_{k}"] for k in range(len(arrays)))
+
+
+def _options_key(options: dict) -> tuple:
+    key = tuple(sorted(options.items()))
+    for name, value in key:
+        try:
+            hash(value)
+        except TypeError:
+            raise TypeError(f"scan option {name}={value!r} must be hashable") from None
+    return key
+
+
+def associative_scan(operator, operands, axis=-1, *, mode="inclusive", reverse=False,
+                     out=None, stream=None, **options):
+    """Scan several arrays of one shape at once along ``axis``, combining their elements
+    as tuples, and return each result field as its own array.
+
+    Parameters
+    ----------
+    operator:
+        A scangen.Operator over a struct with one field per operand, named ``f0``, ``f1``,
+        ... (a tuple of operands) or by the keys of a dict; ``a`` is the earlier operand:
+        ``Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0))`` composes affine maps
+        (m, c). Associative; it need not be commutative. Its identity is a tuple of field
+        values.
+    operands:
+        A tuple (or dict) of C-contiguous device arrays of one shape and kind (CuPy, torch,
+        pycuda, ...); their dtypes may differ. Read in place: no packing copy.
+    axis:
+        The axis scanned (default: the last), every line along it on its own.
+    mode, reverse:
+        As for scangen.Scan.
+    out:
+        Where to write, of the same form as ``operands`` (may be the operands themselves);
+        default: new arrays of their kind.
+    stream:
+        As for scangen.inclusive_scan.
+    **options:
+        algorithm, section_size, items_per_thread, strategy, tuning, as for scangen.Scan.
+
+    Returns
+    -------
+    The results, of the form of ``operands``: a tuple, or a dict by the same names.
+    """
+    names, arrays = _fields(operands)
+    mode, reverse, key = check_mode(mode), as_flag("reverse", reverse), _options_key(options)
+    results = _run(lambda dtypes: _operand_kernels(operator, names, dtypes, mode, reverse,
+                                                   False, key),
+                   names, arrays, out, axis, stream, None)
+    return dict(zip(names, results)) if isinstance(operands, dict) else results
+
+
+def _recurrence_operator(dtype: np.dtype, reverse: bool) -> Operator:
+    """Composition of the affine maps h -> m h + c of (m, c) pairs of ``dtype``, in array
+    order (``reverse``: the later map applied first, for h[t] = m[t] h[t+1] + c[t])."""
+    etype = element_type(dtype)
+    if etype.is_complex:
+        # numpy's complex layout has no C operators: products and sums by parts
+        c = etype.c_name
+        preamble = (f"static __device__ __forceinline__ {c} lr_mul({c} x, {c} y)\n"
+                    f"{{ return {c}{{x.re * y.re - x.im * y.im, x.re * y.im + x.im * y.re}}; }}\n"
+                    f"static __device__ __forceinline__ {c} lr_add({c} x, {c} y)\n"
+                    f"{{ return {c}{{x.re + y.re, x.im + y.im}}; }}")
+        mul, add = "lr_mul({}, {})", "lr_add({}, {})"
+    else:
+        preamble, mul, add = "", "{} * {}", "{} + {}"
+    first, then = ("b", "a") if reverse else ("a", "b")
+    expression = (f"scan_t{{{mul.format(f'{then}.m', f'{first}.m')}, "
+                  f"{add.format(mul.format(f'{then}.m', f'{first}.c'), f'{then}.c')}}}")
+    return Operator(expression, (1, 0), name="linear_recurrence" + ("_reverse" * reverse),
+                    preamble=preamble)
+
+
+@functools.lru_cache(maxsize=64)
+def _recurrence_kernels(dtype, reverse, takes_initial, options):
+    """The LineKernels of a linear recurrence over ``dtype``: (a, b) pairs read from two
+    arrays, composed as affine maps, and only the maps' offsets (h) written."""
+    c = element_type(dtype).c_name
+    pair = np.dtype([("m", dtype), ("c", dtype)], align=True)
+    return LineKernels(
+        pair, _recurrence_operator(dtype, reverse),
+        title=f"linear recurrence{' in reverse' if reverse else ''}",
+        arguments=f"const {c} *a, const {c} *b, {c} *h", input_expr="scan_t{a[i], b[i]}",
+        output_statement="h[i] = item.c;", reverse=reverse,
+        initial=np.ones((), pair)[()] if takes_initial else None, **dict(options))
+
+
+def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream=None,
+                      **options):
+    """The linear recurrence ``h[t] = a[t] * h[t-1] + b[t]`` along ``axis`` (``h[-1]`` =
+    ``h0``, default 0), every line on its own, in one scan of (a, b) pairs composed as
+    affine maps; ``reverse=True``: ``h[t] = a[t] * h[t+1] + b[t]`` from each line's end.
+
+    ``a`` and ``b`` are C-contiguous device arrays of one shape, kind and dtype (float32,
+    float64, complex64 or complex128); ``h0`` a number, the same for every line. Returns
+    ``h`` (a new array of their kind, or ``out``). ``stream`` and ``**options`` as for
+    scangen.associative_scan. Floating-point results differ from a sequential loop in the
+    last bits: the maps are composed in a tree.
+    """
+    reverse, key = as_flag("reverse", reverse), _options_key(options)
+    call = Call(stream, {"a": a, "b": b, "h": out}, writes=("h",))
+    views = call.views
+    dtype, shape = views["a"].dtype, tuple(views["a"].shape)
+    if views["b"].dtype != dtype or dtype.kind not in "fc":
+        raise TypeError(f"a and b must share one float or complex dtype, not {dtype} and "
+                        f"{views['b'].dtype}")
+    if tuple(views["b"].shape) != shape or not shape:
+        raise ValueError(f"a and b must have one shape of at least one dimension, not "
+                         f"{shape} and {views['b'].shape}")
+    if out is None:
+        out, views["h"] = call.empty(shape, dtype)
+    elif views["h"].dtype != dtype or tuple(views["h"].shape) != shape:
+        raise ValueError(f"out must have shape {shape} and dtype {dtype}")
+    kernels = _recurrence_kernels(dtype, reverse, h0 is not None, key)
+    kernels.launch((views["a"].ptr, views["b"].ptr, views["h"].ptr), shape, axis, call.stream,
+                   None if h0 is None else (1, h0))
+    return out

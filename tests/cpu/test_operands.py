@@ -1,0 +1,63 @@
+"""Scans of several operands without a GPU: how operands become struct fields, the
+composition a linear recurrence scans (forward and reverse) checked on host values, and
+every kernel compiled by nvcc for real, complex and half types."""
+import numpy as np
+import pytest
+
+import scangen
+from scangen.operands import (_fields, _operand_kernels, _options_key, _recurrence_kernels,
+                              _recurrence_operator)
+
+from tests.support import AFFINE_PAIRS, needs_nvcc
+
+
+def test_operands_become_fields():
+    a, b = np.zeros(3), np.zeros(3)
+    assert _fields((a, b)) == (("f0", "f1"), (a, b))
+    assert _fields({"m": a, "c": b}) == (("m", "c"), (a, b))
+    with pytest.raises(ValueError, match="C identifiers"):
+        _fields({"not a name": a})
+    with pytest.raises(ValueError, match="operands is empty"):
+        _fields(())
+    with pytest.raises(TypeError, match="tuple \\(or dict\\) of arrays"):
+        _fields(a)
+    assert _options_key({"section_size": 64, "algorithm": "warp_shuffle"}) == \
+        (("algorithm", "warp_shuffle"), ("section_size", 64))
+    with pytest.raises(TypeError, match="must be hashable"):
+        _options_key({"tuning": []})
+
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_recurrence_operator_composes_maps_in_order(reverse):
+    """The operator's C, read back as Python over two maps (m, c): a then b forward; b
+    then a in reverse (the later map applies first)."""
+    op = _recurrence_operator(np.dtype(np.float64), reverse)
+    body = op.c_expression(scangen.types.element_type(
+        np.dtype([("m", np.float64), ("c", np.float64)], align=True)))
+    fields = body[len("scan_t{"):-1]
+    a, b = {"m": 3.0, "c": 5.0}, {"m": 7.0, "c": 11.0}
+
+    class Map:
+        def __init__(self, d):
+            self.m, self.c = d["m"], d["c"]
+    m, c = eval(f"({fields})", {}, {"a": Map(a), "b": Map(b)})
+    first, then = (b, a) if reverse else (a, b)
+    # h -> then.m * (first.m * h + first.c) + then.c
+    assert (m, c) == (then["m"] * first["m"], then["m"] * first["c"] + then["c"])
+
+
+@needs_nvcc
+def test_every_operand_kernel_compiles(nvcc):
+    pair_sums = scangen.Operator("scan_t{a.f0 + b.f0, a.f1 + b.f1}", (0.0, 0), name="sums")
+    kernels = [_operand_kernels(AFFINE_PAIRS, ("m", "c"), (np.dtype(np.float64),) * 2,
+                                "exclusive", True, False, ()),
+               _operand_kernels(pair_sums, ("f0", "f1"),
+                                (np.dtype(np.float16), np.dtype(np.int32)), "inclusive",
+                                False, False, ())]
+    kernels += [_recurrence_kernels(np.dtype(d), reverse, True, ())
+                for d in ("float16", "float32", "complex64", "complex128")
+                for reverse in (False, True)]
+    modules = [k.scan_module for lines in kernels
+               for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel)]
+    scangen.compile.check_all_with_nvcc(modules)

@@ -1,0 +1,128 @@
+"""Scans of several operands on the GPU: associative_scan (structure of arrays, any axis,
+non-commutative operators, mixed dtypes, exclusive and reverse, out= in place) against
+tests.support.axis_reference over the operands packed as structs, and linear_recurrence
+against a sequential loop (real and complex, forward and reverse, with h0)."""
+import itertools
+
+import numpy as np
+import pytest
+
+import scangen
+from scangen.operands import _operand_kernels, _recurrence_kernels
+
+from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, axis_reference, exact_affine_pairs,
+                           precompile)
+
+#: (shape, axis): every kernel (columns, rows, 1-D), column tiles cut short, several
+#: chunks of rows.
+SHAPES = [((4, 300, 33), 1), ((4, 300, 33), 0), ((4, 300, 33), 2), ((3000,), 0),
+          ((700, 40), 0), ((5, 1, 70), 1)]
+RECURRENCE_TYPES = ["float32", "float64", "complex64", "complex128"]
+#: Sums of a float32 field and an int32 field at once (tuple form: fields f0 and f1).
+PAIR_SUMS = scangen.Operator("scan_t{a.f0 + b.f0, a.f1 + b.f1}", (0.0, 0), name="pair_sums")
+PAIR_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.int32))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_in_parallel():
+    kernels = []
+    for mode, reverse in itertools.product(scangen.MODES, (False, True)):
+        kernels.append(_operand_kernels(AFFINE_PAIRS, ("m", "c"), (np.dtype(np.float64),) * 2,
+                                        mode, reverse, False, ()))
+    kernels.append(_operand_kernels(PAIR_SUMS, ("f0", "f1"), PAIR_SUM_DTYPES, "inclusive",
+                                    False, False, ()))
+    for dtype, reverse, h0 in itertools.product(RECURRENCE_TYPES, (False, True),
+                                                (False, True)):
+        kernels.append(_recurrence_kernels(np.dtype(dtype), reverse, h0, ()))
+    precompile([k for lines in kernels
+                for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel)])
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_affine_maps_as_two_arrays(gpu, rng, mode, reverse):
+    """Composing affine maps (m, c), given as two float64 arrays, along every axis: the
+    same results as the packed struct scan's reference, field by field."""
+    for shape, axis in SHAPES:
+        packed = exact_affine_pairs(rng, int(np.prod(shape))).reshape(shape)
+        m, c = gpu.to_gpu(packed["m"].copy()), gpu.to_gpu(packed["c"].copy())
+        got = scangen.associative_scan(AFFINE_PAIRS, {"m": m, "c": c}, axis=axis, mode=mode,
+                                       reverse=reverse)
+        want = axis_reference(packed, AFFINE_PAIRS, mode, axis, reverse=reverse)
+        assert set(got) == {"m", "c"}
+        for field in ("m", "c"):
+            np.testing.assert_array_equal(got[field].get(), want[field],
+                                          err_msg=f"{field} {shape} axis={axis}")
+
+
+def test_mixed_dtypes_in_place(gpu, rng):
+    """A float32 and an int32 operand summed at once (tuple form), written over the
+    operands themselves."""
+    values = rng.integers(-50, 50, (6, 500)).astype(np.float32)
+    counts = rng.integers(0, 3, (6, 500)).astype(np.int32)
+    for axis in (0, 1):
+        x, k = gpu.to_gpu(values), gpu.to_gpu(counts)
+        got = scangen.associative_scan(PAIR_SUMS, (x, k), axis=axis, out=(x, k))
+        assert got[0] is x and got[1] is k
+        np.testing.assert_array_equal(x.get(), np.cumsum(values, axis=axis, dtype=np.float32))
+        np.testing.assert_array_equal(k.get(), np.cumsum(counts, axis=axis, dtype=np.int32))
+
+
+def recurrence_reference(a, b, axis, h0=0, reverse=False):
+    """h[t] = a[t] h[t-1] + b[t] along axis, one step at a time (in float64/complex128)."""
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    a_, b_ = (np.moveaxis(v.astype(wide), axis, -1) for v in (a, b))
+    if reverse:
+        a_, b_ = a_[..., ::-1], b_[..., ::-1]
+    h = np.empty_like(b_)
+    previous = np.full(a_.shape[:-1], h0, wide)
+    for t in range(a_.shape[-1]):
+        previous = a_[..., t] * previous + b_[..., t]
+        h[..., t] = previous
+    if reverse:
+        h = h[..., ::-1]
+    return np.moveaxis(h, -1, axis)
+
+
+def recurrence_input(rng, dtype, shape):
+    """Multipliers of magnitude 0.5 to 1 (a decaying state) and offsets in [-1, 1]."""
+    def part():
+        return rng.uniform(0.5, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
+    a = part() if np.dtype(dtype).kind == "f" else part() * np.exp(1j * rng.uniform(0, 6, shape))
+    b = rng.uniform(-1, 1, shape) + (1j * rng.uniform(-1, 1, shape)
+                                     if np.dtype(dtype).kind == "c" else 0)
+    return a.astype(dtype), b.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", RECURRENCE_TYPES)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_linear_recurrence(gpu, rng, dtype, reverse):
+    tolerance = 2e-4 if dtype in ("float32", "complex64") else 1e-11
+    for (shape, axis), h0 in itertools.product(SHAPES, (None, 0.75)):
+        a, b = recurrence_input(rng, dtype, shape)
+        if h0 is not None and np.dtype(dtype).kind == "c":
+            h0 = 0.75 - 0.5j
+        got = scangen.linear_recurrence(gpu.to_gpu(a), gpu.to_gpu(b), axis=axis, h0=h0,
+                                        reverse=reverse).get()
+        assert got.dtype == np.dtype(dtype) and got.shape == shape
+        want = recurrence_reference(a, b, axis, 0 if h0 is None else h0, reverse)
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance,
+                                   err_msg=f"{shape} axis={axis} h0={h0}")
+
+
+def test_linear_recurrence_into_out_and_errors(gpu, rng):
+    a, b = recurrence_input(rng, "float64", (3, 1000))
+    out = gpu.to_gpu(np.full((3, 1000), np.nan))
+    assert scangen.linear_recurrence(gpu.to_gpu(a), gpu.to_gpu(b), out=out) is out
+    np.testing.assert_allclose(out.get(), recurrence_reference(a, b, -1), rtol=1e-11,
+                               atol=1e-11)
+    with pytest.raises(TypeError, match="share one float or complex dtype"):
+        scangen.linear_recurrence(gpu.to_gpu(a), gpu.to_gpu(b.astype(np.float32)))
+    with pytest.raises(ValueError, match="one shape"):
+        scangen.linear_recurrence(gpu.to_gpu(a), gpu.to_gpu(b[:, :10].copy()))
+    with pytest.raises(ValueError, match="operand c has shape"):
+        scangen.associative_scan(AFFINE_PAIRS, {"m": gpu.to_gpu(a), "c": gpu.to_gpu(b[:2])})
+    packed = np.zeros(4, AFFINE_PAIR)
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        scangen.associative_scan(AFFINE_PAIRS, {"m": gpu.to_gpu(packed["m"].copy()),
+                                                "c": gpu.to_gpu(packed["c"].copy())}, axis=2)
