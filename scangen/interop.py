@@ -190,6 +190,12 @@ class _Torch(_Kind):
                             f"memory: move it first ({name}.cuda() or {name}.to('cuda'))")
         if not value.is_contiguous():
             raise _not_contiguous(name, f"{name}.contiguous()")
+        # A lazy conjugate or negation (x.conj(), torch's neg views) shares memory that holds
+        # the values before it: the kernels would read (or write) those.
+        if value.is_conj() or value.is_neg():
+            raise ValueError(f"{name} is a lazy {'conjugate' if value.is_conj() else 'negated'} "
+                             f"view of its memory; pass {name}.resolve_conj() (or "
+                             f"{name}.resolve_neg()), which holds its values")
         _check_device(name, value.device.index)
         return DeviceArray(value.data_ptr(), tuple(value.shape), _torch_dtype(value.dtype, name),
                            value)

@@ -50,25 +50,47 @@ def current_context():
     object for the primary context, and pops it when the thread ends; at exit, scangen's own
     device memory is released with the context current (see _release_at_exit).
     """
-    global _primary, _main_thread_pushed
+    global _main_thread_pushed
     driver = _initialised_driver()
     context = driver.Context.get_current()
     if context is None:
+        context = primary_context()
         try:
-            with _primary_lock:  # threads starting at once must share one object
-                if _primary is None:
-                    # The device's primary context: the one torch and cupy use, so arrays
-                    # and events can be shared with them.
-                    _primary = driver.Device(0).retain_primary_context()
-            _primary.push()
+            context.push()
         except driver.Error as err:
             raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
         if threading.current_thread() is threading.main_thread():
             _main_thread_pushed = True
         else:
-            _this_thread.pushed = _PopWhenThreadEnds(_primary)
-        context = _primary
+            _this_thread.pushed = _PopWhenThreadEnds(context)
     return context
+
+
+def primary_context():
+    """Device 0's primary context (the one torch and CuPy use, so arrays and events can be
+    shared with them) as scangen's one pycuda object for it, made on first use."""
+    global _primary
+    driver = _initialised_driver()
+    try:
+        with _primary_lock:  # threads starting at once must share one object
+            if _primary is None:
+                _primary = driver.Device(0).retain_primary_context()
+    except driver.Error as err:
+        raise GPUUnavailableError(f"no usable CUDA device: {err}") from err
+    return _primary
+
+
+@contextlib.contextmanager
+def in_a_borrowed_thread():
+    """Run the block in a thread scangen does not see end (torch's autograd threads end
+    only with the process): where the thread has no context, the primary context is
+    current for the block only and popped after it, so the thread's PyCUDA stack is empty
+    again (PyCUDA aborts the process when a thread's stack is destroyed non-empty)."""
+    if _initialised_driver().Context.get_current() is not None:
+        yield
+        return
+    with made_current(primary_context()):
+        yield
 
 
 def context_of_this_thread():

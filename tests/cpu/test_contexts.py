@@ -175,3 +175,23 @@ def test_release_at_exit_frees_under_the_primary_context_object(driver, monkeypa
     cuda_contexts._release_at_exit()
     assert seen == [primary]
     assert driver.stack == ([programs] if programs_first else [])
+
+
+def test_a_borrowed_thread_pushes_for_the_block_only(driver, monkeypatch):
+    """A thread scangen does not see end (torch's autograd threads) gets the primary context
+    for the block and an empty stack after it; a thread with a context current gets none
+    pushed."""
+    primary = driver.context(0xC0)
+    monkeypatch.setattr(cuda_contexts, "_primary", primary)
+    with cuda_contexts.in_a_borrowed_thread():
+        assert driver.stack == [primary]
+    assert driver.stack == []
+    with pytest.raises(ValueError):
+        with cuda_contexts.in_a_borrowed_thread():
+            raise ValueError
+    assert driver.stack == []
+    programs = driver.context(0xC0)
+    programs.push()
+    with cuda_contexts.in_a_borrowed_thread():
+        assert driver.stack == [programs]
+    assert driver.stack == [programs]

@@ -54,6 +54,7 @@ LAYERS = [
     ("scans", ["kernel", "lines", "scan", "segmented", "check", "one_shot", "operands"]),
     ("primitives", ["primitives", "primitives.*"]),
     ("past one GPU", ["chunked", "dask", "out_of_core"]),
+    ("frameworks", ["torch"]),
     ("package", [""]),
     ("tools", ["workloads", "bench", "cli", "__main__"]),
 ]

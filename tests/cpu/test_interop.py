@@ -61,10 +61,10 @@ class FakeTensor:
     """What scangen reads of a torch.Tensor."""
 
     def __init__(self, shape, dtype="float32", ptr=0x2000, device="cuda", index=0,
-                 contiguous=True):
+                 contiguous=True, conj=False, neg=False):
         self.shape = shape if isinstance(shape, tuple) else (shape,)
         self.dtype = getattr(FAKE_TORCH, dtype)
-        self._ptr, self._contiguous = ptr, contiguous
+        self._ptr, self._contiguous, self._conj, self._neg = ptr, contiguous, conj, neg
         self.device = FakeTorchDevice(device, index if device == "cuda" else None)
 
     def data_ptr(self):
@@ -72,6 +72,12 @@ class FakeTensor:
 
     def is_contiguous(self):
         return self._contiguous
+
+    def is_conj(self):
+        return self._conj
+
+    def is_neg(self):
+        return self._neg
 
 
 class FakeTorchDtype:
@@ -318,8 +324,10 @@ def test_a_cpu_torch_tensor_is_refused(fake_torch, launches):
     (lambda: FakeCupyArray(4, np.float32, contiguous=False), r"cupy.ascontiguousarray\(x\)"),
     (lambda: FakeTensor(4, contiguous=False), r"x.contiguous\(\)"),
     (lambda: FakeDeviceArray((4, 3), np.float32, strides=(4, 16)), "not C-contiguous"),
+    (lambda: FakeTensor(4, conj=True), r"x is a lazy conjugate view.*x.resolve_conj\(\)"),
+    (lambda: FakeTensor(4, neg=True), r"x is a lazy negated view.*x.resolve_neg\(\)"),
 ])
-def test_non_contiguous_inputs_are_refused(fake_cupy, fake_torch, launches, make, message):
+def test_non_contiguous_and_lazy_views_are_refused(fake_cupy, fake_torch, launches, make, message):
     with pytest.raises(ValueError, match=message):
         scangen.Scan(np.float32, "add")(make())
     assert not launches
