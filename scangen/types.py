@@ -245,7 +245,9 @@ class StructType:
 
     @property
     def name(self) -> str:
-        return str(self.dtype)
+        """The fields and their types, as numpy writes a packed struct's dtype (an aligned or
+        padded one's offsets left out: numpy would write them as a dict)."""
+        return str(np.dtype([(field, self.dtype.fields[field][0]) for field in self.dtype.names]))
 
     def _field_values(self, value) -> tuple:
         """A tuple (or np.void) of one value per field, or an error saying what is wrong."""
