@@ -15,7 +15,7 @@ import functools
 import numpy as np
 
 from .interop import Call, overlaps
-from .lines import LineKernels
+from .lines import LineKernels, line_shape
 from .ops import Operator
 from .spec import as_flag, check_mode
 from .types import element_type
@@ -78,13 +78,13 @@ def _run(kernels_of, names, arrays, out, axis, stream, initial):
     views = call.views
     shape = tuple(views["x_0"].shape)
     dtypes = tuple(views[f"x_{k}"].dtype for k in range(len(arrays)))
-    for k, name in enumerate(names):
-        x = views[f"x_{k}"]
+    if not shape:
+        raise ValueError("operands must have at least one dimension, got 0-d arrays")
+    for k, name in enumerate(names):  # every check before any allocation
+        x, o = views[f"x_{k}"], views[f"out_{k}"]
         if tuple(x.shape) != shape:
             raise ValueError(f"operand {name} has shape {x.shape}, but {names[0]} has {shape}")
-        o = views[f"out_{k}"]
         if o is None:
-            results[f"out_{k}"], views[f"out_{k}"] = call.empty(shape, dtypes[k])
             continue
         if o.dtype != x.dtype or tuple(o.shape) != shape:
             raise ValueError(f"out for {name} must have shape {shape} and dtype {x.dtype}, "
@@ -92,8 +92,10 @@ def _run(kernels_of, names, arrays, out, axis, stream, initial):
         for j in range(len(arrays)):
             if outs[k] is not arrays[j] and overlaps(views[f"x_{j}"], o) and o.size:
                 raise ValueError(f"out for {name} overlaps an operand without being it")
-    if not shape:
-        raise ValueError("operands must have at least one dimension, got 0-d arrays")
+    line_shape(shape, axis)  # a bad axis raises before any allocation
+    for k in range(len(arrays)):
+        if views[f"out_{k}"] is None:
+            results[f"out_{k}"], views[f"out_{k}"] = call.empty(shape, dtypes[k])
     kernels = kernels_of(dtypes)
     pointers = tuple(views[f"x_{k}"].ptr for k in range(len(arrays))) + \
         tuple(views[f"out_{k}"].ptr for k in range(len(arrays)))
@@ -208,6 +210,7 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     if tuple(views["b"].shape) != shape or not shape:
         raise ValueError(f"a and b must have one shape of at least one dimension, not "
                          f"{shape} and {views['b'].shape}")
+    line_shape(shape, axis)  # a bad axis raises before any allocation
     if out is None:
         out, views["h"] = call.empty(shape, dtype)
     elif views["h"].dtype != dtype or tuple(views["h"].shape) != shape:

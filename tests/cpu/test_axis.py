@@ -138,3 +138,89 @@ def test_head_rows_name_a_long_long_scalar(argument):
         ScanKernel(np.float32, "add", arguments=f"const float *x, float *out, {argument}",
                    input_expr="x[i]", output_statement="out[i] = item;",
                    _segment_heads=HeadRows("row_length"))
+
+
+# --- calls without a GPU: which kernel runs, with which arguments ---------------------------
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every launch, as (title, argument values, n, columns), instead of running it, on a
+    simulated device (tests.support.simulate_device)."""
+    from scangen.runtime import launcher
+    from tests.support import simulate_device
+
+    simulate_device(monkeypatch)
+    recorded = []
+
+    def launch(runtime, values, n, stream, columns=None):
+        recorded.append((runtime.scan_module.hooks.title, values, n, columns))
+
+    monkeypatch.setattr(launcher.Runtime, "launch", launch)
+    return recorded
+
+
+def device_array(shape, dtype=np.float32, address=0x10000):
+    from tests.support import FakeDeviceArray
+    return FakeDeviceArray(shape, dtype, address=address)
+
+
+@pytest.mark.parametrize("shape,axis,title,columns,row_length", [
+    ((3, 4, 5), 0, "inclusive scan along an axis", (3, 20), None),
+    ((3, 4, 5), 1, "inclusive scan along an axis", (4, 5), None),
+    ((3, 4, 5), -1, "inclusive scan of rows", None, 5),
+    ((60,), 0, "inclusive scan", None, None),
+    ((1, 60, 1), 1, "inclusive scan", None, None)])
+def test_a_call_launches_the_kernel_of_its_axis(calls, shape, axis, title, columns,
+                                                row_length):
+    x, out = device_array(shape), device_array(shape, address=0x80000)
+    assert scangen.Scan(np.float32)(x, out=out, axis=axis) is out
+    ((got_title, values, n, got_columns),) = calls
+    assert (got_title, n, got_columns) == (title, 60, columns)
+    expected = (0x10000, 0x80000) + (() if row_length is None else (row_length,))
+    assert tuple(int(v) for v in values) == expected
+
+
+def test_several_operands_are_read_and_written_apart(calls):
+    """Inputs then outputs, each its own array, along the axis asked for; a dict of
+    operands names the fields and comes back as a dict."""
+    m, c = device_array((6, 7), np.float64), device_array((6, 7), np.float64, 0x20000)
+    out_m, out_c = (device_array((6, 7), np.float64, a) for a in (0x30000, 0x40000))
+    op = scangen.Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0), name="affine")
+    got = scangen.associative_scan(op, {"m": m, "c": c}, axis=0, out={"m": out_m, "c": out_c})
+    assert got == {"m": out_m, "c": out_c}
+    ((title, values, n, columns),) = calls
+    assert title == "inclusive scan of 2 operands along an axis" and columns == (6, 7)
+    assert [int(v) for v in values] == [0x10000, 0x20000, 0x30000, 0x40000]
+
+
+def test_a_linear_recurrence_call(calls):
+    a, b = device_array((5, 9)), device_array((5, 9), address=0x20000)
+    h = device_array((5, 9), address=0x30000)
+    assert scangen.linear_recurrence(a, b, axis=1, h0=0.5, out=h) is h
+    ((title, values, n, columns),) = calls
+    assert title == "linear recurrence of rows" and columns is None
+    # a, b, h, the row length, then the initial value: the map h -> 1 * h + 0.5
+    assert [int(v) for v in values[:4]] == [0x10000, 0x20000, 0x30000, 9]
+    assert values[4] == np.array((1.0, 0.5), "f4,f4").tobytes()
+
+
+def test_operand_errors_come_before_any_launch(calls):
+    a = device_array((5, 9))
+    with pytest.raises(ValueError, match="operand f1 has shape"):
+        scangen.associative_scan(scangen.Operator("a", 0.0), (a, device_array((5, 8))))
+    with pytest.raises(ValueError, match="out must name the same operands"):
+        scangen.associative_scan(scangen.Operator("a", 0.0), (a,), out=(a, a))
+    with pytest.raises(ValueError, match="overlaps an operand"):
+        scangen.associative_scan(scangen.Operator("a", 0.0),
+                                 (a, device_array((5, 9), np.float32, 0x30000)),
+                                 out=(device_array((5, 9), np.float32, 0x10004), None))
+    with pytest.raises(TypeError, match="share one float or complex dtype"):
+        scangen.linear_recurrence(a, device_array((5, 9), np.float64))
+    with pytest.raises(ValueError, match="one shape"):
+        scangen.linear_recurrence(a, device_array((9, 5)))
+    for axis in (2, -3):  # refused before an output is allocated
+        with pytest.raises(ValueError, match=f"axis {axis} is out of range"):
+            scangen.linear_recurrence(a, device_array((5, 9), address=0x20000), axis=axis)
+        with pytest.raises(ValueError, match=f"axis {axis} is out of range"):
+            scangen.associative_scan(scangen.Operator("a", 0.0), (a,), axis=axis)
+    assert not calls
