@@ -4,7 +4,9 @@ the CUDA and the launch plans of the code it documents, never a copy that could 
 
 * ``block-scan-<algorithm>.cu``: each block algorithm's ``block_scan`` function (with the
   comment above it) as scangen emits it for int32 add;
-* ``plan-<strategy>.txt``: each strategy's launch plan for 2^20 float32 elements.
+* ``plan-<strategy>.txt``: each strategy's launch plan for 2^20 float32 elements;
+* ``plan-axis-<kernel>.txt``: the plans of a float32 (8, 4096, 1024) array scanned along
+  its middle axis (the columns kernel) and its last (the rows kernel).
 """
 import re
 from pathlib import Path
@@ -16,6 +18,8 @@ import scangen
 GENERATED = Path(__file__).resolve().parent / "_generated"
 #: The size the strategies' plans are shown at.
 PLAN_SIZE = 1 << 20
+#: The array the scans along an axis are shown for: (batch, length, channels).
+AXIS_SHAPE = (8, 4096, 1024)
 
 
 def block_scan_function(source: str) -> str:
@@ -43,6 +47,9 @@ def write_generated(app=None) -> None:
     for strategy in scangen.STRATEGIES:
         plan = scangen.Scan(np.float32, "add", strategy=strategy).plan(PLAN_SIZE)
         (GENERATED / f"plan-{strategy}.txt").write_text(f"{plan}\n")
+    scan = scangen.Scan(np.float32, "add")
+    for kernel, axis in (("columns", 1), ("rows", 2)):
+        (GENERATED / f"plan-axis-{kernel}.txt").write_text(f"{scan.plan(AXIS_SHAPE, axis)}\n")
 
 
 def setup(app):
