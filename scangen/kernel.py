@@ -14,7 +14,7 @@ import numpy as np
 from .args import (C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, convert_scalar,
                    parse_arguments)
 from . import compile as compiler
-from .families import FAMILIES, SCAN_COLUMNS, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
+from .families import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
 from .render import render
@@ -22,6 +22,7 @@ from .runtime.launcher import Runtime
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
 from .types import UNSIGNED_C_TYPES, ElementType, StructType, element_type, prerequisites
 from .strategies import Strategy, strategy_for
+from .strategies.columns import COLUMNS
 from .strategies.base import PlanOptions
 from .usercode import UserCodeError, check_code, identifiers, strip_literals_and_comments
 
@@ -431,7 +432,7 @@ class ScanModule:
         less a single-pass kernel no n takes: the persistent one where this spec has none,
         the classic one where the persistent one takes every n (a threshold of 0 bytes)."""
         if self.hooks.columns:
-            return (Kernel(SCAN_COLUMNS, "user"),)
+            return COLUMNS.kernels()
         unused = {SCAN_TILES_PERSISTENT}
         if self.persistent_tiles:
             unused = set()

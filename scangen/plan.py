@@ -181,8 +181,8 @@ def make_plan(scan_module, n, columns=None) -> Plan:
         builder = PlanBuilder(scan_module.plan_options)
         if n > 0:
             columns = columns_plan.check_columns(n, columns)
-            columns_plan.build(builder, n, *columns)
-        return Plan(scan_module, n, "columns", tuple(builder.launches),
+            columns_plan.COLUMNS.build(builder, n, *columns)
+        return Plan(scan_module, n, columns_plan.COLUMNS.name, tuple(builder.launches),
                     tuple(builder.temporaries), builder.single_pass_tiles,
                     None if n == 0 else columns)
     sections = ceil_div(n, spec.section_size)

@@ -38,25 +38,39 @@ def rows_per_tile(spec) -> int:
     return spec.section_size // WARP_SIZE
 
 
-def build(builder: PlanBuilder, n: int, length: int, stride: int) -> None:
-    """The one launch that scans ``n`` indices along columns of ``length`` rows, consecutive
-    rows ``stride`` indices apart."""
-    spec, warp = builder.spec, WARP_SIZE
-    columns = n // length
-    chunks = ceil_div(length, rows_per_tile(spec))
-    tiles = chunks * ceil_div(columns, warp)
-    entries = chunks * columns
-    state = TileState.of(spec)
-    # Status capacity: one entry per chunk and column (the tickets a call takes are the
-    # launch's grid, one per tile).
-    status, values, ticket = builder.tile_status(entries, ", one per (chunk of rows, column)")
-    builder.launch(Kernel(SCAN_COLUMNS, "user"), tiles, USER_ARGS,
-                   (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"), length, stride, n),
-                   reads=n, writes=n, level=0,
-                   why=f"{columns} columns of {length} rows, {stride} apart: {tiles} tiles of "
-                       f"{warp} columns x {rows_per_tile(spec)} rows in one pass, each "
-                       f"column's carry by look-back over {chunks} chunk(s) of rows; status "
-                       f"{state.status_bytes(entries)} B")
-    # Its shared memory is its own few arrays, not the spec's sections.
-    builder.launches[-1] = dataclasses.replace(builder.launches[-1], shared_bytes=None)
+class Columns:
+    """The scan along columns: its one kernel and its plan (what a strategy owns; not one a
+    spec names, since it scans a shape, not n indices)."""
 
+    name = "columns"
+
+    def kernels(self) -> tuple[Kernel, ...]:
+        return (Kernel(SCAN_COLUMNS, "user"),)
+
+    def build(self, builder: PlanBuilder, n: int, length: int, stride: int) -> None:
+        """The one launch that scans ``n`` indices along columns of ``length`` rows,
+        consecutive rows ``stride`` indices apart."""
+        spec, warp = builder.spec, WARP_SIZE
+        columns = n // length
+        chunks = ceil_div(length, rows_per_tile(spec))
+        tiles = chunks * ceil_div(columns, warp)
+        entries = chunks * columns
+        state = TileState.of(spec)
+        # Status capacity: one entry per chunk and column (the tickets a call takes are the
+        # launch's grid, one per tile).
+        status, values, ticket = builder.tile_status(entries,
+                                                     ", one per (chunk of rows, column)")
+        (kernel,) = self.kernels()
+        builder.launch(kernel, tiles, USER_ARGS,
+                       (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"),
+                        length, stride, n),
+                       reads=n, writes=n, level=0,
+                       why=f"{columns} columns of {length} rows, {stride} apart: {tiles} tiles "
+                           f"of {warp} columns x {rows_per_tile(spec)} rows in one pass, each "
+                           f"column's carry by look-back over {chunks} chunk(s) of rows; "
+                           f"status {state.status_bytes(entries)} B")
+        # Its shared memory is its own few arrays, not the spec's sections.
+        builder.launches[-1] = dataclasses.replace(builder.launches[-1], shared_bytes=None)
+
+
+COLUMNS = Columns()
