@@ -144,19 +144,11 @@ def test_head_rows_name_a_long_long_scalar(argument):
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Every launch, as (title, argument values, n, columns), instead of running it, on a
-    simulated device (tests.support.simulate_device)."""
-    from scangen.runtime import launcher
-    from tests.support import simulate_device
+    """Every launch, as a RecordedLaunch, instead of running it, on a simulated device."""
+    from tests.support import record_launches, simulate_device
 
     simulate_device(monkeypatch)
-    recorded = []
-
-    def launch(runtime, values, n, stream, columns=None):
-        recorded.append((runtime.scan_module.hooks.title, values, n, columns))
-
-    monkeypatch.setattr(launcher.Runtime, "launch", launch)
-    return recorded
+    return record_launches(monkeypatch)
 
 
 def device_array(shape, dtype=np.float32, address=0x10000):
@@ -174,7 +166,7 @@ def test_a_call_launches_the_kernel_of_its_axis(calls, shape, axis, title, colum
                                                 row_length):
     x, out = device_array(shape), device_array(shape, address=0x80000)
     assert scangen.Scan(np.float32)(x, out=out, axis=axis) is out
-    ((got_title, values, n, got_columns),) = calls
+    ((got_title, values, n, _, got_columns),) = calls
     assert (got_title, n, got_columns) == (title, 60, columns)
     expected = (0x10000, 0x80000) + (() if row_length is None else (row_length,))
     assert tuple(int(v) for v in values) == expected
@@ -188,7 +180,7 @@ def test_several_operands_are_read_and_written_apart(calls):
     op = scangen.Operator("scan_t{b.m * a.m, b.m * a.c + b.c}", (1.0, 0.0), name="affine")
     got = scangen.associative_scan(op, {"m": m, "c": c}, axis=0, out={"m": out_m, "c": out_c})
     assert got == {"m": out_m, "c": out_c}
-    ((title, values, n, columns),) = calls
+    ((title, values, n, _, columns),) = calls
     assert title == "inclusive scan of 2 operands along an axis" and columns == (6, 7)
     assert [int(v) for v in values] == [0x10000, 0x20000, 0x30000, 0x40000]
 
@@ -197,7 +189,7 @@ def test_a_linear_recurrence_call(calls):
     a, b = device_array((5, 9)), device_array((5, 9), address=0x20000)
     h = device_array((5, 9), address=0x30000)
     assert scangen.linear_recurrence(a, b, axis=1, h0=0.5, out=h) is h
-    ((title, values, n, columns),) = calls
+    ((title, values, n, _, columns),) = calls
     assert title == "linear recurrence of rows" and columns is None
     # a, b, h, the row length, then the initial value: the map h -> 1 * h + 0.5
     assert [int(v) for v in values[:4]] == [0x10000, 0x20000, 0x30000, 9]

@@ -22,7 +22,8 @@ from scangen.interop import Call, as_stream, kind_of, parse_cuda_array_interface
 from scangen.runtime import contexts, gpu, launcher, streams
 from scangen.runtime.modules import ModuleRuntime
 from scangen.runtime.streams import RawLaunch, RawStream
-from tests.support import AFFINE, BFLOAT16, FakeContext, FakeDeviceArray, simulate_device
+from tests.support import (AFFINE, BFLOAT16, FakeContext, FakeDeviceArray, record_launches,
+                           simulate_device)
 
 
 # --- fakes ---------------------------------------------------------------------------------
@@ -108,14 +109,8 @@ def device(monkeypatch):
 
 @pytest.fixture
 def launches(monkeypatch, device):
-    """Every launch a call makes, as (title, values, n, stream), instead of running it."""
-    recorded = []
-
-    def launch(runtime, values, n, stream, columns=None):
-        recorded.append((runtime.scan_module.hooks.title, values, n, stream))
-
-    monkeypatch.setattr(launcher.Runtime, "launch", launch)
-    return recorded
+    """Every launch a call makes, as a RecordedLaunch, instead of running it."""
+    return record_launches(monkeypatch)
 
 
 @pytest.fixture
@@ -274,7 +269,7 @@ def test_cupy_views_and_native_outputs(fake_cupy, launches):
     x = FakeCupyArray(10, np.int32, ptr=0x1000)
     out = scangen.Scan(np.int32, "add")(x)
     assert isinstance(out, FakeCupyArray) and out.shape == (10,)
-    (title, values, n, stream), = launches
+    (title, values, n, stream, _), = launches
     assert values == (0x1000, out.data.ptr) and n == 10
     # No stream given: CuPy's current stream, also the one the output was allocated on.
     assert isinstance(stream, RawStream) and stream.handle == 0x5000
@@ -293,7 +288,7 @@ def test_torch_default_stream_and_dtypes(fake_torch, launches):
     x = FakeTensor(8, "int64", ptr=0x4000)
     out = FakeTensor(8, "int64", ptr=0x8000)
     assert scangen.Scan(np.int64, "add", mode="exclusive")(x, out) is out
-    (title, values, n, stream), = launches
+    (title, values, n, stream, _), = launches
     assert values == (0x4000, 0x8000) and stream.handle == 0x7000
     fake_torch.current = 0  # torch's default stream is the legacy one: pycuda's own path
     scangen.Scan(np.int64, "add")(x, out)
@@ -514,7 +509,7 @@ def test_scan_kernel_arrays_of_any_kind(fake_cupy, launches):
                                 input_expr="x[i]", output_statement="out[i] = item;")
     x, out = FakeCupyArray(6, np.uint64, 0x1000), FakeCupyArray(6, np.uint64, 0x2000)
     kernel(x, out)
-    (title, values, n, stream), = launches
+    (title, values, n, stream, _), = launches
     assert values == (0x1000, 0x2000) and n == 6 and stream.handle == 0x5000
     # a DevicePointer mixes with any kind, and the arrays' library gives the stream
     kernel(x, scangen.DevicePointer(0x3000, np.uint64, 3), n=3)
@@ -528,7 +523,7 @@ def test_segmented_scan_and_two_dimensional_rows(launches):
     assert launches[-1][1] == (0x1000, 0x3000, 0x2000)
     rows = FakeDeviceArray((2, 3), np.int32, 0x4000)
     scangen.Scan(np.int32, "max")(rows, out=FakeDeviceArray((2, 3), np.int32, 0x5000))
-    title, values, n, stream = launches[-1]
+    title, values, n, stream, _ = launches[-1]
     assert "rows" in title and values == (0x4000, 0x5000, 3) and n == 6
 
 
@@ -602,7 +597,7 @@ def test_select_with_the_count_on_the_device(fake_cupy, launches):
     out, count = select(x, mask, count_on_device=True)
     assert isinstance(out, FakeCupyArray) and isinstance(count, FakeCupyArray)
     assert count.shape == (1,) and count.dtype == np.int64
-    (title, values, n, stream), = launches
+    (title, values, n, stream, _), = launches
     assert values == (0x1000, 0x2000, out.data.ptr, count.data.ptr) and stream.handle == 0x5000
 
 

@@ -6,25 +6,16 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen.runtime import launcher
 
-from tests.support import poison_values
+from tests.support import poison_values, record_launches
 
 N = 1000
 
 
 @pytest.fixture
 def launches(monkeypatch):
-    """The launches made (Runtime.launch, which every scan-based call goes through)."""
-    made = []
-    launch = launcher.Runtime.launch
-
-    def counted(self, values, n, stream):
-        made.append(n)
-        return launch(self, values, n, stream)
-
-    monkeypatch.setattr(launcher.Runtime, "launch", counted)
-    return made
+    """The launches made (Runtime.launch, which every scan-based call goes through), run."""
+    return record_launches(monkeypatch, run=True)
 
 
 def last_nonzero_prefix(x):

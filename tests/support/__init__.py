@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -627,6 +628,35 @@ class FakeContext:
         self.handle = handle
 
 
+class RecordedLaunch(NamedTuple):
+    """One call of Runtime.launch, which every scan-based call goes through."""
+
+    title: str
+    values: tuple
+    n: int
+    stream: object
+    #: (axis length, axis stride) of a scan along columns, else None.
+    columns: tuple | None
+
+
+def record_launches(monkeypatch, run=False) -> list:
+    """The scan launches calls make, each a RecordedLaunch, in a list that fills as they are
+    made; ``run``: launch them too (on a GPU), else record them instead of launching."""
+    from scangen.runtime import launcher
+
+    recorded = []
+    launch = launcher.Runtime.launch
+
+    def recording(runtime, values, n, stream, columns=None):
+        recorded.append(RecordedLaunch(runtime.scan_module.hooks.title, values, n, stream,
+                                       columns))
+        if run:
+            launch(runtime, values, n, stream, columns)
+
+    monkeypatch.setattr(launcher.Runtime, "launch", recording)
+    return recorded
+
+
 def simulate_device(monkeypatch, device=0, context=0xC0):
     """Let scangen.interop check devices and streams without a GPU: every pointer is on
     ``device``, the current context is ``context`` on ``device`` (scangen.current_context
@@ -1112,6 +1142,7 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
 
            "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
            "dtype_label", "ELEMENT_DTYPES", "exact_affine_pairs", "expected",
+           "record_launches", "RecordedLaunch",
            "FakeDeviceArray", "flipped", "integers_as", "keep_predicate", "kind", "MIXED", "MIXED_COMBINE", "MODES",
            "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
            "offset_heads", "poison_values", "poisoned", "precompile", "random_chunks",
