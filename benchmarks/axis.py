@@ -84,12 +84,8 @@ def main(argv=None) -> int:
                                  items_per_thread=items)
             calls.append((f"scangen {tile}",
                           lambda tiled=tiled: tiled(x, out=out, axis=axis)))
-        times = {}
-        for name, call in calls:
-            print(f"{text} {name} ...", file=sys.stderr, flush=True)
-            times[name] = timer.seconds_per_call(call, 2 * x.numel() * x.element_size())
-            results.append(dict(shape=list(shape), axis=axis, contender=name,
-                                seconds=times[name], kernel=kernel, device=device))
+        times = time_calls(timer, text, calls, 2 * x.numel() * x.element_size(), results,
+                           shape=list(shape), axis=axis, kernel=kernel, device=device)
         print(f"| {'x'.join(map(str, shape))} | {axis} | {kernel} | "
               f"{times['copy'] * 1e6:.1f} | {times['scangen'] * 1e6:.1f} | "
               f"{times['torch.cumsum'] * 1e6:.1f} | "
@@ -102,6 +98,24 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def time_calls(timer, text, calls, n_bytes, results, may_fail=(), **record) -> dict:
+    """{contender: seconds per call} of ``calls`` ((name, call) pairs), each also appended to
+    ``results`` with ``record``'s fields. A contender in ``may_fail`` (a peer this machine
+    may not build) that raises is reported and left out."""
+    times = {}
+    for name, call in calls:
+        print(f"{text} {name} ...", file=sys.stderr, flush=True)
+        try:
+            times[name] = timer.seconds_per_call(call, n_bytes)
+        except Exception as err:
+            if name not in may_fail:
+                raise
+            print(f"  {name} failed: {err}", file=sys.stderr)
+            continue
+        results.append(dict(record, contender=name, seconds=times[name]))
+    return times
 
 
 def recurrence(args, torch, timer, device) -> int:
@@ -123,16 +137,9 @@ def recurrence(args, torch, timer, device) -> int:
         compiled = _compiled_recurrence(torch, axis)
         if compiled is not None:
             calls.append(("torch.compile", lambda: compiled(a, b)))
-        times = {}
-        for name, call in calls:
-            print(f"{text} {name} ...", file=sys.stderr, flush=True)
-            try:
-                times[name] = timer.seconds_per_call(call, 3 * a.numel() * 4)
-            except Exception as err:  # a peer this machine cannot build: report, go on
-                print(f"  {name} failed: {err}", file=sys.stderr)
-                continue
-            results.append(dict(shape=list(shape), axis=axis, contender=name,
-                                seconds=times[name], work="linear_recurrence", device=device))
+        times = time_calls(timer, text, calls, 3 * a.numel() * 4, results,
+                           may_fail={"torch.compile"}, shape=list(shape), axis=axis,
+                           work="linear_recurrence", device=device)
         peer = f"{times['torch.compile'] * 1e6:.1f}" if "torch.compile" in times else "n/a"
         print(f"| {'x'.join(map(str, shape))} | {axis} | {times['copy'] * 1e6:.1f} | "
               f"{times['scangen'] * 1e6:.1f} | {peer} | "

@@ -47,8 +47,9 @@ def _operator(operator, identity):
     return operator
 
 
-def _one_shot(mode, x, operator, out, axis, result_dtype, identity, reverse, initial,
-              stream, options):
+def options_key(options: dict) -> tuple:
+    """Scan options as the key of a cache of compiled scans: sorted (name, value) pairs;
+    raises TypeError naming an option whose value cannot be hashed."""
     key = tuple(sorted(options.items()))
     for name, value in key:
         try:
@@ -56,6 +57,12 @@ def _one_shot(mode, x, operator, out, axis, result_dtype, identity, reverse, ini
         except TypeError:
             raise TypeError(f"scan option {name}={value!r} must be hashable (the options key "
                             "the cache of compiled scans)") from None
+    return key
+
+
+def _one_shot(mode, x, operator, out, axis, result_dtype, identity, reverse, initial,
+              stream, options):
+    key = options_key(options)
     scan = _scan(dtype_of(x), _operator(operator, identity), mode,
                  None if result_dtype is None else as_dtype(result_dtype, "result_dtype"),
                  as_flag("reverse", reverse), initial is not None, key)
@@ -140,11 +147,14 @@ def _flattened(array, name):
     return array.reshape(-1)
 
 
-def _accumulate(operator, x, axis, result, out, stream):
+def _accumulate(operator, ufunc, x, axis, dtype, out, stream):
+    """numpy's ``ufunc.accumulate`` by a scan with ``operator``; ``ufunc`` None keeps x's
+    type (max, min), else the result type is numpy's for it (accumulated_dtype)."""
     if axis is None:
         x, axis = _flattened(x, "x"), 0
         out = None if out is None else _flattened(out, "out")
     source = dtype_of(x)
+    result = source if ufunc is None else accumulated_dtype(ufunc, source, dtype)
     return _one_shot("inclusive", x, operator, out, axis, None if result == source else result,
                      None, False, None, stream, {})
 
@@ -181,21 +191,19 @@ _SUM_DTYPE = """dtype:
 
 
 def cumsum(x, axis=None, dtype=None, out=None, *, stream=None):
-    return _accumulate("add", x, axis, accumulated_dtype(np.add, dtype_of(x), dtype), out,
-                       stream)
+    return _accumulate("add", np.add, x, axis, dtype, out, stream)
 
 
 def cumprod(x, axis=None, dtype=None, out=None, *, stream=None):
-    return _accumulate("mul", x, axis, accumulated_dtype(np.multiply, dtype_of(x), dtype), out,
-                       stream)
+    return _accumulate("mul", np.multiply, x, axis, dtype, out, stream)
 
 
 def cummax(x, axis=0, out=None, *, stream=None):
-    return _accumulate("max", x, axis, dtype_of(x), out, stream)
+    return _accumulate("max", None, x, axis, None, out, stream)
 
 
 def cummin(x, axis=0, out=None, *, stream=None):
-    return _accumulate("min", x, axis, dtype_of(x), out, stream)
+    return _accumulate("min", None, x, axis, None, out, stream)
 
 
 _FLATTENED = " (default None: all elements, flattened in C order)"

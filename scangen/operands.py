@@ -16,6 +16,7 @@ import numpy as np
 
 from .interop import Call, overlaps
 from .lines import LineKernels, line_shape
+from .one_shot import options_key
 from .ops import Operator
 from .spec import as_flag, check_mode
 from .types import element_type
@@ -103,16 +104,6 @@ def _run(kernels_of, names, arrays, out, axis, stream, initial):
     return tuple(results[f"out_{k}"] for k in range(len(arrays)))
 
 
-def _options_key(options: dict) -> tuple:
-    key = tuple(sorted(options.items()))
-    for name, value in key:
-        try:
-            hash(value)
-        except TypeError:
-            raise TypeError(f"scan option {name}={value!r} must be hashable") from None
-    return key
-
-
 def associative_scan(operator, operands, axis=-1, *, mode="inclusive", reverse=False,
                      out=None, stream=None, **options):
     """Scan several arrays of one shape at once along ``axis``, combining their elements
@@ -146,7 +137,7 @@ def associative_scan(operator, operands, axis=-1, *, mode="inclusive", reverse=F
     The results, of the form of ``operands``: a tuple, or a dict by the same names.
     """
     names, arrays = _fields(operands)
-    mode, reverse, key = check_mode(mode), as_flag("reverse", reverse), _options_key(options)
+    mode, reverse, key = check_mode(mode), as_flag("reverse", reverse), options_key(options)
     results = _run(lambda dtypes: _operand_kernels(operator, names, dtypes, mode, reverse,
                                                    False, key),
                    names, arrays, out, axis, stream, None)
@@ -200,7 +191,7 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     scangen.associative_scan. Floating-point results differ from a sequential loop in the
     last bits: the maps are composed in a tree.
     """
-    reverse, key = as_flag("reverse", reverse), _options_key(options)
+    reverse, key = as_flag("reverse", reverse), options_key(options)
     call = Call(stream, {"a": a, "b": b, "h": out}, writes=("h",))
     views = call.views
     dtype, shape = views["a"].dtype, tuple(views["a"].shape)

@@ -34,20 +34,16 @@ def linear_recurrence(a, b, dim: int, h0: float = 0.0, reverse: bool = False):
     return _functions()[1].apply(a, b, dim, h0, reverse)
 
 
-def _along(x, dim: int, start: int, length: int):
-    return x.narrow(dim, start, length)
-
-
 def _shifted(x, dim: int, later: bool, fill):
     """``x`` moved one step along ``dim``: each position takes its later neighbour's value
     (``later``) or its earlier one's, and the position left empty takes ``fill``."""
     import torch
 
     steps = x.shape[dim]
-    edge = torch.full_like(_along(x, dim, 0, 1), fill)
+    edge = torch.full_like(x.narrow(dim, 0, 1), fill)
     if later:
-        return torch.cat([_along(x, dim, 1, steps - 1), edge], dim)
-    return torch.cat([edge, _along(x, dim, 0, steps - 1)], dim)
+        return torch.cat([x.narrow(dim, 1, steps - 1), edge], dim)
+    return torch.cat([edge, x.narrow(dim, 0, steps - 1)], dim)
 
 
 @functools.lru_cache(maxsize=None)

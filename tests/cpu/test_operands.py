@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen.operands import (_fields, _operand_kernels, _options_key, _recurrence_kernels,
+from scangen.one_shot import options_key
+from scangen.operands import (_fields, _operand_kernels, _recurrence_kernels,
                               _recurrence_operator)
 
 from tests.support import AFFINE_PAIRS, needs_nvcc
@@ -21,10 +22,10 @@ def test_operands_become_fields():
         _fields(())
     with pytest.raises(TypeError, match="tuple \\(or dict\\) of arrays"):
         _fields(a)
-    assert _options_key({"section_size": 64, "algorithm": "warp_shuffle"}) == \
+    assert options_key({"section_size": 64, "algorithm": "warp_shuffle"}) == \
         (("algorithm", "warp_shuffle"), ("section_size", 64))
     with pytest.raises(TypeError, match="must be hashable"):
-        _options_key({"tuning": []})
+        options_key({"tuning": []})
 
 
 
