@@ -144,10 +144,11 @@ class _PyCUDA(_Kind):
     label = "pycuda GPUArray"
 
     def view(self, value, name, stream):
-        # A GPUArray has every attribute a DeviceArray has: it is its own view.
+        # A GPUArray has every attribute a DeviceArray has: it is its own view, but an empty
+        # one has no memory (gpudata None), so its .ptr raises: it reads as address 0.
         if not c_contiguous(value.shape, value.strides, value.dtype.itemsize):
             raise _not_contiguous(name, f"{name}.copy()")
-        return value
+        return value if value.size else DeviceArray(0, value.shape, value.dtype, value)
 
 
 class _CuPy(_Kind):
@@ -375,8 +376,9 @@ class Call:
             if value is None:
                 continue
             # c_contiguous's 1-D case, inline: a call of it costs a tenth of a microsecond
+            # (an empty one goes the general way, whose view gives it address 0)
             if _KIND_OF_TYPE.get(type(value)) is not PYCUDA or len(value.shape) != 1 or \
-                    (value.strides[0] != value.dtype.itemsize and value.shape[0] > 1):
+                    not value.shape[0] or value.strides[0] != value.dtype.itemsize:
                 return False
             if like is None:
                 like = value
