@@ -199,7 +199,14 @@ def precompile(module_specs, workers: int | None = None) -> None:
     takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.
     """
     arch = _arch(current_context())
-    unique = list(dict.fromkeys(module_specs))
+    unique = list(dict.fromkeys(unit for spec in module_specs for unit in _compiled_units(spec)))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for _ in pool.map(lambda s: _cubin(s, arch), unique):
             pass
+
+
+def _compiled_units(module_spec) -> tuple:
+    """What calls compile of a module: a ScanModule's parts (ScanModule.parts: its calls
+    compile the kernels they launch), another module whole."""
+    parts = getattr(module_spec, "parts", None)
+    return parts() if parts is not None else (module_spec,)

@@ -450,6 +450,39 @@ class ScanModule:
             return 0
         return self.scan.section_shared_bytes(kernel.family.sections)
 
+    def part(self, kernels) -> "ModulePart":
+        """The module cut down to ``kernels`` (some of its own, any order): what a plan
+        launches, compiled on its own (scangen.plan.Plan.part)."""
+        wanted = set(kernels)
+        if not wanted <= set(self.kernels):
+            raise ValueError(f"{self.description} has no kernel "
+                             f"{sorted(k.name for k in wanted - set(self.kernels))}")
+        return ModulePart(self, tuple(k for k in self.kernels if k in wanted))
+
+    def parts(self) -> tuple["ModulePart", ...]:
+        """The parts this module's plans launch at sizes a GPU holds (each power of two up
+        to 2^PARTS_MAX_LOG2N elements, and either side of each level of sections), for
+        compiling them ahead of use (scangen.compile.precompile); a size outside these that
+        launches another part compiles it when first called."""
+        if self.hooks.columns:
+            return (self.part(self.kernels),)
+        from .plan import make_plan  # plan imports nothing of kernel; kernel plans lazily
+
+        section = self.scan.section_size
+        sizes = {1 << k for k in range(PARTS_MAX_LOG2N + 1)}
+        level = section
+        while level <= 1 << PARTS_MAX_LOG2N:
+            sizes |= {level, level + 1}
+            level *= section
+        parts = {}
+        for n in sorted(sizes):
+            try:
+                part = make_plan(self, n).part
+            except ValueError:  # more sections than a grid holds, or past a count's limit
+                break
+            parts.setdefault(part, None)
+        return tuple(parts)
+
     # The module protocol of scangen.compile.
 
     def dynamic_shared(self) -> dict:
@@ -465,6 +498,38 @@ class ScanModule:
     @property
     def description(self) -> str:
         return f"{self.hooks.title} ({self.scan.operator.name!r} on {self.scan.etype.name})"
+
+
+#: ScanModule.parts plans sizes up to 2^33 elements (8 GiB of bytes, 32 GiB of float32).
+PARTS_MAX_LOG2N = 33
+
+
+@dataclass(frozen=True)
+class ModulePart:
+    """Some kernels of a ScanModule, compiled as a module of their own: the ones a plan
+    launches. nvcc's time grows with the kernels it compiles, and a module holds every
+    kernel its strategy may launch at any n (auto's single pass, its one-section kernel and
+    reduce_then_scan's four), so a call compiles only what it launches: a first call costs
+    about a third of the whole module's compile. ``source`` and ``check_compile`` keep
+    showing and checking the whole module."""
+
+    scan_module: ScanModule
+    kernels: tuple
+
+    def dynamic_shared(self) -> dict:
+        shared = self.scan_module.dynamic_shared()
+        return {k.name: shared[k.name] for k in self.kernels if k.name in shared}
+
+    def module_source(self):
+        return render(self.scan_module, self.kernels)
+
+    def entry_points(self):
+        return tuple((k.name, k.parameters(self.scan_module.hooks.arguments))
+                     for k in self.kernels)
+
+    @property
+    def description(self) -> str:
+        return self.scan_module.description
 
 
 def options_repr(kernel: "ScanKernel") -> str:

@@ -55,6 +55,12 @@ class Plan(PlanTotals):
         return self.scan_module.scan
 
     @property
+    def part(self):
+        """The part of the module this plan launches (scangen.kernel.ModulePart): what a
+        call compiles."""
+        return self.scan_module.part(launch.kernel for launch in self.launches)
+
+    @property
     def levels(self) -> int:
         return 1 + max((launch.level for launch in self.launches), default=-1)
 

@@ -101,13 +101,21 @@ def _kernel_context(kernel, hooks, spec) -> dict:
                 family_arguments=[a.name for a in kernel.family.parameters])
 
 
-def template_context(scan_module) -> dict:
+def template_context(scan_module, kernels=None) -> dict:
+    """What module.cu.j2 renders ``kernels`` of ``scan_module`` with (default: all of them);
+    the layers only those kernels use are left out."""
     spec, hooks = scan_module.scan, scan_module.hooks
     etype = spec.etype
-    kernels = scan_module.kernels
+    kernels = scan_module.kernels if kernels is None else kernels
     strategy = scan_module.strategy
     state = TileState.of(spec)
     includes, declarations = scan_module.prerequisites
+    counts = scan_module.counts_by_ballots
+    # The families with a kernel that counts ballots (the user io of a counting module) and
+    # those with one that scans values: a part (ModulePart) renders only the bodies its
+    # kernels call, which nvcc would otherwise warn of.
+    counting = [k.family.name for k in kernels if counts and k.io == "user"]
+    scanning_values = [k.family.name for k in kernels if not (counts and k.io == "user")]
     return dict(
         title=hooks.title,
         dtype=etype.name,
@@ -122,7 +130,9 @@ def template_context(scan_module) -> dict:
         helpers=hooks.helpers,
         arguments=[a.declaration for a in hooks.arguments],
         input_expr=hooks.input_expr,
-        counts=scan_module.counts_by_ballots,
+        counts=counts,
+        counting_families=counting,
+        value_families=scanning_values,
         last_counted=scan_module.tracks_last_counted,
         segmented=spec.segmented,
         reverse=hooks.reverse,
@@ -175,8 +185,9 @@ def render_module(module) -> ModuleSource:
 
 
 @functools.lru_cache(maxsize=256)
-def render(scan_module) -> ModuleSource:
-    """Render the module for ``scan_module``. Pure text; works with no GPU and no pycuda."""
-    context = template_context(scan_module)
+def render(scan_module, kernels=None) -> ModuleSource:
+    """Render the module for ``scan_module``: every kernel, or only ``kernels`` (a tuple of
+    some of them: scangen.kernel.ModulePart). Pure text; works with no GPU and no pycuda."""
+    context = template_context(scan_module, kernels)
     text = render_template("module.cu.j2", context, scan_module)
     return ModuleSource(text, tuple(k["name"] for k in context["kernels"]))

@@ -168,8 +168,8 @@ class Runtime:
                 scratch = self._scratch[where] = StreamScratch(
                     TileState.of(self.scan_module.scan))
             check_shared_memory(self.scan_module)
-            launcher = Launcher(self.plan(n, columns), compile_module(self.scan_module),
-                                scratch, stream)
+            plan = self.plan(n, columns)
+            launcher = Launcher(plan, compile_module(plan.part), scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
             self._launchers[key] = launcher

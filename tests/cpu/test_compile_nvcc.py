@@ -19,7 +19,7 @@ import pytest
 
 from scangen import (ALGORITHMS, LAST_NONZERO, MODES, STRATEGIES, Operator, Scan,
                      ScanCompileError, ScanKernel, SegmentedScan, Select, Tuning, make_spec)
-from scangen.kernel import ScanModule
+from scangen.kernel import ModulePart, ScanModule
 from scangen.families import FAMILIES
 from scangen.render import render
 from scangen.spec import MAX_STATIC_SHARED_BYTES
@@ -460,6 +460,18 @@ def batch_dynamic_shared():
     return entries
 
 
+def batch_parts():
+    """The parts of modules that calls compile (ScanModule.parts: the kernels one plan
+    launches, rendered without the layers the others use): each must compile as cleanly as
+    its whole module. Every other ScanKernel example (each hook and strategy: counting,
+    segmented, the total in the output) and every module in dynamic shared memory."""
+    modules = batch_scan_kernels()[::2] + batch_dynamic_shared()
+    entries = [Entry(f"{e.label} part {'+'.join(k.name for k in part.kernels)}", part)
+               for e in modules for part in e.scan_module.parts()]
+    assert all(isinstance(e.scan_module, ModulePart) for e in entries)
+    return entries
+
+
 BATCHES = {
     "algorithms_int8": lambda: batch_algorithms("int8"),
     "algorithms_float64": lambda: batch_algorithms("float64"),
@@ -476,6 +488,7 @@ BATCHES = {
     "persistent_tiles": batch_persistent_tiles,
     "tuned_single_pass": batch_tuned_single_pass,
     "dynamic_shared": batch_dynamic_shared,
+    "parts": batch_parts,
     # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
     **({"bfloat16": batch_bfloat16} if BFLOAT16 is not None else {}),
 }
@@ -610,11 +623,14 @@ def test_shared_memory_fits(compiled, name):
     over = []
     for result in results(compiled, name):
         assert result.returncode == 0, f"[{result.label}] did not compile"
-        spec = result.entry.scan_module
-        scans = isinstance(spec, ScanModule)
-        claimed = spec.scan.shared_bytes if scans else MAX_STATIC_SHARED_BYTES
-        dynamic = spec.dynamic_shared() if scans else {}
-        assert bool(dynamic) == (claimed > MAX_STATIC_SHARED_BYTES), result.label
+        module = result.entry.scan_module
+        whole = module.scan_module if isinstance(module, ModulePart) else module
+        scans = isinstance(whole, ScanModule)
+        claimed = whole.scan.shared_bytes if scans else MAX_STATIC_SHARED_BYTES
+        dynamic = module.dynamic_shared() if scans else {}
+        # (a part may hold only kernels that take none: add_prefixes, counting by ballots)
+        assert bool(dynamic) == (claimed > MAX_STATIC_SHARED_BYTES) or \
+            module is not whole and not dynamic, result.label
         for kernel, used in result.shared.items():
             if used > MAX_STATIC_SHARED_BYTES or used + dynamic.get(kernel, 0) > claimed:
                 over.append(f"[{result.label}] {kernel}: {used} B static, "

@@ -9,6 +9,8 @@ import types
 import numpy as np
 import pytest
 
+import scangen
+
 from scangen.primitives import compaction
 from scangen.runtime import contexts as cuda_contexts, launcher, mapped
 from scangen.runtime.modules import ModuleRuntime
@@ -102,6 +104,25 @@ def test_scan_scratch_and_launchers_are_per_context(contexts, monkeypatch):
 
     launchers = _one_each(contexts, launch)
     assert len({id(b.scratch) for b in launchers}) == 3
+
+
+def test_a_call_compiles_only_the_kernels_its_plan_launches(contexts, monkeypatch):
+    """The first call of a size compiles its plan's part of the module (ScanModule.part),
+    not every kernel the strategy may launch at some size."""
+    compiled = []
+    monkeypatch.setattr(launcher, "Launcher", lambda plan, module, scratch, stream: (
+        lambda values, stream: None))
+    monkeypatch.setattr(launcher, "compile_module", compiled.append)
+    kernel = scangen.ScanKernel(np.float32, "add", arguments="const scan_t *x, scan_t *out",
+                                input_expr="x[i]", output_statement="out[i] = item;")
+    runtime = launcher.Runtime(kernel.scan_module)
+    section = kernel.spec.section_size
+    for n in (section, section + 1):
+        runtime.launch((), n, None)
+    small, large = compiled
+    assert [k.name for k in small.kernels] == ["scan_one_section_user"]
+    assert [k.name for k in large.kernels] == ["scan_tiles_persistent_user"]
+    assert (small, large) == (kernel.plan(section).part, kernel.plan(section + 1).part)
 
 
 class FakeDriver:

@@ -23,7 +23,7 @@ import pytest
 import scangen
 from scangen import (LAST_NONZERO, MODES, STRATEGIES, Operator, Scan, ScanKernel, Tuning,
                      make_spec)
-from scangen.kernel import ScanModule
+from scangen.kernel import PARTS_MAX_LOG2N, ScanModule
 from scangen.plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from scangen.render import render
 from scangen.spec import MAX_BLOCK_THREADS, MAX_STATIC_SHARED_BYTES
@@ -516,6 +516,50 @@ def test_every_launched_kernel_is_in_the_module_and_every_kernel_is_launched(str
                     assert launch.kernel in module, f"{launch.kernel.name} is not in the module"
                     launched.add(launch.kernel)
             assert launched == set(module), "the module holds a kernel no plan launches"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_plan_compiles_the_part_of_the_module_it_launches(strategy, rng):
+    """Plan.part: the kernels the plan launches, in the module's order, rendered as a module
+    of their own without the others; ScanModule.parts holds the part of every plan up to
+    2^PARTS_MAX_LOG2N elements (what precompile compiles)."""
+    for case in PLAN_CASES[:4] + PLAN_CASES[-2:]:
+        for kernel in _plan_kernels(case, strategy):
+            scan_module = kernel.scan_module
+            parts = scan_module.parts()
+            assert len(set(parts)) == len(parts)
+            whole = render(scan_module).text
+            section = kernel.spec.section_size
+            sizes = {1, section, section + 1, section**2 + 1, 2**PARTS_MAX_LOG2N} | \
+                {int(n) for n in rng.integers(2, 2**PARTS_MAX_LOG2N, 12)}
+            for n in sorted(sizes):
+                try:
+                    plan = kernel.plan(n)
+                except ValueError:  # more sections than a grid holds
+                    continue
+                launched = {launch.kernel for launch in plan.launches}
+                part = plan.part
+                assert part.kernels == tuple(k for k in scan_module.kernels if k in launched)
+                assert part in parts, (n, [k.name for k in part.kernels])
+                assert part.entry_points() == tuple(
+                    entry for entry in scan_module.entry_points()
+                    if entry[0] in {k.name for k in launched})
+                text = part.module_source().text
+                assert part.module_source().kernel_names == tuple(k.name for k in part.kernels)
+                for other in set(scan_module.kernels) - launched:
+                    assert f"\n{other.name}(" not in text
+                assert len(text) < len(whole) or launched == set(scan_module.kernels)
+                assert part.dynamic_shared() == {
+                    name: nbytes for name, nbytes in scan_module.dynamic_shared().items()
+                    if name in {k.name for k in launched}}
+
+
+def test_a_part_holds_kernels_of_its_module_only():
+    one = Scan("float32", strategy="hierarchical").kernel.scan_module
+    other = Scan("float32", strategy="reduce_then_scan").kernel.scan_module
+    with pytest.raises(ValueError, match="has no kernel.*reduce_sections_user"):
+        one.part(other.kernels)
+    assert one.part(reversed(one.kernels)).kernels == one.kernels
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
