@@ -1,6 +1,7 @@
-"""scangen.torch on the GPU: cumsum and linear_recurrence against torch's own results, and
-their gradients by torch.autograd.gradcheck (finite differences in float64 and complex128)
-along every axis, forward and reverse, with h0."""
+"""scangen.torch on the GPU: cumsum, cumprod, cummax, cummin and linear_recurrence against
+torch's own results, and their gradients by torch.autograd.gradcheck (finite differences in
+float64 and complex128) along every axis, forward and reverse, with h0; cumprod's gradient
+at zeros and cummax's at ties against torch's own autograd."""
 import itertools
 
 import numpy as np
@@ -8,7 +9,8 @@ import pytest
 
 import scangen
 import scangen.torch as differentiable
-from scangen.operands import _recurrence_kernels
+from scangen.operands import _operand_kernels, _recurrence_kernels
+from scangen.torch import _extreme
 
 from tests.support import precompile, require_module
 
@@ -25,6 +27,10 @@ def _compile_in_parallel():
     lines = [_recurrence_kernels(np.dtype(d), reverse, True, ())
              for d, reverse in itertools.product(("float64", "complex128"), (False, True))]
     lines += [scangen.Scan(np.float64, "add", reverse=r).lines for r in (False, True)]
+    lines += [scangen.Scan(d, "mul").lines for d in (np.float64, np.complex128)]
+    lines += [_operand_kernels(_extreme(compare, np.dtype(d).kind == "f"), ("v", "i"),
+                               (np.dtype(d), np.dtype(np.int64)), "inclusive", False, False, ())
+              for compare, d in itertools.product((">=", "<="), ("float64", "int32"))]
     precompile([k for each in lines
                 for k in (each.kernel, each.rows_kernel, each.columns_kernel)])
 
@@ -63,3 +69,56 @@ def test_linear_recurrence_and_its_gradient(torch, dtype, dim, reverse):
     assert torch.autograd.gradcheck(
         lambda x, y: differentiable.linear_recurrence(x, y, dim, h0=h0, reverse=reverse),
         (a, b))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumprod_and_its_gradient(torch, dtype, dim):
+    dtype = getattr(torch, dtype)
+    x = (0.5 + torch.rand(SHAPE, dtype=torch.float64, device="cuda")).to(dtype)
+    if dtype.is_complex:
+        x = x * torch.exp(1j * torch.rand(SHAPE, dtype=torch.float64, device="cuda"))
+    x.requires_grad_(True)
+    torch.testing.assert_close(differentiable.cumprod(x, dim), torch.cumprod(x, dim))
+    assert torch.autograd.gradcheck(lambda t: differentiable.cumprod(t, dim), (x,))
+
+
+def test_cumprod_gradient_at_zeros(torch):
+    """No division: where x has zeros (one, or two in a line) the gradient is torch's."""
+    x = torch.randn(SHAPE, dtype=torch.float64, device="cuda")
+    x[0, 7, :] = 0
+    x[1, 3, 2] = x[1, 30, 2] = 0
+    x[2, 0, 4] = 0
+    grad = torch.randn(SHAPE, dtype=torch.float64, device="cuda")
+    ours, theirs = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (differentiable.cumprod(ours, 1) * grad).sum().backward()
+    (torch.cumprod(theirs, 1) * grad).sum().backward()
+    torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("name", ["cummax", "cummin"])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cummax_and_cummin_match_torch_with_ties_and_nans(torch, name, dim):
+    ours, theirs = getattr(differentiable, name), getattr(torch, name)
+    ties = torch.randint(-3, 4, SHAPE, device="cuda").to(torch.float64)  # many equal values
+    ties[1, 5, 1] = ties[2, 20, 3] = ties[2, 33, 3] = float("nan")
+    for x in (ties, torch.randint(-3, 4, SHAPE, device="cuda", dtype=torch.int32)):
+        values, indices = ours(x, dim)
+        want = theirs(x, dim)
+        torch.testing.assert_close(values, want.values, equal_nan=True)
+        assert indices.dtype == torch.int64
+        torch.testing.assert_close(indices, want.indices)
+    # the gradient of each running value goes to the element it is (ties included)
+    x = ties.nan_to_num(0.5)
+    grad = torch.randn(SHAPE, dtype=torch.float64, device="cuda")
+    a, b = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    (ours(a, dim)[0] * grad).sum().backward()
+    (theirs(b, dim).values * grad).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+    distinct = torch.randn(SHAPE, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: ours(t, dim)[0], (distinct,))
+
+
+def test_cummax_refuses_complex(torch):
+    with pytest.raises(TypeError, match="order real numbers"):
+        differentiable.cummax(torch.ones(4, dtype=torch.complex64, device="cuda"), 0)
