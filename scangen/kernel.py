@@ -17,6 +17,7 @@ from . import compile as compiler
 from .families import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
+from .plan import make_plan
 from .render import render
 from .runtime.launcher import Runtime
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
@@ -466,8 +467,6 @@ class ScanModule:
         launches another part compiles it when first called."""
         if self.hooks.columns:
             return (self.part(self.kernels),)
-        from .plan import make_plan  # plan imports nothing of kernel; kernel plans lazily
-
         section = self.scan.section_size
         sizes = {1 << k for k in range(PARTS_MAX_LOG2N + 1)}
         level = section
@@ -510,8 +509,8 @@ class ModulePart:
     launches. nvcc's time grows with the kernels it compiles, and a module holds every
     kernel its strategy may launch at any n (auto's single pass, its one-section kernel and
     reduce_then_scan's four), so a call compiles only what it launches: a first call costs
-    about a third of the whole module's compile. ``source`` and ``check_compile`` keep
-    showing and checking the whole module."""
+    about a third of the whole module's compile (docs/design/decisions.md). ``source`` and
+    ``check_compile`` keep showing and checking the whole module."""
 
     scan_module: ScanModule
     kernels: tuple

@@ -1,6 +1,7 @@
 """Differentiable scans of torch tensors: ``cumsum``, ``cumprod``, ``cummax``, ``cummin`` and
-``linear_recurrence(a, b, dim, h0=0.0, reverse=False)`` are torch.autograd.Functions whose
-forward and backward passes run scangen's kernels.
+``linear_recurrence(a, b, dim, h0=0.0, reverse=False)`` run scangen's kernels forward and
+backward, as torch custom operators (``torch.ops.scangen.*``, with fake implementations and
+gradients registered), so ``torch.compile`` keeps each as one opaque call in its graph.
 
 * cumsum: the gradient of a prefix sum is the suffix sum of the incoming gradient.
 * linear_recurrence, ``h[t] = a[t] h[t-1] + b[t]``: with ``g[t]`` the whole gradient of the
@@ -32,32 +33,52 @@ __all__ = ["cummax", "cummin", "cumprod", "cumsum", "linear_recurrence"]
 
 def cumsum(x, dim: int):
     """``torch.cumsum(x, dim)`` on a CUDA tensor by scangen's kernels, differentiable."""
-    return _functions().CumSum.apply(x, dim)
+    return _ops().cumsum(_on_gpu(x, "x"), dim, False)
 
 
 def cumprod(x, dim: int):
     """``torch.cumprod(x, dim)`` on a CUDA tensor (float or complex) by scangen's kernels,
     differentiable; the gradient is exact where ``x`` has zeros (no division)."""
-    return _functions().CumProd.apply(x, dim)
+    return _ops().cumprod(_on_gpu(x, "x"), dim)
 
 
 def cummax(x, dim: int):
     """``torch.cummax(x, dim)`` on a real CUDA tensor by scangen's kernels: ``(values,
     indices)``, the index (int64) of the element each running maximum is, the later of
     equal ones, NaN above every number; differentiable in ``x``."""
-    return _functions().CumExtreme.apply(x, dim, ">=")
+    return _ops().cumulative_extreme(_real(_on_gpu(x, "x"), "cummax"), dim, ">=")
 
 
 def cummin(x, dim: int):
     """``torch.cummin(x, dim)`` as ``cummax`` is ``torch.cummax``: ``(values, indices)``."""
-    return _functions().CumExtreme.apply(x, dim, "<=")
+    return _ops().cumulative_extreme(_real(_on_gpu(x, "x"), "cummin"), dim, "<=")
 
 
-def linear_recurrence(a, b, dim: int, h0: float = 0.0, reverse: bool = False):
+def linear_recurrence(a, b, dim: int, h0: complex = 0.0, reverse: bool = False):
     """``h[t] = a[t] * h[t-1] + b[t]`` along ``dim`` (``h[-1] = h0``; ``reverse``: ``h[t] =
     a[t] * h[t+1] + b[t]`` from the end) of CUDA tensors of one shape and dtype (float or
     complex), differentiable in ``a`` and ``b``."""
-    return _functions().LinearRecurrence.apply(a, b, dim, h0, reverse)
+    h0 = complex(h0)
+    return _ops().linear_recurrence(_on_gpu(a, "a"), _on_gpu(b, "b"), dim, h0.real, h0.imag,
+                                    reverse)
+
+
+def _on_gpu(x, name: str):
+    """``x`` if it is a CUDA tensor (or a fake one, while torch.compile traces), else a
+    TypeError naming it: the operators have CUDA kernels only."""
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.device.type not in ("cuda", "meta"):
+        where = f"a {x.device.type} tensor" if isinstance(x, torch.Tensor) else \
+            f"a {type(x).__name__}"
+        raise TypeError(f"{name} must be a CUDA tensor, not {where}: move it with .cuda()")
+    return x
+
+
+def _real(x, function: str):
+    if x.is_complex():
+        raise TypeError(f"{function} orders real numbers, not {x.dtype}")
+    return x
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,22 +93,6 @@ def _extreme(compare: str, floating: bool) -> Operator:
                     name=f"running_{'max' if compare == '>=' else 'min'}_with_index")
 
 
-def _recurrence_gradients(a, h, grad_h, dim: int, h0, reverse: bool):
-    """``(grad_a, grad_b)`` of ``h = linear_recurrence(a, b, dim, h0, reverse)`` given the
-    gradient ``grad_h`` of the loss at ``h`` (the module's docstring derives them)."""
-    import torch
-
-    if h.shape[dim] == 0:
-        return torch.zeros_like(a), torch.zeros_like(h)
-    # The step after t in the recurrence's own direction feeds back into t.
-    # resolve_conj: torch's conj() is a lazy view; the kernels read memory.
-    multipliers = _shifted(a, dim, later=not reverse, fill=0).conj().resolve_conj()
-    with in_a_borrowed_thread():
-        g = _linear_recurrence(multipliers, grad_h.contiguous(), axis=dim, reverse=not reverse)
-    before = _shifted(h, dim, later=reverse, fill=h0)
-    return g * before.conj(), g
-
-
 def _shifted(x, dim: int, later: bool, fill):
     """``x`` moved one step along ``dim``: each position takes its later neighbour's value
     (``later``) or its earlier one's, and the position left empty takes ``fill``."""
@@ -100,80 +105,112 @@ def _shifted(x, dim: int, later: bool, fill):
     return torch.cat([edge, x.narrow(dim, 0, steps - 1)], dim)
 
 
-@functools.lru_cache(maxsize=None)
-def _functions():
-    """The autograd Functions (made on first use: they subclass a torch class)."""
+def _recurrence_gradients(a, h, grad_h, dim: int, h0: complex, reverse: bool):
+    """``(grad_a, grad_b)`` of ``h = linear_recurrence(a, b, dim, h0, reverse)`` given the
+    gradient ``grad_h`` of the loss at ``h`` (the module's docstring derives them)."""
     import torch
 
-    # Each pass runs in_a_borrowed_thread: torch runs backward passes in threads of its own,
-    # which end only with the process, after PyCUDA has gone.
-    class CumSum(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, dim):
-            ctx.dim = dim
-            with in_a_borrowed_thread():
-                return inclusive_scan(x.contiguous(), axis=dim)
+    if h.shape[dim] == 0:
+        return torch.zeros_like(a), torch.zeros_like(h)
+    # The step after t in the recurrence's own direction feeds back into t.
+    # resolve_conj: torch's conj() is a lazy view; the kernels read memory.
+    multipliers = _shifted(a, dim, later=not reverse, fill=0).conj().resolve_conj()
+    g = _ops().linear_recurrence(multipliers, grad_h.contiguous(), dim, 0.0, 0.0, not reverse)
+    before = _shifted(h, dim, later=reverse, fill=h0 if a.is_complex() else h0.real)
+    return g * before.conj(), g
 
-        @staticmethod
-        def backward(ctx, grad):
-            with in_a_borrowed_thread():
-                return inclusive_scan(grad.contiguous(), axis=ctx.dim, reverse=True), None
 
-    class CumProd(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, dim):
-            x = x.contiguous()
-            with in_a_borrowed_thread():
-                y = inclusive_scan(x, "mul", axis=dim)
-            ctx.save_for_backward(x, y)
-            ctx.dim = dim % x.dim()
-            return y
+@functools.lru_cache(maxsize=None)
+def _ops():
+    """The custom operators ``torch.ops.scangen.*`` (registered on first use, once per
+    process): each a CUDA implementation by scangen's kernels, a fake one (the result's
+    shape and dtype, for tracing) and its gradient."""
+    import torch
+    from torch.library import custom_op
 
-        @staticmethod
-        def backward(ctx, grad):
-            x, y = ctx.saved_tensors
-            return _recurrence_gradients(x, y, grad, ctx.dim, 1, False)[0], None
+    # Each implementation runs in_a_borrowed_thread: torch runs backward passes in threads
+    # of its own, which end only with the process, after PyCUDA has gone.
 
-    class CumExtreme(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, dim, compare):
-            if x.is_complex():
-                raise TypeError(f"cummax and cummin order real numbers, not {x.dtype}")
-            x = x.contiguous()
-            dim = dim % x.dim()
-            steps = torch.arange(x.shape[dim], dtype=torch.int64, device=x.device)
-            where = [1] * x.dim()
-            where[dim] = -1
-            index = steps.view(where).expand_as(x).contiguous()
-            with in_a_borrowed_thread():
-                values, indices = associative_scan(
-                    _extreme(compare, x.is_floating_point()), {"v": x, "i": index}, axis=dim)
-            ctx.save_for_backward(indices)
-            ctx.mark_non_differentiable(indices)
-            ctx.dim = dim
-            return values, indices
+    # Schemas spelled out: this module's annotations are strings (``from __future__``).
+    @custom_op("scangen::cumsum", mutates_args=(), device_types="cuda",
+               schema="(Tensor x, int dim, bool reverse) -> Tensor")
+    def cumsum_op(x, dim, reverse):
+        with in_a_borrowed_thread():
+            return inclusive_scan(x.contiguous(), axis=dim, reverse=reverse)
 
-        @staticmethod
-        def backward(ctx, grad_values, grad_indices):
-            indices, = ctx.saved_tensors
-            grad = torch.zeros_like(grad_values).scatter_add_(ctx.dim, indices, grad_values)
-            return grad, None, None
+    @custom_op("scangen::cumprod", mutates_args=(), device_types="cuda",
+               schema="(Tensor x, int dim) -> Tensor")
+    def cumprod_op(x, dim):
+        with in_a_borrowed_thread():
+            return inclusive_scan(x.contiguous(), "mul", axis=dim)
 
-    class LinearRecurrence(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, a, b, dim, h0, reverse):
-            a, b = a.contiguous(), b.contiguous()
-            with in_a_borrowed_thread():
-                h = _linear_recurrence(a, b, axis=dim, h0=h0, reverse=reverse)
-            ctx.save_for_backward(a, h)
-            ctx.dim, ctx.h0, ctx.reverse = dim % a.dim(), h0, reverse
-            return h
+    @custom_op("scangen::cumulative_extreme", mutates_args=(), device_types="cuda",
+               schema="(Tensor x, int dim, str compare) -> (Tensor, Tensor)")
+    def extreme_op(x, dim, compare):
+        x = x.contiguous()
+        dim = dim % x.dim()
+        where = [1] * x.dim()
+        where[dim] = -1
+        index = torch.arange(x.shape[dim], dtype=torch.int64, device=x.device) \
+            .view(where).expand_as(x).contiguous()
+        with in_a_borrowed_thread():
+            return associative_scan(_extreme(compare, x.is_floating_point()),
+                                    {"v": x, "i": index}, axis=dim)
 
-        @staticmethod
-        def backward(ctx, grad_h):
-            a, h = ctx.saved_tensors
-            grad_a, grad_b = _recurrence_gradients(a, h, grad_h, ctx.dim, ctx.h0, ctx.reverse)
-            return grad_a, grad_b, None, None, None
+    @custom_op("scangen::linear_recurrence", mutates_args=(), device_types="cuda",
+               schema="(Tensor a, Tensor b, int dim, float h0_real, float h0_imag, "
+                      "bool reverse) -> Tensor")
+    def recurrence_op(a, b, dim, h0_real, h0_imag, reverse):
+        h0 = complex(h0_real, h0_imag) if h0_imag or a.is_complex() else h0_real
+        with in_a_borrowed_thread():
+            return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim, h0=h0,
+                                      reverse=reverse)
 
-    return types.SimpleNamespace(CumSum=CumSum, CumProd=CumProd, CumExtreme=CumExtreme,
-                                 LinearRecurrence=LinearRecurrence)
+    # What each returns, for tracing: new C-contiguous tensors of the input's shape.
+    cumsum_op.register_fake(lambda x, dim, reverse: x.new_empty(x.shape))
+    cumprod_op.register_fake(lambda x, dim: x.new_empty(x.shape))
+    extreme_op.register_fake(lambda x, dim, compare: (
+        x.new_empty(x.shape), x.new_empty(x.shape, dtype=torch.int64)))
+    recurrence_op.register_fake(lambda a, b, dim, h0_real, h0_imag, reverse: a.new_empty(
+        a.shape))
+
+    def cumsum_setup(ctx, inputs, output):
+        ctx.dim, ctx.reverse = inputs[1] % inputs[0].dim(), inputs[2]
+
+    def cumsum_backward(ctx, grad):
+        return cumsum_op(grad, ctx.dim, not ctx.reverse), None, None
+
+    def cumprod_setup(ctx, inputs, output):
+        ctx.dim = inputs[1] % inputs[0].dim()
+        ctx.save_for_backward(inputs[0], output)
+
+    def cumprod_backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        return _recurrence_gradients(x, y, grad, ctx.dim, 1 + 0j, False)[0], None
+
+    def extreme_setup(ctx, inputs, output):
+        ctx.dim = inputs[1] % inputs[0].dim()
+        ctx.save_for_backward(output[1])
+
+    def extreme_backward(ctx, grad_values, grad_indices):
+        indices, = ctx.saved_tensors
+        return torch.zeros_like(grad_values).scatter_add(ctx.dim, indices, grad_values), \
+            None, None
+
+    def recurrence_setup(ctx, inputs, output):
+        a, _, dim, h0_real, h0_imag, reverse = inputs
+        ctx.dim, ctx.h0, ctx.reverse = dim % a.dim(), complex(h0_real, h0_imag), reverse
+        ctx.save_for_backward(a, output)
+
+    def recurrence_backward(ctx, grad_h):
+        a, h = ctx.saved_tensors
+        grad_a, grad_b = _recurrence_gradients(a, h, grad_h, ctx.dim, ctx.h0, ctx.reverse)
+        return grad_a, grad_b, None, None, None, None
+
+    cumsum_op.register_autograd(cumsum_backward, setup_context=cumsum_setup)
+    cumprod_op.register_autograd(cumprod_backward, setup_context=cumprod_setup)
+    extreme_op.register_autograd(extreme_backward, setup_context=extreme_setup)
+    recurrence_op.register_autograd(recurrence_backward, setup_context=recurrence_setup)
+
+    return types.SimpleNamespace(cumsum=cumsum_op, cumprod=cumprod_op,
+                                 cumulative_extreme=extreme_op, linear_recurrence=recurrence_op)

@@ -225,25 +225,27 @@ class RawLaunch:
     """Launch one kernel on a RawStream: ``launch(grid, block, stream, *args)``, the call
     pycuda's ``prepared_async_call`` takes. The arguments are packed by the prepared format
     with native alignment, exactly as pycuda packs them, and passed to cuLaunchKernel as one
-    parameter buffer, with ``shared_bytes`` of dynamic shared memory."""
+    parameter buffer, with ``shared_bytes`` of dynamic shared memory. The buffer and the
+    driver's list of extras are made once and packed into on each call (cuLaunchKernel
+    copies the parameters before it returns), so a launch allocates nothing; one launcher
+    launches from one thread at a time (a Runtime's lock, or a launcher made per call)."""
 
-    __slots__ = ("function", "packer", "shared_bytes", "_launch")
+    __slots__ = ("function", "packer", "shared_bytes", "_launch", "_parameters", "_size",
+                 "_extra")
 
     def __init__(self, function: int, arg_format: str, shared_bytes: int = 0):
         self.function = function
         self.packer = struct.Struct(arg_format)
         self.shared_bytes = shared_bytes
         self._launch = _lib().cuLaunchKernel
-
-    def pack(self, args) -> bytes:
-        return self.packer.pack(*args)
+        self._parameters = ctypes.create_string_buffer(max(1, self.packer.size))
+        self._size = _SIZE_T(self.packer.size)
+        self._extra = (_VOID_P * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(self._parameters),
+                                    _PARAM_BUFFER_SIZE, ctypes.addressof(self._size),
+                                    _PARAM_END)
 
     def __call__(self, grid, block, stream, *args) -> None:
-        parameters = self.pack(args)
-        buffer = ctypes.create_string_buffer(parameters, len(parameters))
-        size = _SIZE_T(len(parameters))
-        extra = (_VOID_P * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(buffer),
-                              _PARAM_BUFFER_SIZE, ctypes.addressof(size), _PARAM_END)
+        self.packer.pack_into(self._parameters, 0, *args)
         _check(self._launch(self.function, *grid, *block, self.shared_bytes, stream.handle,
-                            None, extra),
+                            None, self._extra),
                "cuLaunchKernel")

@@ -122,3 +122,24 @@ def test_cummax_and_cummin_match_torch_with_ties_and_nans(torch, name, dim):
 def test_cummax_refuses_complex(torch):
     with pytest.raises(TypeError, match="order real numbers"):
         differentiable.cummax(torch.ones(4, dtype=torch.complex64, device="cuda"), 0)
+
+
+def test_inside_torch_compile(torch):
+    """A compiled model (fullgraph: no graph break) calls the scans as opaque operators and
+    gets eager's values and gradients."""
+    def model(a, b, x):
+        h = differentiable.linear_recurrence(torch.sigmoid(a), b, 1, h0=0.25)
+        peak, _ = differentiable.cummax(h, 1)
+        return differentiable.cumsum(peak * x, 2) + differentiable.cumprod(x, 1)
+
+    compiled = torch.compile(model, fullgraph=True)
+    inputs = [torch.randn(SHAPE, dtype=torch.float64, device="cuda") for _ in range(3)]
+    eager = [t.clone().requires_grad_(True) for t in inputs]
+    traced = [t.clone().requires_grad_(True) for t in inputs]
+    want, got = model(*eager), compiled(*traced)
+    torch.testing.assert_close(got, want)
+    grad = torch.randn(SHAPE, dtype=torch.float64, device="cuda")
+    want.backward(grad)
+    got.backward(grad)
+    for e, t in zip(eager, traced):
+        torch.testing.assert_close(t.grad, e.grad)

@@ -1,0 +1,70 @@
+"""scangen.torch's custom operators without a GPU (where torch is installed): on meta
+tensors their fake implementations give the results' shapes and dtypes and their gradients
+run, and a trace (make_fx, as torch.compile's) keeps each scan as one torch.ops.scangen call,
+forward and backward. The values and gradients themselves are checked on the GPU
+(tests/gpu/test_autograd.py)."""
+import pytest
+
+import scangen.torch as differentiable
+
+torch = pytest.importorskip("torch")
+make_fx = pytest.importorskip("torch.fx.experimental.proxy_tensor").make_fx
+
+SHAPE = (3, 40, 5)
+
+
+def meta(dtype=None, requires_grad=True):
+    return torch.empty(SHAPE, device="meta", dtype=dtype or torch.float32,
+                       requires_grad=requires_grad)
+
+
+def scangen_calls(graph) -> list:
+    """The names of the torch.ops.scangen operators a traced graph calls, in order."""
+    return [node.target.name().split("::")[1] for node in graph.graph.nodes
+            if node.op == "call_function" and
+            getattr(node.target, "namespace", None) == "scangen"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64, torch.float64])
+def test_results_and_gradients_have_the_input_shape(dtype):
+    x, b = meta(dtype), meta(dtype)
+    results = [differentiable.cumsum(x, 1), differentiable.cumprod(x, -1),
+               differentiable.linear_recurrence(x, b, 0, h0=0.5, reverse=True)]
+    if not dtype.is_complex:
+        values, indices = differentiable.cummax(x, 1)
+        assert indices.dtype == torch.int64 and not indices.requires_grad
+        results += [values, differentiable.cummin(x, 2)[0]]
+    for result in results:
+        assert result.shape == SHAPE and result.dtype == dtype and result.is_contiguous()
+        assert result.requires_grad
+    sum(r.sum() for r in results).abs().backward()
+    assert x.grad.shape == SHAPE and x.grad.dtype == dtype
+    assert b.grad.shape == SHAPE
+
+
+@pytest.mark.parametrize("function,forward,backward", [
+    (lambda x, b: differentiable.cumsum(x, 1), ["cumsum"], ["cumsum"]),
+    (lambda x, b: differentiable.cumprod(x, 1), ["cumprod"], ["linear_recurrence"]),
+    (lambda x, b: differentiable.cummax(x, 1)[0], ["cumulative_extreme"], []),
+    (lambda x, b: differentiable.linear_recurrence(x, b, 1, h0=0.5), ["linear_recurrence"],
+     ["linear_recurrence"]),
+])
+def test_a_trace_keeps_each_scan_one_opaque_call(function, forward, backward):
+    """What torch.compile sees: one scangen operator per scan forward, and the gradient by
+    scangen's operators too (cummax's by a scatter)."""
+    def step(x, b):
+        y = function(x, b)
+        return (y,) + torch.autograd.grad(y.sum(), (x,))
+
+    graph = make_fx(step)(meta(), meta())
+    assert scangen_calls(graph) == forward + backward
+    assert scangen_calls(make_fx(lambda x, b: function(x, b))(meta(), meta())) == forward
+
+
+def test_host_tensors_and_complex_orders_are_refused():
+    with pytest.raises(TypeError, match="x must be a CUDA tensor, not a cpu tensor"):
+        differentiable.cumsum(torch.ones(4), 0)
+    with pytest.raises(TypeError, match="a must be a CUDA tensor, not a list"):
+        differentiable.linear_recurrence([1.0], torch.ones(1, device="meta"), 0)
+    with pytest.raises(TypeError, match="cummin orders real numbers, not torch.complex64"):
+        differentiable.cummin(torch.ones(4, dtype=torch.complex64, device="meta"), 0)
