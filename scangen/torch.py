@@ -83,14 +83,30 @@ def _real(x, function: str):
 
 @functools.lru_cache(maxsize=None)
 def _extreme(compare: str, floating: bool) -> Operator:
-    """The running extreme of (value ``v``, index ``i``) pairs: the later pair wins where
-    its value ``compare``s (``>=``: max, ``<=``: min) with the earlier one's, or is NaN; the
-    identity is the pair of index -1, which loses to every pair on either side."""
-    nan = "b.v != b.v || " if floating else ""
-    earlier_number = "a.v == a.v && " if floating else ""
-    return Operator(f"(b.i != -1 && (a.i == -1 || {nan}({earlier_number}b.v {compare} a.v))) "
-                    f"? b : a", identity=(0, -1),
+    """The running extreme of (value, index) pairs (fields ``f0`` and ``f1``, as
+    associative_scan names a tuple's): the later pair wins where its value ``compare``s
+    (``>=``: max, ``<=``: min) with the earlier one's, or is NaN; the identity is the pair
+    of index -1, which loses to every pair on either side."""
+    nan = "b.f0 != b.f0 || " if floating else ""
+    earlier_number = "a.f0 == a.f0 && " if floating else ""
+    return Operator(f"(b.f1 != -1 && (a.f1 == -1 || {nan}({earlier_number}b.f0 {compare} "
+                    f"a.f0))) ? b : a", identity=(0, -1),
                     name=f"running_{'max' if compare == '>=' else 'min'}_with_index")
+
+
+def _cumulative_extreme(x, dim: int, compare: str):
+    """``(values, indices)`` of the running extreme along ``dim``: one scan of the pairs of
+    ``x`` and each element's index along ``dim`` (int64, as torch's indices)."""
+    import torch
+
+    x = x.contiguous()
+    dim = dim % x.dim()
+    where = [1] * x.dim()
+    where[dim] = -1
+    index = torch.arange(x.shape[dim], dtype=torch.int64, device=x.device) \
+        .view(where).expand_as(x).contiguous()
+    with in_a_borrowed_thread():
+        return associative_scan(_extreme(compare, x.is_floating_point()), (x, index), axis=dim)
 
 
 def _shifted(x, dim: int, later: bool, fill):
@@ -147,15 +163,7 @@ def _ops():
     @custom_op("scangen::cumulative_extreme", mutates_args=(), device_types="cuda",
                schema="(Tensor x, int dim, str compare) -> (Tensor, Tensor)")
     def extreme_op(x, dim, compare):
-        x = x.contiguous()
-        dim = dim % x.dim()
-        where = [1] * x.dim()
-        where[dim] = -1
-        index = torch.arange(x.shape[dim], dtype=torch.int64, device=x.device) \
-            .view(where).expand_as(x).contiguous()
-        with in_a_borrowed_thread():
-            return associative_scan(_extreme(compare, x.is_floating_point()),
-                                    {"v": x, "i": index}, axis=dim)
+        return _cumulative_extreme(x, dim, compare)
 
     @custom_op("scangen::linear_recurrence", mutates_args=(), device_types="cuda",
                schema="(Tensor a, Tensor b, int dim, float h0_real, float h0_imag, "

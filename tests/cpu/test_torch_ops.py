@@ -3,6 +3,8 @@ tensors their fake implementations give the results' shapes and dtypes and their
 run, and a trace (make_fx, as torch.compile's) keeps each scan as one torch.ops.scangen call,
 forward and backward. The values and gradients themselves are checked on the GPU
 (tests/gpu/test_autograd.py)."""
+import contextlib
+
 import pytest
 
 import scangen.torch as differentiable
@@ -68,3 +70,35 @@ def test_host_tensors_and_complex_orders_are_refused():
         differentiable.linear_recurrence([1.0], torch.ones(1, device="meta"), 0)
     with pytest.raises(TypeError, match="cummin orders real numbers, not torch.complex64"):
         differentiable.cummin(torch.ones(4, dtype=torch.complex64, device="meta"), 0)
+
+
+@pytest.mark.parametrize("compare,reference", [(">=", "cummax"), ("<=", "cummin")])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cummax_scans_each_value_with_its_index_along_dim(monkeypatch, compare, reference,
+                                                          dim):
+    """What cummax and cummin hand the scan: a tuple of the values and each one's int64
+    index along ``dim``, on that axis; a sequential fold of the operator's rule (the later
+    pair wins where it compares so, or is NaN) stands in for the kernel and must give
+    torch's own results, ties and NaN included."""
+    def fold(operator, operands, axis):
+        assert isinstance(operands, tuple) and operator.identity == (0, -1)
+        values, index = (t.movedim(axis, -1) for t in operands)
+        assert index.dtype == torch.int64
+        assert torch.equal(index, torch.arange(values.shape[-1]).expand_as(index))
+        best_v, best_i = values.clone(), index.clone()
+        for t in range(1, values.shape[-1]):
+            v, earlier = values[..., t], best_v[..., t - 1]
+            later = v.isnan() | (~earlier.isnan() & (v >= earlier if compare == ">="
+                                                     else v <= earlier))
+            best_v[..., t] = torch.where(later, v, earlier)
+            best_i[..., t] = torch.where(later, index[..., t], best_i[..., t - 1])
+        return best_v.movedim(-1, axis), best_i.movedim(-1, axis)
+
+    monkeypatch.setattr(differentiable, "associative_scan", fold)
+    monkeypatch.setattr(differentiable, "in_a_borrowed_thread", contextlib.nullcontext)
+    x = torch.randint(-3, 4, SHAPE).to(torch.float64)
+    x[1, 5, 1] = x[2, 20, 3] = x[2, 33, 3] = float("nan")
+    values, indices = differentiable._cumulative_extreme(x, dim, compare)
+    want = getattr(torch, reference)(x, dim)
+    torch.testing.assert_close(values, want.values, equal_nan=True)
+    torch.testing.assert_close(indices, want.indices)

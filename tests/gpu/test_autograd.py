@@ -28,7 +28,7 @@ def _compile_in_parallel():
              for d, reverse in itertools.product(("float64", "complex128"), (False, True))]
     lines += [scangen.Scan(np.float64, "add", reverse=r).lines for r in (False, True)]
     lines += [scangen.Scan(d, "mul").lines for d in (np.float64, np.complex128)]
-    lines += [_operand_kernels(_extreme(compare, np.dtype(d).kind == "f"), ("v", "i"),
+    lines += [_operand_kernels(_extreme(compare, np.dtype(d).kind == "f"), ("f0", "f1"),
                                (np.dtype(d), np.dtype(np.int64)), "inclusive", False, False, ())
               for compare, d in itertools.product((">=", "<="), ("float64", "int32"))]
     precompile([k for each in lines
@@ -120,7 +120,7 @@ def test_cummax_and_cummin_match_torch_with_ties_and_nans(torch, name, dim):
 
 
 def test_cummax_refuses_complex(torch):
-    with pytest.raises(TypeError, match="order real numbers"):
+    with pytest.raises(TypeError, match="cummax orders real numbers"):
         differentiable.cummax(torch.ones(4, dtype=torch.complex64, device="cuda"), 0)
 
 
