@@ -19,7 +19,7 @@ from .lines import LineKernels, line_shape
 from .one_shot import options_key
 from .ops import Operator
 from .spec import as_flag, check_mode
-from .types import element_type
+from .types import conversion, element_type
 
 __all__ = ["associative_scan", "linear_recurrence"]
 
@@ -165,17 +165,30 @@ def _recurrence_operator(dtype: np.dtype, reverse: bool) -> Operator:
                     preamble=preamble)
 
 
+def recurrence_state_dtype(dtype) -> np.dtype:
+    """The dtype a linear recurrence over arrays of ``dtype`` composes its maps in: float32
+    for the 16-bit floats (float16, bfloat16: their products and sums would round at every
+    step), the dtype itself otherwise."""
+    return np.dtype(np.float32) if element_type(dtype).is_half else np.dtype(dtype)
+
+
 @functools.lru_cache(maxsize=64)
 def _recurrence_kernels(dtype, reverse, takes_initial, options):
-    """The LineKernels of a linear recurrence over ``dtype``: (a, b) pairs read from two
-    arrays, composed as affine maps, and only the maps' offsets (h) written."""
-    c = element_type(dtype).c_name
-    pair = np.dtype([("m", dtype), ("c", dtype)], align=True)
+    """The LineKernels of a linear recurrence over arrays of ``dtype``: (a, b) pairs read
+    from two arrays, composed as affine maps of recurrence_state_dtype, and only the maps'
+    offsets (h) written, in ``dtype``."""
+    values, state = element_type(dtype), element_type(recurrence_state_dtype(dtype))
+    c = values.c_name
+    pair = np.dtype([("m", state.dtype), ("c", state.dtype)], align=True)
+    read = [conversion(values, state, f"{name}[i]") for name in ("a", "b")]
     return LineKernels(
-        pair, _recurrence_operator(dtype, reverse),
+        pair, _recurrence_operator(state.dtype, reverse),
         title=f"linear recurrence{' in reverse' if reverse else ''}",
-        arguments=f"const {c} *a, const {c} *b, {c} *h", input_expr="scan_t{a[i], b[i]}",
-        output_statement="h[i] = item.c;", reverse=reverse,
+        arguments=f"const {c} *a, const {c} *b, {c} *h",
+        input_expr=f"scan_t{{{read[0]}, {read[1]}}}",
+        output_statement=f"h[i] = {conversion(state, values, 'item.c')};", reverse=reverse,
+        # the arrays' C type, where the maps' type does not bring its header
+        types=(values.dtype,) if values != state else (),
         initial=np.ones((), pair)[()] if takes_initial else None, **dict(options))
 
 
@@ -186,7 +199,8 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     affine maps; ``reverse=True``: ``h[t] = a[t] * h[t+1] + b[t]`` from each line's end.
 
     ``a`` and ``b`` are C-contiguous device arrays of one shape, kind and dtype (float32,
-    float64, complex64 or complex128); ``h0`` a number, the same for every line. Returns
+    float64, complex64, complex128, or float16 and bfloat16, whose maps are composed in
+    float32 and only ``h`` rounded back); ``h0`` a number, the same for every line. Returns
     ``h`` (a new array of their kind, or ``out``). ``stream`` and ``**options`` as for
     scangen.associative_scan. Floating-point results differ from a sequential loop in the
     last bits: the maps are composed in a tree.
@@ -195,7 +209,7 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     call = Call(stream, {"a": a, "b": b, "h": out}, writes=("h",))
     views = call.views
     dtype, shape = views["a"].dtype, tuple(views["a"].shape)
-    if views["b"].dtype != dtype or dtype.kind not in "fc":
+    if views["b"].dtype != dtype or element_type(dtype).kind not in "fc":
         raise TypeError(f"a and b must share one float or complex dtype, not {dtype} and "
                         f"{views['b'].dtype}")
     if tuple(views["b"].shape) != shape or not shape:

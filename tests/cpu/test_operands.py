@@ -1,15 +1,20 @@
 """Scans of several operands without a GPU: how operands become struct fields, the
 composition a linear recurrence scans (forward and reverse) checked on host values, and
-every kernel compiled by nvcc for real, complex and half types."""
+every kernel compiled by nvcc for real, complex and half types, and 16-bit floats
+recurring in float32."""
 import numpy as np
 import pytest
 
 import scangen
 from scangen.one_shot import options_key
 from scangen.operands import (_fields, _operand_kernels, _recurrence_kernels,
-                              _recurrence_operator)
+                              _recurrence_operator, recurrence_state_dtype)
+from scangen.types import as_dtype, element_type
 
-from tests.support import AFFINE_PAIRS, needs_nvcc
+from tests.support import AFFINE_PAIRS, BFLOAT16, needs_nvcc
+
+#: The 16-bit floats (bfloat16 where ml_dtypes is installed).
+NARROW = ("float16",) + (("bfloat16",) if BFLOAT16 is not None else ())
 
 
 def test_operands_become_fields():
@@ -56,9 +61,26 @@ def test_every_operand_kernel_compiles(nvcc):
                _operand_kernels(pair_sums, ("f0", "f1"),
                                 (np.dtype(np.float16), np.dtype(np.int32)), "inclusive",
                                 False, False, ())]
-    kernels += [_recurrence_kernels(np.dtype(d), reverse, True, ())
-                for d in ("float16", "float32", "complex64", "complex128")
+    kernels += [_recurrence_kernels(as_dtype(d), reverse, True, ())
+                for d in NARROW + ("float32", "complex64", "complex128")
                 for reverse in (False, True)]
     modules = [k.scan_module for lines in kernels
                for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel)]
     scangen.compile.check_all_with_nvcc(modules)
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_sixteen_bit_floats_recur_in_float32(dtype):
+    """float16 and bfloat16 arrays are read into float32 maps and only h is rounded back:
+    their own products and sums would round at every step of the tree."""
+    dtype = as_dtype(dtype)
+    assert recurrence_state_dtype(dtype) == np.float32
+    lines = _recurrence_kernels(dtype, False, True, ())
+    spec, hooks = lines.kernel.spec, lines.kernel.scan_module.hooks
+    assert [spec.etype.dtype[name] for name in ("m", "c")] == [np.dtype(np.float32)] * 2
+    c_name = element_type(dtype).c_name
+    assert hooks.input_expr == "scan_t{(float)(a[i]), (float)(b[i])}"
+    assert hooks.output_statement == f"h[i] = ({c_name})(float)(item.c);"
+    assert [a.c_type for a in hooks.arguments[:3]] == [c_name] * 3
+    for wide in ("float32", "float64", "complex64"):
+        assert recurrence_state_dtype(np.dtype(wide)) == np.dtype(wide)

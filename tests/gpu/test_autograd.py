@@ -143,3 +143,26 @@ def test_inside_torch_compile(torch):
     got.backward(grad)
     for e, t in zip(eager, traced):
         torch.testing.assert_close(t.grad, e.grad)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_sixteen_bit_recurrence_matches_float32_and_differentiates(torch, dtype):
+    """16-bit tensors recur in float32 (the state is never rounded to 16 bits): forward and
+    both gradients agree with the float32 computation to the 16-bit type's rounding."""
+    dtype = getattr(torch, dtype)
+    eps = torch.finfo(dtype).eps
+    a = (0.5 + 0.5 * torch.rand(SHAPE, device="cuda")).to(dtype).requires_grad_(True)
+    b = torch.randn(SHAPE, device="cuda").to(dtype).requires_grad_(True)
+    wide_a, wide_b = (t.detach().float().requires_grad_(True) for t in (a, b))
+    h = differentiable.linear_recurrence(a, b, 1, h0=0.5)
+    wide = differentiable.linear_recurrence(wide_a, wide_b, 1, h0=0.5)
+    assert h.dtype == dtype
+    scale = wide.abs().max().item()
+    torch.testing.assert_close(h.float(), wide, rtol=2 * eps, atol=2 * eps * scale)
+    grad = torch.randn(SHAPE, device="cuda")
+    h.backward(grad.to(dtype))
+    wide.backward(grad.to(dtype).float())
+    for narrow, full in ((a, wide_a), (b, wide_b)):
+        # the backward's own inputs (g, h) are 16-bit: a few units of rounding more
+        limit = 8 * eps * full.grad.abs().max().item()
+        torch.testing.assert_close(narrow.grad.float(), full.grad, rtol=8 * eps, atol=limit)

@@ -10,14 +10,18 @@ import pytest
 import scangen
 from scangen.operands import _operand_kernels, _recurrence_kernels
 
-from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, axis_reference, exact_affine_pairs,
-                           precompile)
+from scangen.types import as_dtype
+
+from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, BFLOAT16, axis_reference,
+                           exact_affine_pairs, precompile)
 
 #: (shape, axis): every kernel (columns, rows, 1-D), column tiles cut short, several
 #: chunks of rows.
 SHAPES = [((4, 300, 33), 1), ((4, 300, 33), 0), ((4, 300, 33), 2), ((3000,), 0),
           ((700, 40), 0), ((5, 1, 70), 1)]
 RECURRENCE_TYPES = ["float32", "float64", "complex64", "complex128"]
+#: 16-bit floats (bfloat16 where ml_dtypes is installed), recurring in float32.
+NARROW = ["float16"] + (["bfloat16"] if BFLOAT16 is not None else [])
 #: Sums of a float32 field and an int32 field at once (tuple form: fields f0 and f1).
 PAIR_SUMS = scangen.Operator("scan_t{a.f0 + b.f0, a.f1 + b.f1}", (0.0, 0), name="pair_sums")
 PAIR_SUM_DTYPES = (np.dtype(np.float32), np.dtype(np.int32))
@@ -34,6 +38,7 @@ def _compile_in_parallel():
     for dtype, reverse, h0 in itertools.product(RECURRENCE_TYPES, (False, True),
                                                 (False, True)):
         kernels.append(_recurrence_kernels(np.dtype(dtype), reverse, h0, ()))
+    kernels += [_recurrence_kernels(as_dtype(dtype), False, True, ()) for dtype in NARROW]
     precompile([k for lines in kernels
                 for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel)])
 
@@ -108,6 +113,23 @@ def test_linear_recurrence(gpu, rng, dtype, reverse):
         want = recurrence_reference(a, b, axis, 0 if h0 is None else h0, reverse)
         np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance,
                                    err_msg=f"{shape} axis={axis} h0={h0}")
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_sixteen_bit_floats_recur_in_float32(gpu, rng, dtype):
+    """float16 and bfloat16 arrays: h is the recurrence of their values in float32, rounded
+    once. A state of the narrow type itself would round at every step and drift by many of
+    its units over hundreds of steps; this allows two."""
+    dtype = as_dtype(dtype)
+    eps = float(scangen.types.element_type(dtype).finfo().eps)
+    for shape, axis in SHAPES:
+        a, b = (v.astype(dtype) for v in recurrence_input(rng, "float32", shape))
+        got = scangen.linear_recurrence(gpu.to_gpu(a), gpu.to_gpu(b), axis=axis, h0=0.75).get()
+        assert got.dtype == dtype and got.shape == shape
+        want = recurrence_reference(a.astype(np.float64), b.astype(np.float64), axis, 0.75)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=2 * eps,
+                                   atol=2 * eps * np.abs(want).max(),
+                                   err_msg=f"{shape} axis={axis}")
 
 
 def test_linear_recurrence_into_out_and_errors(gpu, rng):
