@@ -197,6 +197,12 @@ class GPUBackend:
         """The elements of the chunk for which ``predicate`` (a C expression in x) holds."""
         return _on_gpu(chunk, lambda stream: primitives.select(chunk, predicate, stream=stream))
 
+    def histogram(self, chunk, bins, range):
+        """The chunk's counts in ``bins`` equal-width bins over ``range`` (scangen.histogram),
+        as an int64 array of the chunk's kind."""
+        return _on_gpu(chunk, lambda stream: primitives.histogram(chunk, bins, range,
+                                                                  stream=stream)[0])
+
 
 class ReferenceBackend:
     """The same results on the CPU, from scangen.reference_scan (the operator's numpy twin,
@@ -219,3 +225,6 @@ class ReferenceBackend:
     def select(self, chunk, predicate):
         """``predicate`` is a numpy function of the chunk here (the C one cannot run)."""
         return chunk[np.asarray(predicate(chunk), bool)]
+
+    def histogram(self, chunk, bins, range):
+        return np.histogram(chunk, bins, range)[0]

@@ -29,11 +29,12 @@ import os
 import numpy as np
 
 from .chunked import GPUBackend, operator_of
+from .primitives.histogram import outer_edges
 from .runtime.gpu import require_pycuda
 from .spec import as_int
 from .usercode import identifiers
 
-__all__ = ["inclusive_scan", "exclusive_scan", "select", "gpu_cluster"]
+__all__ = ["inclusive_scan", "exclusive_scan", "select", "histogram", "gpu_cluster"]
 
 
 def _dask_array():
@@ -150,6 +151,30 @@ def select(darr, predicate, *, backend=None):
     unknown = ((np.nan,) * darr.numblocks[0],)
     return darr.map_blocks(_select, backend, predicate, chunks=unknown, dtype=darr.dtype,
                            meta=darr._meta, token="scangen-select")
+
+
+def _chunk_counts(chunk, backend, bins, range):
+    """One row of counts: the chunk's, as a (1, bins) array of its kind."""
+    return backend.histogram(chunk, bins, range).reshape(1, bins)
+
+
+def histogram(darr, bins, range, *, backend=None):
+    """``(counts, edges)`` of ``bins`` equal-width bins over ``range`` for a 1-D dask.array,
+    as numpy.histogram(darr, bins, range) gives them: ``counts`` a lazy int64 dask.array of
+    ``bins`` entries (of the chunks' kind: CuPy for CuPy chunks), ``edges`` a numpy array.
+    Each chunk is counted where it lives (scangen.histogram: a value lands in the bin numpy
+    puts it in; values outside the range and NaN are not counted) and the rows of counts
+    are summed. ``range`` is required: every chunk must bin alike, and numpy's default (the
+    data's extremes) would need a pass over the array first (da.min and da.max give them).
+    ``backend`` as for scangen.dask.inclusive_scan."""
+    darr, backend = _checked(darr, backend, {})
+    range = outer_edges(bins, range)  # numpy's checks; range=None is refused
+    edges = np.histogram_bin_edges(np.empty(0, darr.dtype), bins, range)
+    rows = darr.map_blocks(_chunk_counts, backend, bins, range, new_axis=1,
+                           chunks=((1,) * darr.numblocks[0], (bins,)), dtype=np.int64,
+                           meta=darr._meta.astype(np.int64).reshape(0, 0),
+                           token="scangen-histogram")
+    return rows.sum(axis=0, dtype=np.int64), edges
 
 
 @contextlib.contextmanager

@@ -92,6 +92,36 @@ def test_select_keeps_order_across_chunks(rng):
     np.testing.assert_array_equal(_compute(kept, "threads"), x[x > 0.3])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16"])
+def test_histogram_equals_numpys_across_chunks(rng, dtype):
+    """Counts summed over chunks (empty ones among them) equal numpy.histogram of the whole
+    array, values on the edges, outside the range and NaN included; edges are numpy's."""
+    x = (rng.normal(size=2000) * 3).astype(dtype)
+    x[:40] = np.linspace(-2, 2, 40).astype(dtype)  # on and near the edges
+    if x.dtype.kind == "f":
+        x[100:105] = np.nan
+    chunks = random_chunks(rng, x.size)
+    for bins, range in [(7, (-2, 2)), (1, (0, 1)), (50, (-1.5, 4.25)), (3, (1, 1))]:
+        counts, edges = sd.histogram(da.from_array(x, chunks=(chunks,)), bins, range,
+                                     backend=ReferenceBackend())
+        want, want_edges = np.histogram(x, bins, range)
+        got = _compute(counts, "threads")
+        assert got.dtype == np.int64 and counts.chunks == ((bins,),)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(edges, want_edges)
+        assert edges.dtype == want_edges.dtype
+
+
+def test_histogram_refusals(rng):
+    x = da.from_array(rng.normal(size=100), chunks=10)
+    with pytest.raises(TypeError, match="range=.*required"):
+        sd.histogram(x, 10, None)
+    with pytest.raises(ValueError, match="at least 1"):
+        sd.histogram(x, 0, (0, 1))
+    with pytest.raises(TypeError, match="dask.array"):
+        sd.histogram(np.arange(4), 10, (0, 1))
+
+
 def test_refusals(rng):
     x = da.from_array(random_input(rng, "int32", "last_nonzero", 100), chunks=10)
     with pytest.raises(TypeError, match="dask.array"):

@@ -65,6 +65,25 @@ def test_select_on_cupy_chunks(gpu, rng):
     np.testing.assert_array_equal(cp.asnumpy(got), x[x > 0.25])
 
 
+@pytest.mark.parametrize("chunk_kind", ["cupy", "numpy"])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_histogram_on_device_and_host_chunks(gpu, rng, chunk_kind, dtype):
+    """Each chunk counted where it lives (CuPy chunks on the device, numpy chunks through
+    it), the counts summed: numpy.histogram of the whole array, counts of the chunks'
+    kind."""
+    cp = require_module("cupy")
+    x = (rng.normal(size=300_001) * 40).astype(dtype)
+    chunks = (random_chunks(rng, x.size),)
+    darr = da.from_array(cp.asarray(x), chunks=chunks, asarray=False) \
+        if chunk_kind == "cupy" else da.from_array(x, chunks=chunks)
+    counts, edges = sd.histogram(darr, 33, (-50, 70.5))
+    got = counts.compute(scheduler="threads")
+    assert isinstance(got, cp.ndarray if chunk_kind == "cupy" else np.ndarray)
+    want, want_edges = np.histogram(x, 33, (-50, 70.5))
+    np.testing.assert_array_equal(cp.asnumpy(got), want)
+    np.testing.assert_array_equal(edges, want_edges)
+
+
 @pytest.mark.parametrize("mode", scangen.MODES)
 def test_carry_scan_reads_and_writes_its_carry(gpu, rng, mode):
     n = 1_000_003
