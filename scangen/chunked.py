@@ -203,6 +203,11 @@ class GPUBackend:
         return _on_gpu(chunk, lambda stream: primitives.histogram(chunk, bins, range,
                                                                   stream=stream)[0])
 
+    def sort(self, keys, values=None):
+        """The keys sorted stably (scangen.radix_sort: NaN last), or ``(keys, values)`` with
+        the values carried along, as arrays of the keys' kind."""
+        return _on_gpu(keys, lambda stream: primitives.radix_sort(keys, values, stream=stream))
+
 
 class ReferenceBackend:
     """The same results on the CPU, from scangen.reference_scan (the operator's numpy twin,
@@ -228,3 +233,7 @@ class ReferenceBackend:
 
     def histogram(self, chunk, bins, range):
         return np.histogram(chunk, bins, range)[0]
+
+    def sort(self, keys, values=None):
+        order = np.argsort(keys, kind="stable")
+        return keys[order] if values is None else (keys[order], values[order])

@@ -1,5 +1,6 @@
-"""Scans of Dask arrays: 1-D dask.arrays whose chunks are CuPy arrays (one GPU per worker
-with dask-cuda) or host numpy arrays (each chunk copied to its worker's GPU and back).
+"""Scans, select, histogram and sort of Dask arrays: 1-D dask.arrays whose chunks are CuPy
+arrays (one GPU per worker with dask-cuda) or host numpy arrays (each chunk copied to its
+worker's GPU and back). The sort is a sample sort (see ``sort``); the rest follows.
 
 The composition (Dask schedules it; scangen scans each chunk where it lives):
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 
 import numpy as np
 
@@ -34,7 +36,8 @@ from .runtime.gpu import require_pycuda
 from .spec import as_int
 from .usercode import identifiers
 
-__all__ = ["inclusive_scan", "exclusive_scan", "select", "histogram", "gpu_cluster"]
+__all__ = ["inclusive_scan", "exclusive_scan", "select", "histogram", "sort", "argsort",
+           "gpu_cluster"]
 
 
 def _dask_array():
@@ -175,6 +178,154 @@ def histogram(darr, bins, range, *, backend=None):
                            meta=darr._meta.astype(np.int64).reshape(0, 0),
                            token="scangen-histogram")
     return rows.sum(axis=0, dtype=np.int64), edges
+
+
+#: Samples of the keys drawn for each output partition of a sort: the splitters are every
+#: SAMPLES_PER_PARTITION-th of them, so a partition of keys that repeat little holds close
+#: to its even share (a run of equal keys never splits, and may make one partition larger).
+SAMPLES_PER_PARTITION = 128
+
+
+def _array_module(chunk):
+    """numpy for a host chunk, CuPy for a CuPy chunk: the kinds scangen.dask takes."""
+    if isinstance(chunk, np.ndarray):
+        return np
+    if type(chunk).__module__.partition(".")[0] == "cupy":
+        return sys.modules["cupy"]
+    raise TypeError(f"scangen.dask sorts chunks of numpy or CuPy arrays, not "
+                    f"{type(chunk).__name__}")
+
+
+def _on_host(array) -> np.ndarray:
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
+def _sorted(keys, values, backend):
+    """``(keys, values)`` sorted stably by the keys (values None: keys alone)."""
+    if len(keys) == 0:
+        return keys, values
+    if values is None:
+        return backend.sort(keys), None
+    return backend.sort(keys, values)
+
+
+def _samples(chunk, count) -> np.ndarray:
+    """``count`` keys of a sorted chunk at evenly spaced ranks (the middles of ``count``
+    equal runs), on the host."""
+    keys = chunk[0]
+    ranks = (2 * np.arange(count, dtype=np.int64) + 1) * len(keys) // (2 * count) \
+        if count else np.empty(0, np.int64)
+    return _on_host(keys[_array_module(keys).asarray(ranks)])
+
+
+def _splitters(samples, partitions) -> np.ndarray:
+    """The ``partitions - 1`` keys that cut the pooled samples into equal shares (numpy's
+    order: NaN last)."""
+    pooled = np.sort(np.concatenate(samples))
+    return pooled[np.arange(1, partitions) * len(pooled) // partitions]
+
+
+def _cuts(chunk, splitters) -> np.ndarray:
+    """The bounds of a sorted chunk's pieces, one piece per output partition: piece j holds
+    the keys from splitter j - 1 (inclusive) to splitter j (exclusive), so equal keys stay
+    in one piece and keep their order."""
+    keys = chunk[0]
+    xp = _array_module(keys)
+    inner = _on_host(xp.searchsorted(keys, xp.asarray(splitters, keys.dtype), side="left"))
+    return np.concatenate([[0], inner, [len(keys)]]).astype(np.int64)
+
+
+def _piece(chunk, cuts, j):
+    keys, values = chunk
+    low, high = cuts[j], cuts[j + 1]
+    return keys[low:high], None if values is None else values[low:high]
+
+
+def _partition(pieces, backend):
+    """An output partition: its pieces, in chunk order, sorted stably: equal keys keep the
+    order of the chunks, then their order within each."""
+    xp = _array_module(pieces[0][0])
+    keys = xp.concatenate([keys for keys, _ in pieces])
+    values = None if pieces[0][1] is None else xp.concatenate([v for _, v in pieces])
+    return _sorted(keys, values, backend)
+
+
+def _sample_sort(darr, values, backend, options):
+    """The output partitions of a sample sort of ``darr`` (values carried along): a list of
+    dask.delayed ``(keys, values)``, in order. Each chunk is sorted where it lives; samples
+    of them give splitters; each sorted chunk is cut by the splitters; partition j gathers
+    piece j of every chunk and sorts it. Only pieces move between workers."""
+    import dask
+
+    darr, backend = _checked(darr, backend, options)
+    sizes = darr.chunks[0]
+    if any(math.isnan(size) for size in sizes):
+        raise ValueError("the array has chunks of unknown size (after a select, say): call "
+                         ".compute_chunk_sizes() first")
+    keys = darr.to_delayed().ravel().tolist()
+    if values is None:
+        carried = [None] * len(keys)
+    else:
+        if values.shape != darr.shape:
+            raise ValueError(f"values must have the keys' shape {darr.shape}, not "
+                             f"{values.shape}")
+        carried = values.rechunk(darr.chunks).to_delayed().ravel().tolist()
+    delayed = dask.delayed
+    chunks = [delayed(_sorted)(k, v, backend) for k, v in zip(keys, carried)]
+    partitions = max(1, sum(1 for size in sizes if size))
+    total = max(1, sum(sizes))
+    counts = [min(size, -(-size * partitions * SAMPLES_PER_PARTITION // total))
+              for size in sizes]
+    splitters = delayed(_splitters)([delayed(_samples)(c, k) for c, k in zip(chunks, counts)],
+                                    partitions)
+    cuts = [delayed(_cuts)(chunk, splitters) for chunk in chunks]
+    return [delayed(_partition)([delayed(_piece)(chunk, cut, j)
+                                 for chunk, cut in zip(chunks, cuts)], backend)
+            for j in range(partitions)]
+
+
+def _gathered(parts, index, like):
+    """One dask.array of every partition's ``index``-th result (lengths known on compute)."""
+    da = _dask_array()
+    return da.concatenate([da.from_delayed(part[index], (np.nan,), dtype=like.dtype,
+                                           meta=like._meta) for part in parts])
+
+
+def sort(darr, values=None, *, backend=None):
+    """The keys of a 1-D dask.array sorted stably across its chunks, as
+    ``numpy.sort(kind="stable")`` (NaN last), and ``values`` (a dask.array of the keys'
+    shape) carried along: ``keys`` or ``(keys, values)``, lazy dask.arrays of one
+    partition per non-empty input chunk, of sizes known once computed.
+
+    A sample sort: each chunk is sorted where it lives (scangen.radix_sort on its GPU, for
+    CuPy chunks and for numpy chunks copied there), splitters are drawn from samples of the
+    sorted chunks, and output partition j gathers the keys between splitters j - 1 and j
+    from every chunk and sorts them; equal keys never split, so the sort is stable. Keys:
+    the dtypes of scangen.radix_sort. ``backend`` as for scangen.dask.inclusive_scan.
+    """
+    parts = _sample_sort(darr, values, backend, {})
+    keys = _gathered(parts, 0, darr)
+    return keys if values is None else (keys, _gathered(parts, 1, values))
+
+
+def argsort(darr, *, backend=None):
+    """The int64 positions that sort a 1-D dask.array stably across its chunks, as
+    ``numpy.argsort(kind="stable")`` (NaN last): a lazy dask.array (see sort)."""
+    darr, _ = _checked(darr, backend, {})
+    sizes = darr.chunks[0]
+    if any(math.isnan(size) for size in sizes):
+        raise ValueError("the array has chunks of unknown size (after a select, say): call "
+                         ".compute_chunk_sizes() first")
+    starts = tuple(int(start) for start in np.cumsum((0,) + sizes[:-1]))
+    positions = darr.map_blocks(_chunk_positions, starts, dtype=np.int64,
+                                meta=darr._meta.astype(np.int64), token="scangen-positions")
+    return sort(darr, positions, backend=backend)[1]
+
+
+def _chunk_positions(chunk, starts, block_info=None):
+    """A chunk's positions in the whole array (int64, of its kind)."""
+    start = starts[block_info[0]["chunk-location"][0]]
+    return _array_module(chunk).arange(start, start + len(chunk), dtype=np.int64)
 
 
 @contextlib.contextmanager

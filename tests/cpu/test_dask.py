@@ -122,6 +122,63 @@ def test_histogram_refusals(rng):
         sd.histogram(np.arange(4), 10, (0, 1))
 
 
+def sort_input(rng, dtype, n):
+    """Keys with many ties (a handful of distinct values), and for floats NaN, -0.0 and
+    +0.0 among them: what a stable sort must order exactly."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        keys = rng.integers(-3, 4, n).astype(dtype)
+        keys[::53] = np.nan
+        keys[1::31] = -0.0
+        return keys
+    return rng.integers(0, 7, n).astype(dtype)
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32", "uint8"])
+def test_sort_equals_numpys_stable_sort(rng, scheduler, dtype):
+    """Keys, values carried along and argsort across random chunkings (empty and
+    one-element chunks among them): numpy's stable sort exactly, ties in array order."""
+    for n, chunks in [(3001, None), (12, (1,) * 12), (500, (500,)), (0, (0,))]:
+        keys = sort_input(rng, dtype, n)
+        chunks = chunks or random_chunks(rng, n)
+        darr = da.from_array(keys, chunks=(chunks,))
+        order = np.argsort(keys, kind="stable")
+        got = _compute(sd.sort(darr, backend=ReferenceBackend()), scheduler)
+        np.testing.assert_array_equal(got, keys[order])
+        values = rng.normal(size=n)
+        sorted_keys, carried = sd.sort(darr, da.from_array(values, chunks=max(1, n // 3)),
+                                       backend=ReferenceBackend())
+        np.testing.assert_array_equal(_compute(carried, scheduler), values[order])
+        np.testing.assert_array_equal(_compute(sorted_keys, scheduler), keys[order])
+        positions = _compute(sd.argsort(darr, backend=ReferenceBackend()), scheduler)
+        assert positions.dtype == np.int64
+        np.testing.assert_array_equal(positions, order)
+
+
+def test_sort_partitions_are_balanced_for_distinct_keys(rng):
+    """One partition per non-empty chunk, each within twice its even share."""
+    keys = rng.permutation(40_000).astype(np.uint32)
+    chunks = (0, 10_000, 5_000, 0, 15_000, 10_000)
+    result = sd.sort(da.from_array(keys, chunks=(chunks,)), backend=ReferenceBackend())
+    assert result.numblocks == (4,)
+    sizes = result.compute_chunk_sizes().chunks[0]
+    assert sum(sizes) == keys.size and max(sizes) <= 2 * keys.size / 4
+    np.testing.assert_array_equal(result.compute(), np.sort(keys))
+
+
+def test_sort_refusals(rng):
+    darr = da.from_array(rng.normal(size=100), chunks=10)
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        sd.sort(darr[darr > 0])
+    with pytest.raises(ValueError, match="compute_chunk_sizes"):
+        sd.argsort(darr[darr > 0])
+    with pytest.raises(ValueError, match="keys' shape"):
+        sd.sort(darr, da.ones(99, chunks=10), backend=ReferenceBackend())
+    with pytest.raises(TypeError, match="dask.array"):
+        sd.sort(np.arange(4))
+
+
 def test_refusals(rng):
     x = da.from_array(random_input(rng, "int32", "last_nonzero", 100), chunks=10)
     with pytest.raises(TypeError, match="dask.array"):

@@ -84,6 +84,34 @@ def test_histogram_on_device_and_host_chunks(gpu, rng, chunk_kind, dtype):
     np.testing.assert_array_equal(edges, want_edges)
 
 
+@pytest.mark.parametrize("chunk_kind", ["cupy", "numpy"])
+@pytest.mark.parametrize("dtype", ["uint32", "float32", "int64"])
+def test_sort_and_argsort_on_device_and_host_chunks(gpu, rng, chunk_kind, dtype):
+    """The sample sort with scangen.radix_sort per chunk and per partition: numpy's stable
+    sort of the whole array, values carried along and argsort included, ties and (float32)
+    NaN among the keys; results of the chunks' kind."""
+    cp = require_module("cupy")
+    n = 200_003
+    keys = rng.integers(0, 1000, n).astype(dtype)
+    if dtype == "float32":
+        keys[::101] = np.nan
+    values = rng.integers(0, 1 << 30, n).astype(np.int32)
+    chunks = (random_chunks(rng, n),)
+
+    def dask_array(host):
+        return da.from_array(cp.asarray(host), chunks=chunks, asarray=False) \
+            if chunk_kind == "cupy" else da.from_array(host, chunks=chunks)
+
+    order = np.argsort(keys, kind="stable")
+    got_keys, got_values = sd.sort(dask_array(keys), dask_array(values))
+    got_keys, got_values = dask.compute(got_keys, got_values, scheduler="threads")
+    assert isinstance(got_keys, cp.ndarray if chunk_kind == "cupy" else np.ndarray)
+    np.testing.assert_array_equal(cp.asnumpy(got_keys), keys[order])
+    np.testing.assert_array_equal(cp.asnumpy(got_values), values[order])
+    positions = sd.argsort(dask_array(keys)).compute(scheduler="threads")
+    np.testing.assert_array_equal(cp.asnumpy(positions), order)
+
+
 @pytest.mark.parametrize("mode", scangen.MODES)
 def test_carry_scan_reads_and_writes_its_carry(gpu, rng, mode):
     n = 1_000_003
