@@ -11,6 +11,8 @@ The hooks see ``i``, the element's index in the C-contiguous array, whichever ke
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .kernel import HeadRows, ScanKernel
@@ -26,8 +28,9 @@ def line_shape(shape: tuple, axis) -> tuple[int, int, int]:
         raise ValueError(f"axis {axis} is out of range for an array of {ndim} dimension(s) "
                          f"(shape {shape})")
     axis = int(axis) % ndim
-    return (int(np.prod(shape[:axis], dtype=np.int64)), int(shape[axis]),
-            int(np.prod(shape[axis + 1:], dtype=np.int64)))
+    # math.prod of Python ints: exact, and a small call's host path cannot spare numpy's
+    # reductions (microseconds each)
+    return math.prod(shape[:axis]), int(shape[axis]), math.prod(shape[axis + 1:])
 
 
 class LineKernels:
@@ -69,7 +72,9 @@ class LineKernels:
         """(kernel, lines) for an array of ``shape`` along ``axis``: the 1-D kernel (lines
         None); the rows kernel (lines: the row length); the columns kernel (lines: (axis
         length, inner size))."""
-        outer, length, inner = line_shape(shape, axis)
+        return self._pick(*line_shape(shape, axis))
+
+    def _pick(self, outer: int, length: int, inner: int):
         if inner == 1:
             return (self.kernel, None) if outer == 1 else (self.rows_kernel, length)
         return self.columns_kernel, (length, inner)
@@ -77,20 +82,21 @@ class LineKernels:
     def plan(self, shape: tuple, axis):
         """The launches that scan an array of ``shape`` along ``axis`` (no GPU needed)."""
         kernel, lines = self.pick(shape, axis)
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)
         return kernel.plan(size, lines) if kernel is self._columns_kernel else kernel.plan(size)
 
     def launch(self, pointers: tuple, shape: tuple, axis, stream, initial=None) -> None:
         """Scan an array of ``shape`` along ``axis``, the hooks' arguments already converted
         (``pointers``: every argument of the hooks but the row length and the initial
         value), on a stream resolved by scangen.interop."""
-        kernel, lines = self.pick(shape, axis)
-        n = int(np.prod(shape, dtype=np.int64))
+        outer, length, inner = line_shape(shape, axis)
+        n = outer * length * inner
         if n == 0:
             return
+        kernel, lines = self._pick(outer, length, inner)
         if kernel is self._columns_kernel:
             kernel.launch_converted(pointers, n, stream, initial, lines)
-        elif lines is not None:
-            kernel.launch_converted(pointers + (np.int64(lines),), n, stream, initial)
+        elif lines is not None:  # the row length, a plain int as the launch packs it
+            kernel.launch_converted(pointers + (lines,), n, stream, initial)
         else:
             kernel.launch_converted(pointers, n, stream, initial)

@@ -5,7 +5,6 @@ looks them up there); __cuda_array_interface__ and DLPack producers by small cla
 driver by tests.support.simulate_device and a fake libcuda. What needs the real libraries
 and a device is in tests/gpu/test_interop.py.
 """
-import contextlib
 import ctypes
 import gc
 import subprocess
@@ -22,33 +21,11 @@ from scangen.interop import Call, as_stream, kind_of, parse_cuda_array_interface
 from scangen.runtime import contexts, gpu, launcher, streams
 from scangen.runtime.modules import ModuleRuntime
 from scangen.runtime.streams import RawLaunch, RawStream
-from tests.support import (AFFINE, BFLOAT16, FakeContext, FakeDeviceArray, record_launches,
-                           simulate_device)
+from tests.support import (AFFINE, BFLOAT16, FakeContext, FakeCupyArray, FakeCupyStream,
+                           FakeDeviceArray, fake_cupy_module, record_launches, simulate_device)
 
 
 # --- fakes ---------------------------------------------------------------------------------
-
-class FakeCupyArray:
-    """What scangen reads of a cupy.ndarray."""
-
-    def __init__(self, shape, dtype, ptr=0x1000, device=0, contiguous=True):
-        self.shape = shape if isinstance(shape, tuple) else (shape,)
-        self.dtype = np.dtype(dtype)
-        self.data = types.SimpleNamespace(ptr=ptr)
-        self.device = types.SimpleNamespace(id=device)
-        self.flags = types.SimpleNamespace(c_contiguous=contiguous)
-
-    def __getitem__(self, key):
-        return ("slice of", self, key)
-
-
-class FakeCupyStream:
-    def __init__(self, ptr, device_id=0):
-        self.ptr, self.device_id = ptr, device_id
-
-
-FakeCupyStream.__module__ = "cupy.cuda.stream"
-
 
 class FakeTorchDevice:
     def __init__(self, kind, index):
@@ -115,29 +92,8 @@ def launches(monkeypatch, device):
 
 @pytest.fixture
 def fake_cupy(monkeypatch, device):
-    """A cupy module whose current stream is 0x5000; empty() hands out fresh addresses and
-    records the stream it allocated under."""
-    state = types.SimpleNamespace(current=0x5000, allocated_under=[], next_ptr=0x90000)
-    module = types.ModuleType("cupy")
-    module.ndarray = FakeCupyArray
-
-    def empty(shape, dtype):
-        state.next_ptr += 0x1000
-        state.allocated_under.append(state.current)
-        return FakeCupyArray(shape, dtype, ptr=state.next_ptr)
-
-    @contextlib.contextmanager
-    def external_stream(handle, device_id):
-        before, state.current = state.current, handle
-        yield
-        state.current = before
-
-    module.empty = empty
-    module.cuda = types.SimpleNamespace(
-        get_current_stream=lambda: FakeCupyStream(state.current),
-        ExternalStream=external_stream)
-    monkeypatch.setitem(sys.modules, "cupy", module)
-    return state
+    """A cupy module whose current stream is 0x5000 (tests.support.fake_cupy)."""
+    return fake_cupy_module(monkeypatch)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ generators, poisoned outputs, the reference with its tolerance, boundary sizes.
 
 Import from here instead of copying a helper into a test file.
 """
+import contextlib
 import importlib
 import importlib.util
 import itertools
@@ -10,6 +11,8 @@ import math
 import os
 import re
 import shutil
+import sys
+import types
 from pathlib import Path
 from typing import NamedTuple
 
@@ -618,6 +621,55 @@ class FakeDeviceArray:
         shape = n if isinstance(n, tuple) else (n,)
         self.__cuda_array_interface__ = {"shape": shape, "typestr": np.dtype(dtype).str,
                                          "data": (address, False), "version": 3, **interface}
+
+
+class FakeCupyArray:
+    """What scangen reads of a cupy.ndarray."""
+
+    def __init__(self, shape, dtype, ptr=0x1000, device=0, contiguous=True):
+        self.shape = shape if isinstance(shape, tuple) else (shape,)
+        self.dtype = np.dtype(dtype)
+        self.data = types.SimpleNamespace(ptr=ptr)
+        self.device = types.SimpleNamespace(id=device)
+        self.flags = types.SimpleNamespace(c_contiguous=contiguous)
+
+    def __getitem__(self, key):
+        return ("slice of", self, key)
+
+
+class FakeCupyStream:
+    def __init__(self, ptr, device_id=0):
+        self.ptr, self.device_id = ptr, device_id
+
+
+FakeCupyStream.__module__ = "cupy.cuda.stream"
+
+
+def fake_cupy_module(monkeypatch, current_stream=0x5000):
+    """A cupy module in sys.modules (scangen only looks it up there) whose current stream is
+    ``current_stream``; empty() hands out fresh addresses and records the stream it
+    allocated under. Returns its state (current, allocated_under, next_ptr)."""
+    state = types.SimpleNamespace(current=current_stream, allocated_under=[], next_ptr=0x90000)
+    module = types.ModuleType("cupy")
+    module.ndarray = FakeCupyArray
+
+    def empty(shape, dtype):
+        state.next_ptr += 0x1000
+        state.allocated_under.append(state.current)
+        return FakeCupyArray(shape, dtype, ptr=state.next_ptr)
+
+    @contextlib.contextmanager
+    def external_stream(handle, device_id):
+        before, state.current = state.current, handle
+        yield
+        state.current = before
+
+    module.empty = empty
+    module.cuda = types.SimpleNamespace(
+        get_current_stream=lambda: FakeCupyStream(state.current),
+        ExternalStream=external_stream)
+    monkeypatch.setitem(sys.modules, "cupy", module)
+    return state
 
 
 class FakeContext:

@@ -1,0 +1,95 @@
+"""The host's share of a small scan call, measured without a GPU: Scan(x) and Scan(x, out=)
+on CuPy-like arrays at n = 1024 (one section, one launch), with the driver faked.
+
+Everything scangen does in Python per call runs as on a GPU host (the array boundary, the
+stream, the launcher lookup, the packing of the arguments, the ctypes call of
+cuLaunchKernel); only the driver's own work (the launch, an allocation) is replaced by a
+function that returns at once, and CuPy by the fake module the CPU tests use. So the numbers
+are what scangen adds to a call, on this host's CPU, and a change to the host path can be
+weighed here before the GPU confirms it (benchmarks/per_call_overhead.py, on the GPU host,
+times whole calls). ``--profile`` prints cProfile's busiest functions.
+
+    python benchmarks/host_path.py [--n 1024] [--calls 200000] [--profile]
+"""
+import argparse
+import cProfile
+import pathlib
+import pstats
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import scangen  # noqa: E402
+from scangen.args import launch_format  # noqa: E402
+from scangen.runtime import launcher, scratch, streams  # noqa: E402
+from tests.support import FakeCupyArray, fake_cupy_module, simulate_device  # noqa: E402
+
+
+class _Driver:
+    """libcuda's calls a small call makes, each returning CUDA_SUCCESS at once."""
+
+    @staticmethod
+    def cuLaunchKernel(*args):
+        return 0
+
+
+def _fake_compiled(part):
+    """What launch_function reads of a CompiledModule: each entry point's argument format
+    and a CUfunction handle."""
+    functions = {name: types.SimpleNamespace(arg_format=launch_format(parameters))
+                 for name, parameters in part.entry_points()}
+    raw = types.SimpleNamespace(function=lambda name: 0xF00)
+    return types.SimpleNamespace(functions=functions, raw_functions=lambda: raw)
+
+
+def fake_gpu(monkeypatch) -> None:
+    simulate_device(monkeypatch)
+    fake_cupy_module(monkeypatch)
+    monkeypatch.setattr(launcher, "compile_module", _fake_compiled)
+    monkeypatch.setattr(streams, "_library", _Driver())
+    # a section's plan has no temporaries: nothing to allocate
+    monkeypatch.setattr(scratch, "require_pycuda", lambda: None)
+
+
+def microseconds_per_call(call, calls: int) -> float:
+    for _ in range(1000):
+        call()
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1024)
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        fake_gpu(monkeypatch)
+        scan = scangen.Scan(np.float32, "add")
+        x, out = FakeCupyArray(args.n, np.float32), FakeCupyArray(args.n, np.float32, ptr=0x8000)
+        cases = {"scan(x)": lambda: scan(x), "scan(x, out=out)": lambda: scan(x, out=out)}
+        for name, call in cases.items():
+            print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
+                  f"(n={args.n}, host work only)")
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.runcall(lambda: [scan(x, out=out) for _ in range(args.calls // 4)])
+            pstats.Stats(profile).sort_stats("tottime").print_stats(14)
+    finally:
+        monkeypatch.undo()
+
+
+if __name__ == "__main__":
+    main()
