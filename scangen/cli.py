@@ -16,7 +16,7 @@ import textwrap
 
 import numpy as np
 
-from . import __version__, bench, ops
+from . import __version__, bench, ops, tune
 from .check import check_operator
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
 from .primitives.registry import COMMAND_LINE, OPTIONS, PLAN_OPTIONS, owners
@@ -368,6 +368,39 @@ def cmd_bench(args) -> int:
     return bench.main(args)
 
 
+def _tune_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=parse_size, default=1 << 26, metavar="N",
+                        help="elements each candidate scans (default 2^26)")
+    parser.add_argument("--sizes", nargs="+", type=int, default=sorted(tune.DTYPES),
+                        choices=sorted(tune.DTYPES), metavar="BYTES",
+                        help="element sizes to tune: 1 2 4 8 (uint8, int16, float32, float64)")
+    parser.add_argument("--budget", type=float, default=600, metavar="SECONDS",
+                        help="time for compiling and measuring (default %(default)s); the "
+                             "table's own values are always measured")
+    parser.add_argument("--blocks", nargs="+", type=int, default=list(tune.BLOCKS),
+                        help="threads a tile (default %(default)s)")
+    parser.add_argument("--items", nargs="+", type=int, default=list(tune.ITEMS),
+                        help="items a thread (default %(default)s)")
+    parser.add_argument("--bounds", nargs="+", type=int, default=list(tune.BOUNDS),
+                        help="tile_min_threads_per_sm register bounds (default %(default)s)")
+    parser.add_argument("--trials", type=int, default=5, help="timed trials (median kept)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls first")
+    parser.add_argument("--out", default=None, metavar="PATH",
+                        help="where to write the table (default: this GPU's file in the "
+                             "user's cache, which scangen then uses)")
+
+
+@subcommand("tune", "measure the scan's tiles on this GPU and save its table (needs PyCUDA)",
+            configure=_tune_arguments,
+            description="Time the single pass with every tile and register bound of a grid "
+            "for 1-, 2-, 4- and 8-byte values on this GPU, and save the fastest as this "
+            "GPU's tuning table, which new processes on it then use (SCANGEN_TUNING=default "
+            "ignores it). A candidate replaces the table in effect only where it is at least "
+            "2% faster. See scangen/tune.py.")
+def cmd_tune(args) -> int:
+    return tune.main(args)
+
+
 # ----------------------------------------------------------------- entry point
 
 def build_parser() -> argparse.ArgumentParser:
@@ -426,6 +459,7 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse: --help (0) or a usage error (2)
         return stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    args.argv = argv[1:]  # the command's own arguments, for what records them (tune)
     try:
         return args.func(args)
     except (CLIError, GPUUnavailableError) as err:

@@ -221,7 +221,7 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     named_section, named_items = section_size is not None, items_per_thread is not None
     if algorithm == "warp_shuffle" and not named_section and not named_items:
         tile = tuning_table.COUNTING.tile() if counts else \
-            tuning_table.SCAN.tile(acc_itemsize(etype, segmented))
+            tuning_table.scan_table().tile(acc_itemsize(etype, segmented))
         section_size, items_per_thread = tile.section_size, tile.items_per_thread
     if section_size is None:
         section_size = tuning_table.DEFAULT_SECTION_SIZE
@@ -235,7 +235,7 @@ def make_spec(dtype, operator="add", *, algorithm=None, section_size=None,
     if items_per_thread is None and algo.coarsening_is_parameter and named_section:
         # A named section keeps the tuned block size; the items per thread follow from it.
         section = as_int("section_size", section_size)
-        block = tuning_table.SCAN.value("block_size", acc_itemsize(etype, segmented))
+        block = tuning_table.scan_table().value("block_size", acc_itemsize(etype, segmented))
         items_per_thread = max(1, section // block) if _is_power_of_two(section) else 1
     if items_per_thread is None:
         items_per_thread = algo.default_items_per_thread

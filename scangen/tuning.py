@@ -12,12 +12,19 @@ this module.
 """
 from __future__ import annotations
 
+import json
 import numbers
+import os
+import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
+import platformdirs
+
+from .devices import visible_device_name
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,88 @@ SCAN = Table(
               "lookback_tiles_per_lane", "tile_min_threads_per_sm",
               "tile_persistent_min_bytes"),
 )
+
+#: Tables `python -m scangen tune` measured, shipped with scangen: one file per device.
+SHIPPED_TABLES = Path(__file__).resolve().parent / "tables"
+
+
+def device_slug(device: str) -> str:
+    """A device's name as a file name: "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"."""
+    return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "device"
+
+
+def user_table_path(device: str) -> Path:
+    """Where `python -m scangen tune` writes the table it measured for ``device``, and where
+    scangen looks first: the user's cache directory (platformdirs), or SCANGEN_CACHE_DIR."""
+    root = os.environ.get("SCANGEN_CACHE_DIR") or platformdirs.user_cache_dir("scangen")
+    return Path(root) / "tuning" / f"{device_slug(device)}.json"
+
+
+def shipped_table_path(device: str) -> Path:
+    return SHIPPED_TABLES / f"{device_slug(device)}.json"
+
+
+def load_table(path) -> Table:
+    """The SCAN table of a tuning file (``write_table``'s form), checked: every field
+    SCAN has, per-size values only for SCAN's per-size fields."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return SCAN.with_data(data["scan"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"the tuning table {path} cannot be read ({err}); run "
+                         "`python -m scangen tune` again, or set SCANGEN_TUNING=default") \
+            from None
+
+
+def write_table(path, table: Table, device: str, command: str, report=()) -> None:
+    """Save a measured SCAN table for ``device`` with the command that measured it and a
+    report (rows of what was compared), as load_table reads it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"device": device, "command": command,
+                                "scan": table.as_data(), "report": list(report)}, indent=1)
+                    + "\n")
+
+
+_active = None  # (Table, where it came from): chosen once per process
+
+
+def active_scan_table() -> tuple[Table, str]:
+    """The SCAN table in effect in this process and where it came from, chosen once (the
+    first spec reads it, and specs built later must agree with it): SCANGEN_TUNING=default
+    gives scangen's own (SCAN); SCANGEN_TUNING=PATH that file; otherwise the table measured
+    for the GPU this process sees (device 0 of CUDA_VISIBLE_DEVICES), the user's own
+    (user_table_path) before the one shipped with scangen, else SCAN. Where any table
+    exists, finding the GPU's name initialises the CUDA driver in this process (as its first
+    launch would): a program that forks should build its scans after forking, or use the
+    spawn start method, as CUDA asks anyway."""
+    global _active
+    if _active is None:
+        _active = _choose_scan_table()
+    return _active
+
+
+def scan_table() -> Table:
+    """The SCAN table in effect (active_scan_table)."""
+    return (_active or active_scan_table())[0]
+
+
+def _choose_scan_table() -> tuple[Table, str]:
+    setting = os.environ.get("SCANGEN_TUNING", "")
+    if setting == "default":
+        return SCAN, "scangen's defaults (SCANGEN_TUNING=default)"
+    if setting:
+        return load_table(setting), setting
+    # Asking the driver initialises it (cuInit), which a process that forks later must not
+    # have done: ask only where some table could apply.
+    folders = (user_table_path("x").parent, SHIPPED_TABLES)
+    if any(folder.is_dir() and any(folder.glob("*.json")) for folder in folders):
+        device = visible_device_name()
+        for path in (user_table_path(device), shipped_table_path(device)) if device else ():
+            if path.is_file():
+                return load_table(path), str(path)
+    return SCAN, "scangen's defaults"
+
 
 #: Counting scans (ScanKernel counts=True: one bit per element, warp ballots) when the user
 #: names no section and no tuning: their tile, and the Tuning fields they name for every
@@ -250,8 +339,9 @@ class Tuning:
 
     def at(self, itemsize: int) -> "SizedTuning":
         """The per-size fields for values of ``itemsize`` bytes: each the one named here,
-        else the SCAN table's for that size, else its fallback."""
-        return SizedTuning(**{name: SCAN.value(name, itemsize, getattr(self, name))
+        else the SCAN table's in effect (scan_table) for that size, else its fallback."""
+        table = scan_table()
+        return SizedTuning(**{name: table.value(name, itemsize, getattr(self, name))
                               for name in _SIZED_FIELDS})
 
 

@@ -12,8 +12,9 @@ foreign handle, and it exposes neither a module's nor a function's CUfunction ha
 for a RawStream this module calls the CUDA driver itself, through ctypes: it loads the
 module's cubin a second time (cuModuleLoadData) to get CUfunction handles, and launches
 with cuLaunchKernel on the handle, with the same packed parameter buffer pycuda builds.
-Everything else keeps going through pycuda. This module is the only one that touches
-libcuda directly; it imports nothing from pycuda.
+Everything else keeps going through pycuda. This module is the only one that calls libcuda
+on the GPU's work (scangen.devices only asks which GPU there is); it imports nothing from
+pycuda.
 """
 from __future__ import annotations
 

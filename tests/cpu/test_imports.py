@@ -41,7 +41,8 @@ import scangen
 PACKAGE = Path(scangen.__file__).resolve().parent
 
 LAYERS = [
-    ("foundation", ["usercode", "arith", "types", "args", "ops", "tuning", "families"]),
+    ("foundation", ["usercode", "arith", "devices", "types", "args", "ops", "tuning",
+                    "families"]),
     ("strategies", ["strategies", "strategies.*"]),
     ("spec", ["spec", "reference"]),
     ("plan", ["plan"]),
@@ -56,7 +57,7 @@ LAYERS = [
     ("past one GPU", ["chunked", "dask", "out_of_core"]),
     ("frameworks", ["torch"]),
     ("package", [""]),
-    ("tools", ["workloads", "bench", "cli", "__main__"]),
+    ("tools", ["workloads", "bench", "tune", "cli", "__main__"]),
 ]
 
 #: Third-party packages a function may import: optional ones, so that ``import scangen``

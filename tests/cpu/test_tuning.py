@@ -201,3 +201,102 @@ def test_numpy_ints_are_ints():
     named = Tuning(lookback_tiles_per_lane=np.int64(2), backoff_max_ns=np.uint32(512))
     assert named == Tuning(lookback_tiles_per_lane=2, backoff_max_ns=512)
     assert type(named.lookback_tiles_per_lane) is int and type(named.backoff_max_ns) is int
+
+
+# --- the table of the GPU this process sees -----------------------------------------------------
+
+@pytest.fixture
+def choosing(monkeypatch, tmp_path):
+    """A process that has not chosen its table yet, whose user cache and shipped tables are
+    empty folders of tmp_path, and which sees no GPU (``device`` sets one)."""
+    monkeypatch.setattr(tuning, "_active", None)
+    monkeypatch.setenv("SCANGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("SCANGEN_TUNING", raising=False)
+    monkeypatch.setattr(tuning, "SHIPPED_TABLES", tmp_path / "shipped")
+    seen = {"device": None}
+    monkeypatch.setattr(tuning, "visible_device_name", lambda: seen["device"])
+    return seen
+
+
+def measured(block_size, items_per_thread, tile_min_threads_per_sm=1024) -> Table:
+    """SCAN with another 4-byte tile and register bound, as a tuner might measure."""
+    data = tuning.SCAN.as_data()
+    data["by_size"]["4"].update(block_size=block_size, items_per_thread=items_per_thread,
+                                tile_min_threads_per_sm=tile_min_threads_per_sm)
+    return tuning.SCAN.with_data(data)
+
+
+def test_device_names_become_file_names():
+    assert tuning.device_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert tuning.device_slug("  NVIDIA  H200 ") == "nvidia-h200"
+    assert tuning.user_table_path("NVIDIA H200").name == "nvidia-h200.json"
+
+
+def test_no_gpu_takes_scangens_own_table(choosing):
+    assert tuning.active_scan_table() == (tuning.SCAN, "scangen's defaults")
+
+
+def test_the_users_table_then_the_shipped_one_then_the_defaults(choosing, tmp_path):
+    device = choosing["device"] = "NVIDIA Test GPU"
+    tuning.write_table(tuning.shipped_table_path(device), measured(256, 8), device, "tune")
+    assert tuning.active_scan_table()[1] == str(tuning.shipped_table_path(device))
+    tuning._active = None
+    tuning.write_table(tuning.user_table_path(device), measured(512, 8, 2048), device, "tune")
+    table, source = tuning.active_scan_table()
+    assert source == str(tuning.user_table_path(device)) and table == measured(512, 8, 2048)
+    assert tuning.scan_table() is table
+    # chosen once: another table written now changes nothing in this process
+    tuning.write_table(tuning.user_table_path(device), measured(128, 16), device, "tune")
+    assert tuning.scan_table() is table
+    tuning._active = None
+    choosing["device"] = "NVIDIA Other GPU"
+    assert tuning.active_scan_table()[0] is tuning.SCAN
+
+
+def test_the_table_in_effect_gives_the_default_tile_and_per_size_values(choosing):
+    device = choosing["device"] = "NVIDIA Test GPU"
+    tuning.write_table(tuning.user_table_path(device), measured(256, 8, 2048), device, "tune")
+    spec = Scan(np.float32).spec
+    assert (spec.block_size, spec.items_per_thread, spec.section_size) == (256, 8, 2048)
+    assert spec.tuning.at(4).tile_min_threads_per_sm == 2048
+    # a named value still wins, and other sizes keep their measured values
+    assert Scan(np.float32, tuning=Tuning(tile_min_threads_per_sm=512)).spec.tuning.at(4) \
+        .tile_min_threads_per_sm == 512
+    assert Scan(np.float64).spec.section_size == tuning.SCAN.tile(8).section_size
+
+
+def test_scangen_tuning_names_a_file_or_the_defaults(choosing, tmp_path, monkeypatch):
+    device = choosing["device"] = "NVIDIA Test GPU"
+    tuning.write_table(tuning.user_table_path(device), measured(256, 8), device, "tune")
+    monkeypatch.setenv("SCANGEN_TUNING", "default")
+    assert tuning.active_scan_table()[0] is tuning.SCAN
+    tuning._active = None
+    elsewhere = tmp_path / "mine.json"
+    tuning.write_table(elsewhere, measured(128, 16), device, "tune")
+    monkeypatch.setenv("SCANGEN_TUNING", str(elsewhere))
+    assert tuning.active_scan_table() == (measured(128, 16), str(elsewhere))
+
+
+def test_a_broken_table_is_named(choosing, tmp_path, monkeypatch):
+    bad = tmp_path / "bad.json"
+    data = {"device": "x", "scan": tuning.SCAN.as_data()}
+    data["scan"]["by_size"]["4"]["lookback_first_wait_ns"] = 5  # not a per-size field
+    bad.write_text(json.dumps(data))
+    monkeypatch.setenv("SCANGEN_TUNING", str(bad))
+    with pytest.raises(ValueError, match=r"tuning table .*bad.json cannot be read.*"
+                                         r"lookback_first_wait_ns"):
+        tuning.active_scan_table()
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json cannot be read"):
+        tuning._choose_scan_table()
+
+
+def test_the_driver_is_asked_only_where_a_table_exists(choosing, monkeypatch):
+    """No saved or shipped table: the device is not looked up (which would initialise the
+    CUDA driver in a process that may fork later)."""
+    asked = []
+    monkeypatch.setattr(tuning, "visible_device_name", lambda: asked.append(1) or "NVIDIA X")
+    assert tuning.active_scan_table()[0] is tuning.SCAN and not asked
+    tuning._active = None
+    tuning.write_table(tuning.user_table_path("NVIDIA Y"), measured(256, 8), "NVIDIA Y", "t")
+    assert tuning.active_scan_table()[0] is tuning.SCAN and asked == [1]
