@@ -25,14 +25,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .chunked import CarryScan, identity_of, operator_of
+from .interop import DevicePointer
+from .primitives.histogram import Histogram, outer_edges
 from .runtime.contexts import current_context
 from .types import element_type
 
-__all__ = ["inclusive_scan", "exclusive_scan", "Step", "schedule", "run", "chunk_elements_for",
-           "pipeline"]
+__all__ = ["inclusive_scan", "exclusive_scan", "histogram", "Step", "schedule", "run",
+           "chunk_elements_for", "pipeline"]
 
 #: Where each step runs: None on the host (in program order), else its stream.
-STREAMS = {"stage": None, "upload": "upload", "scan": "compute", "download": "download",
+STREAMS = {"stage": None, "upload": "upload", "compute": "compute", "download": "download",
            "drain": None}
 
 #: The largest chunk by default: enough to hide a launch and an event (microseconds) behind
@@ -67,14 +69,17 @@ def chunk_bounds(n, chunk_elements):
     return [(start, min(start + chunk_elements, n)) for start in range(0, n, chunk_elements)]
 
 
-def schedule(n, chunk_elements, slots=2):
-    """The steps that scan n elements in chunks, in the order the host issues them.
+def schedule(n, chunk_elements, slots=2, outputs=True):
+    """The steps that stream n elements through the GPU in chunks, in the order the host
+    issues them: each chunk staged, uploaded, computed (scanned with its carry, or
+    counted) and, with ``outputs``, downloaded and drained into the output.
 
     Chunk k uses buffer slot k % slots, last used by chunk k - slots: each step waits for
     the step that last read the buffer it writes (and for the one that wrote what it reads);
-    scans wait for the previous scan, whose carry they take. After issuing chunk k the host
-    drains chunk k - (slots - 1), the oldest in flight, so it copies out while the GPU
-    works on the newer ones (and waits for no more than it must: with 2 slots, chunk k-1).
+    computes wait for the previous compute, whose carry (or sum) they take. After issuing
+    chunk k the host drains chunk k - (slots - 1), the oldest in flight, so it copies out
+    while the GPU works on the newer ones (and waits for no more than it must: with 2
+    slots, chunk k-1).
     """
     if slots < 2:
         raise ValueError("the pipeline needs at least 2 buffer slots to overlap anything")
@@ -90,34 +95,39 @@ def schedule(n, chunk_elements, slots=2):
     for k in range(len(bounds)):
         before = k - slots  # the chunk that used this slot's buffers last
         add("stage", k, ("upload", before))                     # pinned in: uploaded
-        add("upload", k, ("stage", k), ("scan", before))        # device in: scanned
-        add("scan", k, ("upload", k), ("scan", k - 1), ("download", before))  # carry; out
-        add("download", k, ("scan", k), ("drain", before))      # pinned out: drained
+        add("upload", k, ("stage", k), ("compute", before))     # device in: computed
+        if not outputs:
+            add("compute", k, ("upload", k), ("compute", k - 1))  # in order (a carry, a sum)
+            continue
+        add("compute", k, ("upload", k), ("compute", k - 1), ("download", before))  # out
+        add("download", k, ("compute", k), ("drain", before))   # pinned out: drained
         if k >= lag:
             add("drain", k - lag, ("download", k - lag))
-    for k in range(max(0, len(bounds) - lag), len(bounds)):
+    for k in range(max(0, len(bounds) - lag), len(bounds)) if outputs else ():
         add("drain", k, ("download", k))
     return steps
 
 
 def run(steps, executor, progress=None):
     """Call ``executor.<op>(step)`` for each step in order; ``progress(done, total)`` after
-    each chunk lands in the output."""
-    total = steps[-1].stop if steps else 0
+    each chunk lands in the output (or, where there is none, is computed)."""
+    total = max((step.stop for step in steps), default=0)
+    last = "drain" if any(step.op == "drain" for step in steps) else "compute"
     for step in steps:
         getattr(executor, step.op)(step)
-        if progress is not None and step.op == "drain":
+        if progress is not None and step.op == last:
             progress(step.stop, total)
 
 
-def chunk_elements_for(max_device_bytes, itemsize, slots=2):
-    """The largest chunk whose device buffers (an input and an output per slot) and scan
-    temporaries fit in max_device_bytes, at most DEFAULT_MAX_CHUNK_BYTES."""
+def chunk_elements_for(max_device_bytes, itemsize, slots=2, buffers=2):
+    """The largest chunk whose device buffers (``buffers`` per slot: an input and an output
+    for a scan, an input for a histogram) and temporaries fit in max_device_bytes, at most
+    DEFAULT_MAX_CHUNK_BYTES."""
     usable = int(max_device_bytes * (1 - _SCRATCH_SHARE))
-    elements = min(usable // (2 * slots * itemsize), DEFAULT_MAX_CHUNK_BYTES // itemsize)
+    elements = min(usable // (buffers * slots * itemsize), DEFAULT_MAX_CHUNK_BYTES // itemsize)
     if elements < 1:
         raise ValueError(f"max_device_bytes={max_device_bytes} cannot hold the buffers of one "
-                         f"element ({2 * slots} x {itemsize} bytes and scan temporaries)")
+                         f"element ({buffers * slots} x {itemsize} bytes and temporaries)")
     return elements
 
 
@@ -149,20 +159,22 @@ class _HostCopies:
 
 
 class _CUDAExecutor:
-    """The steps as CUDA calls: pinned and device buffers per slot, three streams, one event
-    per (op, slot) recorded after each stream step and waited on by the steps after it."""
+    """The steps as CUDA calls: pinned and device buffers per slot (for the input, and for
+    the output where there is one), three streams, one event per (op, slot) recorded after
+    each stream step and waited on by the steps after it."""
 
     def __init__(self, x, out, compute, chunk_elements, slots, first_carry):
         import pycuda.driver as cuda
         from pycuda import gpuarray
 
         self._cuda = cuda
-        self.x, self.out, self.compute = x, out, compute
-        dtype = out.dtype
+        self.x, self.out, self.work = x, out, compute
+        dtype = x.dtype
+        sides = ("in", "out") if out is not None else ("in",)
         self.pinned = {side: [cuda.pagelocked_empty(chunk_elements, dtype)
-                              for _ in range(slots)] for side in ("in", "out")}
+                              for _ in range(slots)] for side in sides}
         self.device = {side: [cuda.mem_alloc(chunk_elements * dtype.itemsize)
-                              for _ in range(slots)] for side in ("in", "out")}
+                              for _ in range(slots)] for side in sides}
         self.carries = gpuarray.to_gpu(np.array([first_carry, first_carry], dtype))
         self.streams = {name: cuda.Stream() for name in set(STREAMS.values()) if name}
         # Events without timing are cheaper to record and wait on.
@@ -200,11 +212,12 @@ class _CUDAExecutor:
                                      stream)
         self._record(step, stream)
 
-    def scan(self, step):
+    def compute(self, step):
         stream = self._stream_after(step)
         carry = int(self.carries.gpudata)
-        itemsize = self.out.dtype.itemsize
-        self.compute(int(self.device["in"][step.slot]), int(self.device["out"][step.slot]),
+        itemsize = self.x.dtype.itemsize
+        out = self.device.get("out")
+        self.work(int(self.device["in"][step.slot]), None if out is None else int(out[step.slot]),
                      carry + (step.chunk % 2) * itemsize,
                      carry + ((step.chunk + 1) % 2) * itemsize, step.stop - step.start, stream)
         self._record(step, stream)
@@ -229,12 +242,15 @@ class _CUDAExecutor:
 def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progress=None):
     """Stream x through the GPU into out, chunk by chunk, with ``compute(in_ptr, out_ptr,
     carry_in_ptr, carry_out_ptr, n, stream)`` on each chunk (device addresses; a pycuda
-    stream). The scans below pass CarryScan.launch; benchmarks pass a copy, to measure the
-    same path without the scan."""
+    stream), in chunk order on one stream. The scans below pass CarryScan.launch;
+    benchmarks pass a copy, to measure the same path without the scan. ``out`` None: no
+    output comes back (out_ptr is None), as for the histogram, whose compute keeps what it
+    counts."""
     current_context()
     executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry)
     try:
-        run(schedule(len(x), chunk_elements, slots), executor, progress)
+        run(schedule(len(x), chunk_elements, slots, outputs=out is not None), executor,
+            progress)
     finally:
         executor.close()
     return out
@@ -347,3 +363,40 @@ def exclusive_scan(x, operator="add", *, identity=None, max_device_bytes=None, o
 
 inclusive_scan.__doc__ = _DOC.format(mode="inclusive")
 exclusive_scan.__doc__ = _DOC.format(mode="exclusive")
+
+
+def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, progress=None,
+              slots=2):
+    """``(counts, edges)`` of ``bins`` equal-width bins over ``range`` for a host array too
+    large for the GPU, as numpy.histogram(x, bins, range) gives them (int64 counts, numpy's
+    edges; values outside the range and NaN are not counted): chunks streamed through
+    pinned buffers and counted on the device (scangen.Histogram), uploads overlapping the
+    counting, and only each chunk's counts kept (summed at the end). ``x``, the budget,
+    ``chunk_elements``, ``progress`` and ``slots`` as for inclusive_scan (only input
+    buffers are needed, so chunks are twice the scan's for one budget)."""
+    if not isinstance(x, np.ndarray) or x.ndim != 1:
+        raise ValueError("scangen.out_of_core counts a 1-D host numpy array or np.memmap; for "
+                         "device arrays use scangen.histogram")
+    hist = Histogram(x.dtype)  # refuses a dtype it cannot count, before any GPU work
+    outer_edges(bins, range)
+    if len(x) == 0:
+        counts, edges = np.histogram(x, bins, range)
+        return counts.astype(np.int64), edges
+    if chunk_elements is None:
+        budget = _default_budget() if max_device_bytes is None else max_device_bytes
+        chunk_elements = chunk_elements_for(budget, x.dtype.itemsize, slots, buffers=1)
+    chunk_elements = max(1, min(chunk_elements, len(x)))
+    if progress is True:
+        progress = StderrProgress(x.dtype.itemsize)
+    partial, edges = [], []
+
+    def count(x_ptr, _out, _carry_in, _carry_out, n, stream):
+        counts, chunk_edges = hist(DevicePointer(x_ptr, x.dtype, n), bins, range,
+                                   stream=stream)
+        partial.append(counts)
+        edges[:] = [chunk_edges]
+
+    pipeline(x, None, count, chunk_elements=chunk_elements, slots=slots,
+             progress=progress or None)
+    return sum(counts.get() for counts in partial).astype(np.int64), edges[0]
+

@@ -36,7 +36,7 @@ class CPUExecutor:
     def upload(self, step):
         self._move(step, "pinned_in", "device_in")
 
-    def scan(self, step):
+    def compute(self, step):
         self.order.append(step.chunk)
         m = step.stop - step.start
         chunk = self.buffers["device_in"][step.slot][:m]
@@ -72,13 +72,14 @@ def test_schedule_scans_chunk_by_chunk_with_the_carry(rng, mode, slots):
 
 
 #: Which step writes and which reads each buffer of a slot.
-BUFFERS = {"pinned in": ("stage", "upload"), "device in": ("upload", "scan"),
-           "device out": ("scan", "download"), "pinned out": ("download", "drain")}
+BUFFERS = {"pinned in": ("stage", "upload"), "device in": ("upload", "compute"),
+           "device out": ("compute", "download"), "pinned out": ("download", "drain")}
 
 
-def hazards(steps, slots):
+def hazards(steps, slots, buffers=tuple(BUFFERS)):
     """What can go wrong when each step starts as early as its waits, its stream's order
-    and the host's order allow: reads before the write, writes before the last read."""
+    and the host's order allow: reads before the write, writes before the last read (of
+    ``buffers``, those the schedule uses)."""
     index = {(s.op, s.chunk): i for i, s in enumerate(steps)}
     before = [set() for _ in steps]  # the steps each one surely starts after
     last_on, last_host = {}, None
@@ -101,12 +102,13 @@ def hazards(steps, slots):
 
     chunks = max(s.chunk for s in steps) + 1
     for k in range(chunks):
-        for name, (writer, reader) in BUFFERS.items():
+        for name in buffers:
+            writer, reader = BUFFERS[name]
             require((writer, k), (reader, k), f"{name} read before it is written")
             if k + slots < chunks:
                 require((reader, k), (writer, k + slots), f"{name} overwritten while read")
         if k:
-            require(("scan", k - 1), ("scan", k), "the carry")
+            require(("compute", k - 1), ("compute", k), "the carry")
     return found
 
 
@@ -120,8 +122,20 @@ def test_schedule_waits_for_every_buffer_reuse(slots):
             assert covered == ooc.chunk_bounds(n, chunk)
 
 
-@pytest.mark.parametrize("op,wait,hazard", [("scan", "upload", "device in read before"),
-                                             ("download", "scan", "device out read before"),
+@pytest.mark.parametrize("slots", [2, 3])
+def test_a_schedule_without_outputs_uploads_and_computes_in_order(slots):
+    """What a histogram streams: no downloads or drains, the input buffers' reuse waited
+    for, the computes in chunk order."""
+    for n, chunk in ((10, 1), (10, 3), (5, 5)):
+        steps = ooc.schedule(n, chunk, slots, outputs=False)
+        assert {s.op for s in steps} == {"stage", "upload", "compute"}
+        assert hazards(steps, slots, buffers=("pinned in", "device in")) == []
+        assert [s.chunk for s in steps if s.op == "compute"] == \
+            list(range(len(ooc.chunk_bounds(n, chunk))))
+
+
+@pytest.mark.parametrize("op,wait,hazard", [("compute", "upload", "device in read before"),
+                                             ("download", "compute", "device out read before"),
                                              ("drain", "download", "pinned out read before")])
 def test_hazard_check_finds_a_missing_wait(op, wait, hazard):
     # The waits before overwriting a buffer are implied as well by the host draining chunk
@@ -280,3 +294,38 @@ def test_default_budget_is_the_free_memory_less_a_margin(fake_driver, rng):
     got = ooc.inclusive_scan(x, scangen.LAST_NONZERO, out=x.copy())
     np.testing.assert_array_equal(got, scan_reference(x, scangen.LAST_NONZERO, "inclusive"))
     assert fake_driver.allocated <= 0.9 * (1 << 20) + 2 * 4
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch, rng,
+                                                        dtype, capsys):
+    """Only input buffers on the device, one count per chunk summed: numpy.histogram of the
+    whole array, NaN and values on and past the edges included."""
+    class NumpyHistogram:
+        """scangen.Histogram's contract on the fake device memory."""
+
+        def __init__(self, dtype):
+            self.dtype = np.dtype(dtype)
+
+        def __call__(self, x, bins, range, stream=None):
+            counts, edges = np.histogram(fake_driver.view(x.ptr, self.dtype, x.size), bins,
+                                         range)
+            return types.SimpleNamespace(get=lambda: counts), edges
+
+    monkeypatch.setattr(ooc, "Histogram", NumpyHistogram)
+    x = (rng.normal(size=30_001) * 50).astype(dtype)
+    x[:7] = [-100, 100, 0, -100.5, 99.99, 150, -150]
+    if x.dtype.kind == "f":
+        x[10::997] = np.nan
+    budget = 16 * 1024  # bytes: chunks of 2 K elements in two slots
+    counts, edges = ooc.histogram(x, 40, (-100, 100), max_device_bytes=budget, progress=True)
+    want, want_edges = np.histogram(x, 40, (-100, 100))
+    np.testing.assert_array_equal(counts, want)
+    np.testing.assert_array_equal(edges, want_edges)
+    assert counts.dtype == np.int64
+    assert fake_driver.allocated <= budget + 2 * x.itemsize  # input buffers and the carries
+    assert "(100%)" in capsys.readouterr().err
+    empty_counts, empty_edges = ooc.histogram(x[:0], 4, (0, 1))
+    np.testing.assert_array_equal(empty_counts, np.zeros(4, np.int64))
+    with pytest.raises(ValueError, match="1-D host numpy array"):
+        ooc.histogram(list(x), 4, (0, 1))

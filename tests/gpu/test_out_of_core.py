@@ -44,3 +44,17 @@ def test_float_sum_and_a_chunk_larger_than_the_array(gpu, rng):
     got = ooc.inclusive_scan(x, chunk_elements=1 << 24, progress=True)
     np.testing.assert_allclose(got, scan_reference(x, scangen.BUILTIN_OPERATORS["add"],
                                                    "inclusive"), rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_histogram_under_a_small_budget_equals_numpys(gpu, rng, dtype):
+    """Many chunks through two input slots, each counted by scangen.Histogram on the
+    device: numpy.histogram of the whole array, values on the edges and NaN included."""
+    x = (rng.normal(size=3_000_017) * 60).astype(dtype)
+    x[:4] = [-100, 100, -101, 101]
+    if x.dtype.kind == "f":
+        x[5::1001] = np.nan
+    counts, edges = ooc.histogram(x, 77, (-100, 100), max_device_bytes=2 << 20)
+    want, want_edges = np.histogram(x, 77, (-100, 100))
+    np.testing.assert_array_equal(counts, want)
+    np.testing.assert_array_equal(edges, want_edges)
