@@ -32,8 +32,9 @@ for k in $(seq 0 $((n - 1))); do
     # Each shard reports as it ends, so that a run cut short still says what finished.
     (
         CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$((k % gpus))} \
+        # --durations: each log ends with its slowest tests, what a better split needs
         XDG_CACHE_HOME=$cache$k python3 -m pytest -q -p no:cacheprovider --shard "$k/$n" \
-            tests/gpu "$@" > "$logs/shard_$k.txt" 2>&1
+            --durations=12 --durations-min=2 tests/gpu "$@" > "$logs/shard_$k.txt" 2>&1
         shard_status=$?
         [ "$shard_status" -eq 5 ] && shard_status=0  # 5: its slice selected no test
         echo "shard $k after $(( $(date +%s) - start )) s: $(tail -1 "$logs/shard_$k.txt")"
