@@ -102,3 +102,15 @@ def test_cummax_scans_each_value_with_its_index_along_dim(monkeypatch, compare, 
     want = getattr(torch, reference)(x, dim)
     torch.testing.assert_close(values, want.values, equal_nan=True)
     torch.testing.assert_close(indices, want.indices)
+
+
+def test_the_operators_pass_torchs_own_checks_on_meta_tensors():
+    """torch.library.opcheck (schema, autograd registration, fake tensors, AOT dispatch with
+    dynamic shapes) on meta tensors, where the fake implementations stand in for the CUDA
+    ones; tests/gpu/test_autograd.py runs the same on the GPU."""
+    ops = differentiable._ops()
+    x, b = meta(torch.float64), meta(torch.float64)
+    for op, args in [(ops.cumsum, (x, 1, False)), (ops.cumprod, (x, 2)),
+                     (ops.cumulative_extreme, (x, 0, ">=")),
+                     (ops.linear_recurrence, (x, b, 1, 0.5, 0.0, True))]:
+        torch.library.opcheck(op, args)

@@ -166,3 +166,18 @@ def test_sixteen_bit_recurrence_matches_float32_and_differentiates(torch, dtype)
         # the backward's own inputs (g, h) are 16-bit: a few units of rounding more
         limit = 8 * eps * full.grad.abs().max().item()
         torch.testing.assert_close(narrow.grad.float(), full.grad, rtol=8 * eps, atol=limit)
+
+
+def test_the_custom_operators_pass_torchs_own_checks(torch):
+    """torch.library.opcheck on each operator: its schema, fake implementation (shapes and
+    strides of the real results), autograd registration and AOT dispatch agree."""
+    from scangen.torch import _ops
+
+    ops = _ops()
+    x = torch.randn(SHAPE, dtype=torch.float64, device="cuda", requires_grad=True)
+    b = torch.randn(SHAPE, dtype=torch.float64, device="cuda", requires_grad=True)
+    a = (0.5 + 0.5 * torch.rand(SHAPE, dtype=torch.float64, device="cuda")).requires_grad_(True)
+    for op, args in [(ops.cumsum, (x, 1, False)), (ops.cumprod, (a, 2)),
+                     (ops.cumulative_extreme, (x, 0, ">=")),
+                     (ops.linear_recurrence, (a, b, 1, 0.5, 0.0, True))]:
+        torch.library.opcheck(op, args)
