@@ -3,7 +3,8 @@
 backward, as torch custom operators (``torch.ops.scangen.*``, with fake implementations and
 gradients registered), so ``torch.compile`` keeps each as one opaque call in its graph.
 
-* cumsum: the gradient of a prefix sum is the suffix sum of the incoming gradient.
+* cumsum: the gradient of a prefix sum is the suffix sum of the incoming gradient. float16
+  and bfloat16 sums (and products) accumulate in float32 and are rounded once, as torch's.
 * linear_recurrence, ``h[t] = a[t] h[t-1] + b[t]``: with ``g[t]`` the whole gradient of the
   loss at ``h[t]``, ``g[t] = grad_h[t] + conj(a[t+1]) g[t+1]``, a linear recurrence in the
   other direction over the multipliers shifted by one step; then ``grad_b = g`` and
@@ -22,6 +23,8 @@ from __future__ import annotations
 import functools
 import types
 
+import numpy as np
+
 from .one_shot import inclusive_scan
 from .operands import associative_scan
 from .operands import linear_recurrence as _linear_recurrence
@@ -32,13 +35,15 @@ __all__ = ["cummax", "cummin", "cumprod", "cumsum", "linear_recurrence"]
 
 
 def cumsum(x, dim: int):
-    """``torch.cumsum(x, dim)`` on a CUDA tensor by scangen's kernels, differentiable."""
+    """``torch.cumsum(x, dim)`` on a CUDA tensor by scangen's kernels, differentiable;
+    float16 and bfloat16 accumulate in float32, as torch's does."""
     return _ops().cumsum(_on_gpu(x, "x"), dim, False)
 
 
 def cumprod(x, dim: int):
     """``torch.cumprod(x, dim)`` on a CUDA tensor (float or complex) by scangen's kernels,
-    differentiable; the gradient is exact where ``x`` has zeros (no division)."""
+    differentiable; the gradient is exact where ``x`` has zeros (no division). float16 and
+    bfloat16 multiply in float32, as torch's does."""
     return _ops().cumprod(_on_gpu(x, "x"), dim)
 
 
@@ -92,6 +97,19 @@ def _extreme(compare: str, floating: bool) -> Operator:
     return Operator(f"(b.f1 != -1 && (a.f1 == -1 || {nan}({earlier_number}b.f0 {compare} "
                     f"a.f0))) ? b : a", identity=(0, -1),
                     name=f"running_{'max' if compare == '>=' else 'min'}_with_index")
+
+
+def _accumulated(x, operator: str, dim: int, reverse: bool):
+    """The inclusive scan of ``x`` along ``dim`` with a built-in operator; float16 and
+    bfloat16 accumulate in float32 and are rounded once at the end, as torch's cumsum and
+    cumprod do (a 16-bit running sum would round at every step)."""
+    import torch
+
+    narrow = x.dtype in (torch.float16, torch.bfloat16)
+    with in_a_borrowed_thread():
+        result = inclusive_scan(x.contiguous(), operator, axis=dim, reverse=reverse,
+                                result_dtype=np.float32 if narrow else None)
+    return result.to(x.dtype) if narrow else result
 
 
 def _cumulative_extreme(x, dim: int, compare: str):
@@ -151,14 +169,12 @@ def _ops():
     @custom_op("scangen::cumsum", mutates_args=(), device_types="cuda",
                schema="(Tensor x, int dim, bool reverse) -> Tensor")
     def cumsum_op(x, dim, reverse):
-        with in_a_borrowed_thread():
-            return inclusive_scan(x.contiguous(), axis=dim, reverse=reverse)
+        return _accumulated(x, "add", dim, reverse)
 
     @custom_op("scangen::cumprod", mutates_args=(), device_types="cuda",
                schema="(Tensor x, int dim) -> Tensor")
     def cumprod_op(x, dim):
-        with in_a_borrowed_thread():
-            return inclusive_scan(x.contiguous(), "mul", axis=dim)
+        return _accumulated(x, "mul", dim, False)
 
     @custom_op("scangen::cumulative_extreme", mutates_args=(), device_types="cuda",
                schema="(Tensor x, int dim, str compare) -> (Tensor, Tensor)")

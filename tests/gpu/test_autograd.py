@@ -181,3 +181,21 @@ def test_the_custom_operators_pass_torchs_own_checks(torch):
                      (ops.cumulative_extreme, (x, 0, ">=")),
                      (ops.linear_recurrence, (a, b, 1, 0.5, 0.0, True))]:
         torch.library.opcheck(op, args)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_sixteen_bit_sums_and_products_accumulate_in_float32(torch, dtype, name):
+    """As torch's: the running value kept in float32 and rounded once, so a long sum of
+    16-bit values stays within a unit of the 16-bit type of the float32 result (a 16-bit
+    running sum drifts by many), gradients included."""
+    dtype = getattr(torch, dtype)
+    eps = torch.finfo(dtype).eps
+    shape = (4, 3000) if name == "cumsum" else (4, 60)
+    x = (torch.rand(shape, device="cuda") + (0.5 if name == "cumsum" else 0.6)).to(dtype)
+    ours = getattr(differentiable, name)(x.requires_grad_(True), 1)
+    wide = getattr(torch, name)(x.detach().float(), 1)
+    assert ours.dtype == dtype
+    torch.testing.assert_close(ours.float(), wide, rtol=eps, atol=eps * wide.abs().max().item())
+    ours.sum().backward()
+    assert x.grad.dtype == dtype and torch.isfinite(x.grad.float()).all()
