@@ -60,7 +60,8 @@ class Scan:
         "reduce_then_scan", "chained", "decoupled_lookback", or "auto" (the default: one
         launch when n fits a section, then decoupled look-back, and reduce_then_scan from
         ``tuning.auto_reduce_then_scan_min_bytes`` bytes of input on, by default as measured
-        per value size: scangen.tuning.SCAN).
+        per value size: scangen.tuning.scan_table(), the table ``python -m scangen tune``
+        measured for this GPU, else scangen.tuning.SCAN).
     tuning:
         A scangen.tuning.Tuning (default: the measured scangen.tuning.DEFAULT_TUNING); part
         of the compile cache key.

@@ -16,11 +16,15 @@ gradients registered), so ``torch.compile`` keeps each as one opaque call in its
   above every number, as torch's do; the gradient of each value goes to the index it came
   from.
 
-torch is imported when a function is first called, so ``import scangen`` needs none.
+torch is imported when a function is first called, so ``import scangen`` needs none. The
+operators are registered when this module is imported after torch, as a model's code imports
+them; imported before torch, at the first call, which must then come before torch.compile
+traces one (tracing cannot register an operator).
 """
 from __future__ import annotations
 
 import functools
+import sys
 import types
 
 import numpy as np
@@ -37,26 +41,26 @@ __all__ = ["cummax", "cummin", "cumprod", "cumsum", "linear_recurrence"]
 def cumsum(x, dim: int):
     """``torch.cumsum(x, dim)`` on a CUDA tensor by scangen's kernels, differentiable;
     float16 and bfloat16 accumulate in float32, as torch's does."""
-    return _ops().cumsum(_on_gpu(x, "x"), dim, False)
+    return _call("cumsum", _on_gpu(x, "x"), dim, False)
 
 
 def cumprod(x, dim: int):
     """``torch.cumprod(x, dim)`` on a CUDA tensor (float or complex) by scangen's kernels,
     differentiable; the gradient is exact where ``x`` has zeros (no division). float16 and
     bfloat16 multiply in float32, as torch's does."""
-    return _ops().cumprod(_on_gpu(x, "x"), dim)
+    return _call("cumprod", _on_gpu(x, "x"), dim)
 
 
 def cummax(x, dim: int):
     """``torch.cummax(x, dim)`` on a real CUDA tensor by scangen's kernels: ``(values,
     indices)``, the index (int64) of the element each running maximum is, the later of
     equal ones, NaN above every number; differentiable in ``x``."""
-    return _ops().cumulative_extreme(_real(_on_gpu(x, "x"), "cummax"), dim, ">=")
+    return _call("cumulative_extreme", _real(_on_gpu(x, "x"), "cummax"), dim, ">=")
 
 
 def cummin(x, dim: int):
     """``torch.cummin(x, dim)`` as ``cummax`` is ``torch.cummax``: ``(values, indices)``."""
-    return _ops().cumulative_extreme(_real(_on_gpu(x, "x"), "cummin"), dim, "<=")
+    return _call("cumulative_extreme", _real(_on_gpu(x, "x"), "cummin"), dim, "<=")
 
 
 def linear_recurrence(a, b, dim: int, h0: complex = 0.0, reverse: bool = False):
@@ -64,8 +68,19 @@ def linear_recurrence(a, b, dim: int, h0: complex = 0.0, reverse: bool = False):
     a[t] * h[t+1] + b[t]`` from the end) of CUDA tensors of one shape and dtype (float or
     complex), differentiable in ``a`` and ``b``."""
     h0 = complex(h0)
-    return _ops().linear_recurrence(_on_gpu(a, "a"), _on_gpu(b, "b"), dim, h0.real, h0.imag,
-                                    reverse)
+    return _call("linear_recurrence", _on_gpu(a, "a"), _on_gpu(b, "b"), dim, h0.real,
+                 h0.imag, reverse)
+
+
+def _call(name: str, *args):
+    """``torch.ops.scangen.<name>(*args)``. The operators are registered when this module is
+    imported after torch (else at the first call): torch.compile traces these functions,
+    and must find the operators registered, not register them."""
+    import torch
+
+    if not _REGISTERED:
+        _ops()
+    return getattr(torch.ops.scangen, name)(*args)
 
 
 def _on_gpu(x, name: str):
@@ -154,14 +169,20 @@ def _recurrence_gradients(a, h, grad_h, dim: int, h0: complex, reverse: bool):
     return g * before.conj(), g
 
 
+#: Whether this process has registered the operators (_ops).
+_REGISTERED = False
+
+
 @functools.lru_cache(maxsize=None)
 def _ops():
     """The custom operators ``torch.ops.scangen.*`` (registered on first use, once per
     process): each a CUDA implementation by scangen's kernels, a fake one (the result's
     shape and dtype, for tracing) and its gradient."""
+    global _REGISTERED
     import torch
     from torch.library import custom_op
 
+    _REGISTERED = True
     # Each implementation runs in_a_borrowed_thread: torch runs backward passes in threads
     # of its own, which end only with the process, after PyCUDA has gone.
 
@@ -238,3 +259,8 @@ def _ops():
 
     return types.SimpleNamespace(cumsum=cumsum_op, cumprod=cumprod_op,
                                  cumulative_extreme=extreme_op, linear_recurrence=recurrence_op)
+
+
+# Imported after torch (as a model's code does): registered now, before anything traces.
+if "torch" in sys.modules:
+    _ops()

@@ -114,3 +114,21 @@ def test_the_operators_pass_torchs_own_checks_on_meta_tensors():
                      (ops.cumulative_extreme, (x, 0, ">=")),
                      (ops.linear_recurrence, (x, b, 1, 0.5, 0.0, True))]:
         torch.library.opcheck(op, args)
+
+
+def test_a_model_compiles_whole_with_the_scans_in_it():
+    """torch.compile(fullgraph=True) of a model that calls every function: no graph break
+    (each scan one operator call), forward and backward, traced on meta tensors (the
+    operators registered first, as importing scangen.torch after torch does)."""
+    differentiable._ops()
+
+    def model(x, b):
+        h = differentiable.linear_recurrence(torch.sigmoid(x), b, 1, h0=0.25)
+        peak, _ = differentiable.cummax(h, 1)
+        return differentiable.cumsum(peak * x, 1) + differentiable.cumprod(x, 0)
+
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x, b = meta(), meta()
+    y = compiled(x, b)
+    y.sum().backward()
+    assert y.shape == SHAPE and x.grad.shape == SHAPE and b.grad.shape == SHAPE
