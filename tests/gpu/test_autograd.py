@@ -19,7 +19,9 @@ SHAPE = (3, 40, 5)
 
 @pytest.fixture(scope="module")
 def torch(gpu):
-    return require_module("torch")
+    torch = require_module("torch")
+    differentiable._ops()  # registered, as importing scangen.torch after torch does
+    return torch
 
 
 @pytest.fixture(scope="module", autouse=True)
