@@ -321,9 +321,21 @@ def plot(results: list[Result], path: str, title: str) -> bool:
     return True
 
 
+#: The sizes ``bench --primitives`` times unless told.
+PRIMITIVE_SIZES = [1 << 20, 1 << 26]
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", nargs="+", type=parse_size, default=DEFAULT_SIZES,
-                        help="element counts, e.g. 1048576 or 2^20 (default 2^10 .. 2^28)")
+    parser.add_argument("--primitives", action="store_true",
+                        help="time the primitives (select, partition, unique, run-length "
+                             "encoding, radix sort, digit offsets, histogram, segmented scans) "
+                             "against torch, CuPy and, with --cub, CUB, instead of the scans "
+                             "(scangen/primitive_bench.py)")
+    parser.add_argument("--only", nargs="+", metavar="WORD",
+                        help="with --primitives: only those whose name holds one of these words")
+    parser.add_argument("--sizes", nargs="+", type=parse_size, default=None,
+                        help="element counts, e.g. 1048576 or 2^20 (default 2^10 .. 2^28; "
+                             "with --primitives 2^20 2^26)")
     parser.add_argument("--dtypes", nargs="*", default=["float32"],
                         help="element types (default float32; none: only the --struct scans)")
     parser.add_argument("--ops", nargs="+", default=["add"],
@@ -346,7 +358,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip torch, cupy and pycuda even if installed")
     parser.add_argument("--cub", action="store_true",
                         help="also time CUB's DeviceScan (scangen/cub/cub_scan.cu, built with "
-                             "the nvcc on PATH; add, last_nonzero and affine_then)")
+                             "the nvcc on PATH; add, last_nonzero and affine_then), or with "
+                             "--primitives its primitives (scangen/cub/cub_primitives.cu)")
     parser.add_argument("--trials", type=int, default=7, help="timed trials (median is kept)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     parser.add_argument("--check-limit", type=int, default=1 << 22,
@@ -358,6 +371,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args) -> int:
     started = time.time()
+    if args.sizes is None:
+        args.sizes = DEFAULT_SIZES
     results = run(args)
     device = current_context().get_device().name()
     title = f"scangen bench on {device}, {time.strftime('%Y-%m-%d')}"

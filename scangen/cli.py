@@ -16,7 +16,7 @@ import textwrap
 
 import numpy as np
 
-from . import __version__, bench, ops, tune
+from . import __version__, bench, ops, primitive_bench, tune
 from .check import check_operator
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
 from .primitives.registry import COMMAND_LINE, OPTIONS, PLAN_OPTIONS, owners
@@ -363,8 +363,14 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
             configure=_bench_arguments,
             description="Time scangen's strategies and block algorithms, and the peers that "
             "are installed (torch, cupy, pycuda), over a range of sizes; print a table and "
-            "write JSON and a plot. See scangen/bench.py for how it measures.")
+            "write JSON and a plot. With --primitives, time the primitives instead, against "
+            "torch, CuPy and (--cub) CUB. See scangen/bench.py and scangen/primitive_bench.py "
+            "for how they measure.")
 def cmd_bench(args) -> int:
+    if args.primitives:
+        if args.sizes is None:
+            args.sizes = bench.PRIMITIVE_SIZES
+        return primitive_bench.main(args)
     return bench.main(args)
 
 

@@ -1,10 +1,8 @@
-"""The bench's pieces that need no GPU: size parsing, the struct scan option, and the CUB
-peer programs compiling and joining the tables."""
+"""The bench's pieces that need no GPU: size parsing, the struct scan option, the CUB peer
+programs compiling and joining the tables, and the primitives' JSON rows."""
 import argparse
 import contextlib
-import importlib.util
 import subprocess
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,7 +11,7 @@ import pytest
 import scangen
 
 from tests.support import needs_nvcc
-from scangen import bench
+from scangen import bench, primitive_bench
 from scangen.workloads import parse_size
 from scangen.strategies.tile_state import TileState
 
@@ -28,16 +26,6 @@ def test_sizes(text, size):
 def test_bad_sizes(text):
     with pytest.raises(argparse.ArgumentTypeError):
         parse_size(text)
-
-
-PRIMITIVES_SCRIPT = Path(bench.__file__).resolve().parent.parent / "benchmarks" / "primitives.py"
-
-
-def load_primitives_script():
-    spec = importlib.util.spec_from_file_location("primitives_benchmark", PRIMITIVES_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @needs_nvcc
@@ -61,14 +49,14 @@ def test_without_nvcc_the_cub_peer_is_skipped(monkeypatch, capsys):
 
 
 def test_cub_rows_join_the_primitive_tables(tmp_path, monkeypatch):
-    """primitives.py --cub: the program's JSON lines grouped by (primitive, n), in order,
-    from a run with the sizes and trials asked for (a stand-in program here)."""
+    """bench --primitives --cub: the program's JSON lines grouped by (primitive, n), in
+    order, from a run with the sizes and trials asked for (a stand-in program here)."""
     fake = tmp_path / "cub_primitives"
     fake.write_text('#!/bin/sh\necho "$CUB_TRIALS $*" > "$0.args"\n'
                     'echo \'{"primitive": "p", "contender": "cub A", "n": 16, "seconds": 1.5}\'\n'
                     'echo \'{"primitive": "p", "contender": "cub B", "n": 16, "seconds": 2}\'\n')
     fake.chmod(0o755)
-    primitives = load_primitives_script()
+    primitives = primitive_bench
 
     @contextlib.contextmanager
     def built(source, arch):
@@ -161,3 +149,41 @@ def test_the_affine_maps_operator_scans_uint64_maps(rng):
     assert "affine_then" in bench.CUB_OPS and "uint64" in bench.CUB_DTYPES
     with pytest.raises(SystemExit, match="give --dtypes uint64"):
         bench.workloads(bench_arguments("--dtypes", "uint32", "--ops", "affine_then"))
+
+
+def test_primitive_rows_name_scangen_and_each_peer_once():
+    """The JSON rows of bench --primitives: per primitive and size, scangen's first row and
+    each peer's first, in microseconds, and every contender under contenders."""
+    timed = [("copy of the same bytes", 1e-4), ("scangen.Select(flags)", 2e-4),
+             ("scangen.Select(flags), count on device", 1.5e-4),
+             ("cub DeviceSelect::Flagged", 2.5e-4),
+             ("torch.masked_select", 4e-4), ("cupy.compress", 8e-4)]
+    results = [dict(primitive="select float32, half kept, mask given", n=1 << 20,
+                    contender=name, seconds=seconds, device="GPU") for name, seconds in timed]
+    results.append(dict(primitive="radix_sort uint32 keys", n=1 << 20,
+                        contender="scangen.RadixSort", seconds=1e-3, device="GPU"))
+    select, sort = primitive_bench.summary_rows(results)
+    assert select["dtype"] == "float32" and select["n"] == 1 << 20
+    assert select["scangen_us"] == pytest.approx(200) and select["copy_us"] == pytest.approx(100)
+    assert select["cub_us"] == pytest.approx(250) and select["torch_us"] == pytest.approx(400)
+    assert select["cupy_us"] == pytest.approx(800) and len(select["contenders"]) == 6
+    assert sort["dtype"] == "uint32" and set(sort) == {"primitive", "dtype", "n", "scangen_us",
+                                                        "contenders"}
+    assert primitive_bench.owner("torch.sort (int64 keys)") == "torch"
+    assert primitive_bench.owner("something else") == ""
+
+
+def test_the_primitive_bench_is_a_bench_option():
+    args = bench_arguments("--primitives", "--only", "select", "radix", "--cub")
+    assert args.primitives and args.only == ["select", "radix"] and args.sizes is None
+
+
+def test_the_primitive_plot_draws_each_peer_against_scangen(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [dict(primitive="select float32", dtype="float32", n=1 << 26, scangen_us=200.0,
+                 cub_us=199.0, torch_us=466.0, copy_us=100.0, contenders={}),
+            dict(primitive="radix_sort uint32 keys", dtype="uint32", n=1 << 20,
+                 scangen_us=100.0, contenders={})]
+    path = tmp_path / "primitives.png"
+    assert primitive_bench.plot(rows, str(path), "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
