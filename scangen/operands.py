@@ -11,6 +11,7 @@ the earlier operand and ``b`` the later one.
 from __future__ import annotations
 
 import functools
+import numbers
 
 import numpy as np
 
@@ -172,24 +173,37 @@ def recurrence_state_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if element_type(dtype).is_half else np.dtype(dtype)
 
 
+#: The line of element i in a recurrence's h0 array: the element's position with the
+#: scanned axis taken out (``line_span``: the axis length times ``inner``, the size of the
+#: axes after it).
+LINE_OF_ELEMENT = "(i / line_span) * inner + i % inner"
+
+
 @functools.lru_cache(maxsize=64)
-def _recurrence_kernels(dtype, reverse, takes_initial, options):
+def _recurrence_kernels(dtype, reverse, h0, options):
     """The LineKernels of a linear recurrence over arrays of ``dtype``: (a, b) pairs read
     from two arrays, composed as affine maps of recurrence_state_dtype, and only the maps'
-    offsets (h) written, in ``dtype``."""
+    offsets (h) written, in ``dtype``. ``h0``: False (h[-1] = 0), "number" (one value, the
+    scan's initial value (1, h0)) or "lines" (an array of one value per line, which the
+    output applies to each composed map: h = m * h0[line] + c)."""
     values, state = element_type(dtype), element_type(recurrence_state_dtype(dtype))
     c = values.c_name
     pair = np.dtype([("m", state.dtype), ("c", state.dtype)], align=True)
     read = [conversion(values, state, f"{name}[i]") for name in ("a", "b")]
+    arguments, result = f"const {c} *a, const {c} *b, {c} *h", "item.c"
+    if h0 == "lines":
+        arguments += f", const {c} *h0, long long line_span, long long inner"
+        start = conversion(values, state, f"h0[{LINE_OF_ELEMENT}]")
+        result = f"lr_add(lr_mul(item.m, {start}), item.c)" if state.is_complex else \
+            f"item.m * {start} + item.c"
     return LineKernels(
         pair, _recurrence_operator(state.dtype, reverse),
         title=f"linear recurrence{' in reverse' if reverse else ''}",
-        arguments=f"const {c} *a, const {c} *b, {c} *h",
-        input_expr=f"scan_t{{{read[0]}, {read[1]}}}",
-        output_statement=f"h[i] = {conversion(state, values, 'item.c')};", reverse=reverse,
+        arguments=arguments, input_expr=f"scan_t{{{read[0]}, {read[1]}}}",
+        output_statement=f"h[i] = {conversion(state, values, result)};", reverse=reverse,
         # the arrays' C type, where the maps' type does not bring its header
         types=(values.dtype,) if values != state else (),
-        initial=np.ones((), pair)[()] if takes_initial else None, **dict(options))
+        initial=np.ones((), pair)[()] if h0 == "number" else None, **dict(options))
 
 
 def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream=None,
@@ -200,13 +214,18 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
 
     ``a`` and ``b`` are C-contiguous device arrays of one shape, kind and dtype (float32,
     float64, complex64, complex128, or float16 and bfloat16, whose maps are composed in
-    float32 and only ``h`` rounded back); ``h0`` a number, the same for every line. Returns
+    float32 and only ``h`` rounded back). ``h0`` is a number, the same for every line, or
+    a C-contiguous array of their kind and dtype with one value per line: the shape of
+    ``a`` without ``axis`` (the state a previous chunk of the lines ended in; each output
+    then finds its line by a division, which costs some speed). Returns
     ``h`` (a new array of their kind, or ``out``). ``stream`` and ``**options`` as for
     scangen.associative_scan. Floating-point results differ from a sequential loop in the
     last bits: the maps are composed in a tree.
     """
     reverse, key = as_flag("reverse", reverse), options_key(options)
-    call = Call(stream, {"a": a, "b": b, "h": out}, writes=("h",))
+    per_line = h0 is not None and not isinstance(h0, numbers.Number)
+    call = Call(stream, {"a": a, "b": b, "h": out, **({"h0": h0} if per_line else {})},
+                writes=("h",))
     views = call.views
     dtype, shape = views["a"].dtype, tuple(views["a"].shape)
     if views["b"].dtype != dtype or element_type(dtype).kind not in "fc":
@@ -215,12 +234,21 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     if tuple(views["b"].shape) != shape or not shape:
         raise ValueError(f"a and b must have one shape of at least one dimension, not "
                          f"{shape} and {views['b'].shape}")
-    line_shape(shape, axis)  # a bad axis raises before any allocation
+    outer, length, inner = line_shape(shape, axis)  # a bad axis raises before any allocation
+    if per_line:
+        lines = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
+        if views["h0"].dtype != dtype or tuple(views["h0"].shape) != lines:
+            raise ValueError(f"h0 must be a number or an array of dtype {dtype} and shape "
+                             f"{lines} (a's shape without axis {axis}), not "
+                             f"{views['h0'].dtype} {tuple(views['h0'].shape)}")
     if out is None:
         out, views["h"] = call.empty(shape, dtype)
     elif views["h"].dtype != dtype or tuple(views["h"].shape) != shape:
         raise ValueError(f"out must have shape {shape} and dtype {dtype}")
-    kernels = _recurrence_kernels(dtype, reverse, h0 is not None, key)
-    kernels.launch((views["a"].ptr, views["b"].ptr, views["h"].ptr), shape, axis, call.stream,
-                   None if h0 is None else (1, h0))
+    form = "lines" if per_line else ("number" if h0 is not None else False)
+    kernels = _recurrence_kernels(dtype, reverse, form, key)
+    pointers = (views["a"].ptr, views["b"].ptr, views["h"].ptr)
+    if per_line:
+        pointers += (views["h0"].ptr, length * inner, inner)
+    kernels.launch(pointers, shape, axis, call.stream, (1, h0) if form == "number" else None)
     return out

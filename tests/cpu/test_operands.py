@@ -7,11 +7,13 @@ import pytest
 
 import scangen
 from scangen.one_shot import options_key
-from scangen.operands import (_fields, _operand_kernels, _recurrence_kernels,
+from scangen.lines import line_shape
+from scangen.operands import (LINE_OF_ELEMENT, _fields, _operand_kernels, _recurrence_kernels,
                               _recurrence_operator, recurrence_state_dtype)
 from scangen.types import as_dtype, element_type
 
-from tests.support import AFFINE_PAIRS, BFLOAT16, needs_nvcc
+from tests.support import (AFFINE_PAIRS, BFLOAT16, FakeDeviceArray, needs_nvcc,
+                           record_launches, simulate_device)
 
 #: The 16-bit floats (bfloat16 where ml_dtypes is installed).
 NARROW = ("float16",) + (("bfloat16",) if BFLOAT16 is not None else ())
@@ -61,9 +63,9 @@ def test_every_operand_kernel_compiles(nvcc):
                _operand_kernels(pair_sums, ("f0", "f1"),
                                 (np.dtype(np.float16), np.dtype(np.int32)), "inclusive",
                                 False, False, ())]
-    kernels += [_recurrence_kernels(as_dtype(d), reverse, True, ())
+    kernels += [_recurrence_kernels(as_dtype(d), reverse, h0, ())
                 for d in NARROW + ("float32", "complex64", "complex128")
-                for reverse in (False, True)]
+                for reverse, h0 in ((False, "number"), (True, "lines"))]
     modules = [k.scan_module for lines in kernels
                for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel)]
     scangen.compile.check_all_with_nvcc(modules)
@@ -75,7 +77,7 @@ def test_sixteen_bit_floats_recur_in_float32(dtype):
     their own products and sums would round at every step of the tree."""
     dtype = as_dtype(dtype)
     assert recurrence_state_dtype(dtype) == np.float32
-    lines = _recurrence_kernels(dtype, False, True, ())
+    lines = _recurrence_kernels(dtype, False, "number", ())
     spec, hooks = lines.kernel.spec, lines.kernel.scan_module.hooks
     assert [spec.etype.dtype[name] for name in ("m", "c")] == [np.dtype(np.float32)] * 2
     c_name = element_type(dtype).c_name
@@ -84,3 +86,39 @@ def test_sixteen_bit_floats_recur_in_float32(dtype):
     assert [a.c_type for a in hooks.arguments[:3]] == [c_name] * 3
     for wide in ("float32", "float64", "complex64"):
         assert recurrence_state_dtype(np.dtype(wide)) == np.dtype(wide)
+
+
+@pytest.mark.parametrize("shape,axis", [((7,), 0), ((3, 5), 0), ((3, 5), 1), ((2, 3, 4), 1),
+                                        ((2, 3, 4), 0), ((2, 3, 4), -1), ((4, 1, 3), 1)])
+def test_each_element_finds_its_line_of_h0(shape, axis):
+    """LINE_OF_ELEMENT, evaluated with numpy's integer division for every element: the
+    element's position in h0 (a's shape without the axis), in the C-contiguous order."""
+    outer, length, inner = line_shape(shape, axis)
+    i = np.arange(int(np.prod(shape)))
+    line = eval(LINE_OF_ELEMENT.replace("/", "//"),
+                {"i": i, "line_span": length * inner, "inner": inner})
+    coordinates = np.unravel_index(i, shape)
+    axis %= len(shape)
+    lines = tuple(s for k, s in enumerate(shape) if k != axis)
+    want = np.ravel_multi_index(tuple(c for k, c in enumerate(coordinates) if k != axis),
+                                lines) if lines else np.zeros_like(i)
+    np.testing.assert_array_equal(line, want)
+
+
+def test_a_per_line_h0_is_checked_before_any_work(monkeypatch):
+    """An h0 array of the wrong shape or dtype is refused, naming what it must be."""
+    simulate_device(monkeypatch)
+    a = FakeDeviceArray((3, 5), np.float32, address=0x1000)
+    b = FakeDeviceArray((3, 5), np.float32, address=0x2000)
+    out = FakeDeviceArray((3, 5), np.float32, address=0x3000)
+    launched = record_launches(monkeypatch)
+    for h0, axis in [(FakeDeviceArray((5,), np.float32, address=0x4000), 1),
+                     (FakeDeviceArray((3,), np.float64, address=0x4000), 1)]:
+        with pytest.raises(ValueError, match=r"h0 must be a number or an array of dtype "
+                                             r"float32 and shape \(3,\)"):
+            scangen.linear_recurrence(a, b, axis=axis, h0=h0, out=out)
+    assert not launched
+    scangen.linear_recurrence(a, b, axis=0, h0=FakeDeviceArray((5,), np.float32,
+                                                                 address=0x4000), out=out)
+    (launch,) = launched
+    assert launch.values[3:] == (0x4000, 3 * 5, 5)  # h0, the line span, the inner size

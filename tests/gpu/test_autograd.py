@@ -26,7 +26,7 @@ def torch(gpu):
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile_in_parallel():
-    lines = [_recurrence_kernels(np.dtype(d), reverse, True, ())
+    lines = [_recurrence_kernels(np.dtype(d), reverse, "number", ())
              for d, reverse in itertools.product(("float64", "complex128"), (False, True))]
     lines += [scangen.Scan(np.float64, "add", reverse=r).lines for r in (False, True)]
     lines += [scangen.Scan(d, "mul").lines for d in (np.float64, np.complex128)]

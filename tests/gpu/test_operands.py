@@ -36,9 +36,9 @@ def _compile_in_parallel():
     kernels.append(_operand_kernels(PAIR_SUMS, ("f0", "f1"), PAIR_SUM_DTYPES, "inclusive",
                                     False, False, ()))
     for dtype, reverse, h0 in itertools.product(RECURRENCE_TYPES, (False, True),
-                                                (False, True)):
+                                                (False, "number", "lines")):
         kernels.append(_recurrence_kernels(np.dtype(dtype), reverse, h0, ()))
-    kernels += [_recurrence_kernels(as_dtype(dtype), False, True, ()) for dtype in NARROW]
+    kernels += [_recurrence_kernels(as_dtype(dtype), False, "number", ()) for dtype in NARROW]
     precompile([k for lines in kernels
                 for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel)])
 
@@ -129,6 +129,23 @@ def test_sixteen_bit_floats_recur_in_float32(gpu, rng, dtype):
         want = recurrence_reference(a.astype(np.float64), b.astype(np.float64), axis, 0.75)
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=2 * eps,
                                    atol=2 * eps * np.abs(want).max(),
+                                   err_msg=f"{shape} axis={axis}")
+
+
+@pytest.mark.parametrize("dtype", RECURRENCE_TYPES)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_linear_recurrence_from_a_state_per_line(gpu, rng, dtype, reverse):
+    """h0 an array of one value per line (a's shape without the axis): each line starts
+    from its own state, as a chunk of a longer sequence continues the one before."""
+    tolerance = 2e-4 if dtype in ("float32", "complex64") else 1e-11
+    for shape, axis in SHAPES:
+        a, b = recurrence_input(rng, dtype, shape)
+        lines = shape[:axis] + shape[axis + 1:]
+        h0 = np.asarray(recurrence_input(rng, dtype, lines)[1])
+        got = scangen.linear_recurrence(gpu.to_gpu(a), gpu.to_gpu(b), axis=axis,
+                                        h0=gpu.to_gpu(h0), reverse=reverse).get()
+        want = recurrence_reference(a, b, axis, h0, reverse)
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance,
                                    err_msg=f"{shape} axis={axis}")
 
 
