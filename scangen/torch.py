@@ -63,10 +63,17 @@ def cummin(x, dim: int):
     return _call("cumulative_extreme", _real(_on_gpu(x, "x"), "cummin"), dim, "<=")
 
 
-def linear_recurrence(a, b, dim: int, h0: complex = 0.0, reverse: bool = False):
+def linear_recurrence(a, b, dim: int, h0=0.0, reverse: bool = False):
     """``h[t] = a[t] * h[t-1] + b[t]`` along ``dim`` (``h[-1] = h0``; ``reverse``: ``h[t] =
     a[t] * h[t+1] + b[t]`` from the end) of CUDA tensors of one shape and dtype (float or
-    complex), differentiable in ``a`` and ``b``."""
+    complex), differentiable in ``a`` and ``b``. ``h0`` is a number, or a tensor of their
+    dtype with one value per line (their shape without ``dim``: the state a previous chunk
+    ended in), differentiable too."""
+    import torch
+
+    if isinstance(h0, torch.Tensor):
+        return _call("linear_recurrence_from", _on_gpu(a, "a"), _on_gpu(b, "b"),
+                     _on_gpu(h0, "h0"), dim, reverse)
     h0 = complex(h0)
     return _call("linear_recurrence", _on_gpu(a, "a"), _on_gpu(b, "b"), dim, h0.real,
                  h0.imag, reverse)
@@ -144,29 +151,38 @@ def _cumulative_extreme(x, dim: int, compare: str):
 
 def _shifted(x, dim: int, later: bool, fill):
     """``x`` moved one step along ``dim``: each position takes its later neighbour's value
-    (``later``) or its earlier one's, and the position left empty takes ``fill``."""
+    (``later``) or its earlier one's, and the position left empty takes ``fill`` (a number,
+    or a tensor of one value per line)."""
     import torch
 
     steps = x.shape[dim]
-    edge = torch.full_like(x.narrow(dim, 0, 1), fill)
+    edge = fill.unsqueeze(dim).to(x.dtype) if isinstance(fill, torch.Tensor) else \
+        torch.full_like(x.narrow(dim, 0, 1), fill)
     if later:
         return torch.cat([x.narrow(dim, 1, steps - 1), edge], dim)
     return torch.cat([edge, x.narrow(dim, 0, steps - 1)], dim)
 
 
-def _recurrence_gradients(a, h, grad_h, dim: int, h0: complex, reverse: bool):
-    """``(grad_a, grad_b)`` of ``h = linear_recurrence(a, b, dim, h0, reverse)`` given the
-    gradient ``grad_h`` of the loss at ``h`` (the module's docstring derives them)."""
+def _recurrence_gradients(a, h, grad_h, dim: int, h0, reverse: bool):
+    """``(grad_a, grad_b, grad_h0)`` of ``h = linear_recurrence(a, b, dim, h0, reverse)``
+    given the gradient ``grad_h`` of the loss at ``h`` (the module's docstring derives
+    them); ``h0`` a complex number or a tensor of one value per line, and ``grad_h0`` (one
+    value per line) the gradient flowing into it: ``conj(a)`` at each line's first step
+    times ``g`` there."""
     import torch
 
     if h.shape[dim] == 0:
-        return torch.zeros_like(a), torch.zeros_like(h)
+        lines = h.sum(dim)
+        return torch.zeros_like(a), torch.zeros_like(h), torch.zeros_like(lines)
     # The step after t in the recurrence's own direction feeds back into t.
     # resolve_conj: torch's conj() is a lazy view; the kernels read memory.
     multipliers = _shifted(a, dim, later=not reverse, fill=0).conj().resolve_conj()
     g = _ops().linear_recurrence(multipliers, grad_h.contiguous(), dim, 0.0, 0.0, not reverse)
-    before = _shifted(h, dim, later=reverse, fill=h0 if a.is_complex() else h0.real)
-    return g * before.conj(), g
+    if not isinstance(h0, torch.Tensor) and not a.is_complex():
+        h0 = h0.real
+    before = _shifted(h, dim, later=reverse, fill=h0)
+    first = h.shape[dim] - 1 if reverse else 0
+    return g * before.conj(), g, g.select(dim, first) * a.select(dim, first).conj()
 
 
 #: Whether this process has registered the operators (_ops).
@@ -211,6 +227,13 @@ def _ops():
             return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim, h0=h0,
                                       reverse=reverse)
 
+    @custom_op("scangen::linear_recurrence_from", mutates_args=(), device_types="cuda",
+               schema="(Tensor a, Tensor b, Tensor h0, int dim, bool reverse) -> Tensor")
+    def recurrence_from_op(a, b, h0, dim, reverse):
+        with in_a_borrowed_thread():
+            return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim,
+                                      h0=h0.contiguous(), reverse=reverse)
+
     # What each returns, for tracing: new C-contiguous tensors of the input's shape.
     cumsum_op.register_fake(lambda x, dim, reverse: x.new_empty(x.shape))
     cumprod_op.register_fake(lambda x, dim: x.new_empty(x.shape))
@@ -218,6 +241,7 @@ def _ops():
         x.new_empty(x.shape), x.new_empty(x.shape, dtype=torch.int64)))
     recurrence_op.register_fake(lambda a, b, dim, h0_real, h0_imag, reverse: a.new_empty(
         a.shape))
+    recurrence_from_op.register_fake(lambda a, b, h0, dim, reverse: a.new_empty(a.shape))
 
     def cumsum_setup(ctx, inputs, output):
         ctx.dim, ctx.reverse = inputs[1] % inputs[0].dim(), inputs[2]
@@ -249,16 +273,29 @@ def _ops():
 
     def recurrence_backward(ctx, grad_h):
         a, h = ctx.saved_tensors
-        grad_a, grad_b = _recurrence_gradients(a, h, grad_h, ctx.dim, ctx.h0, ctx.reverse)
+        grad_a, grad_b, _ = _recurrence_gradients(a, h, grad_h, ctx.dim, ctx.h0, ctx.reverse)
         return grad_a, grad_b, None, None, None, None
+
+    def from_setup(ctx, inputs, output):
+        a, _, h0, dim, reverse = inputs
+        ctx.dim, ctx.reverse = dim % a.dim(), reverse
+        ctx.save_for_backward(a, h0, output)
+
+    def from_backward(ctx, grad_h):
+        a, h0, h = ctx.saved_tensors
+        grad_a, grad_b, grad_h0 = _recurrence_gradients(a, h, grad_h, ctx.dim, h0,
+                                                        ctx.reverse)
+        return grad_a, grad_b, grad_h0, None, None
 
     cumsum_op.register_autograd(cumsum_backward, setup_context=cumsum_setup)
     cumprod_op.register_autograd(cumprod_backward, setup_context=cumprod_setup)
     extreme_op.register_autograd(extreme_backward, setup_context=extreme_setup)
     recurrence_op.register_autograd(recurrence_backward, setup_context=recurrence_setup)
+    recurrence_from_op.register_autograd(from_backward, setup_context=from_setup)
 
     return types.SimpleNamespace(cumsum=cumsum_op, cumprod=cumprod_op,
-                                 cumulative_extreme=extreme_op, linear_recurrence=recurrence_op)
+                                 cumulative_extreme=extreme_op, linear_recurrence=recurrence_op,
+                                 linear_recurrence_from=recurrence_from_op)
 
 
 # Imported after torch (as a model's code does): registered now, before anything traces.

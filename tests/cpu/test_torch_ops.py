@@ -112,7 +112,10 @@ def test_the_operators_pass_torchs_own_checks_on_meta_tensors():
     x, b = meta(torch.float64), meta(torch.float64)
     for op, args in [(ops.cumsum, (x, 1, False)), (ops.cumprod, (x, 2)),
                      (ops.cumulative_extreme, (x, 0, ">=")),
-                     (ops.linear_recurrence, (x, b, 1, 0.5, 0.0, True))]:
+                     (ops.linear_recurrence, (x, b, 1, 0.5, 0.0, True)),
+                     (ops.linear_recurrence_from,
+                      (x, b, torch.empty((3, 5), dtype=torch.float64, device="meta",
+                                         requires_grad=True), 1, False))]:
         torch.library.opcheck(op, args)
 
 
@@ -132,3 +135,23 @@ def test_a_model_compiles_whole_with_the_scans_in_it():
     y = compiled(x, b)
     y.sum().backward()
     assert y.shape == SHAPE and x.grad.shape == SHAPE and b.grad.shape == SHAPE
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_a_state_per_line_has_a_gradient_of_its_own(dtype):
+    """h0 as a tensor of one value per line: its own operator, and a gradient for h0 of the
+    lines' shape (the recurrence's gradient by scangen's operator, as for a and b)."""
+    x, b = meta(dtype), meta(dtype)
+    h0 = torch.empty((3, 5), dtype=dtype, device="meta", requires_grad=True)
+    h = differentiable.linear_recurrence(x, b, 1, h0=h0, reverse=True)
+    assert h.shape == SHAPE and h.dtype == dtype
+    h.abs().sum().backward()
+    assert h0.grad.shape == (3, 5) and x.grad.shape == SHAPE and b.grad.shape == SHAPE
+
+    def step(x, b, h0):
+        h = differentiable.linear_recurrence(x, b, 1, h0=h0)
+        return (h,) + torch.autograd.grad(h.sum(), (x, b, h0))
+
+    graph = make_fx(step)(meta(), meta(), torch.empty((3, 5), device="meta",
+                                                      requires_grad=True))
+    assert scangen_calls(graph) == ["linear_recurrence_from", "linear_recurrence"]

@@ -45,10 +45,11 @@ def test_cumsum_and_its_gradient(torch, dim):
 
 
 def sequential(torch, a, b, dim, h0, reverse):
-    """The recurrence one step at a time with torch's own operations."""
+    """The recurrence one step at a time with torch's own operations, from h0."""
     a, b = a.movedim(dim, -1), b.movedim(dim, -1)
     steps = range(a.shape[-1] - 1, -1, -1) if reverse else range(a.shape[-1])
-    h, out = torch.full_like(a[..., 0], h0), [None] * a.shape[-1]
+    # h0: a number, or a tensor of one value per line (the shape without dim)
+    h, out = torch.zeros_like(a[..., 0]) + h0, [None] * a.shape[-1]
     for t in steps:
         h = a[..., t] * h + b[..., t]
         out[t] = h
@@ -83,6 +84,26 @@ def test_cumprod_and_its_gradient(torch, dtype, dim):
     x.requires_grad_(True)
     torch.testing.assert_close(differentiable.cumprod(x, dim), torch.cumprod(x, dim))
     assert torch.autograd.gradcheck(lambda t: differentiable.cumprod(t, dim), (x,))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("dim,reverse", [(1, False), (0, True), (2, False)])
+def test_linear_recurrence_from_a_state_per_line(torch, dtype, dim, reverse):
+    """h0 a tensor of one value per line: values against the sequential loop started from
+    each line's own state, and gradchecked in a, b and h0."""
+    dtype = getattr(torch, dtype)
+    a = (0.5 + 0.5 * torch.rand(SHAPE, dtype=torch.float64, device="cuda")).to(dtype)
+    b = torch.randn(SHAPE, dtype=dtype, device="cuda")
+    lines = SHAPE[:dim] + SHAPE[dim + 1:]
+    h0 = torch.randn(lines, dtype=dtype, device="cuda")
+    for t in (a, b, h0):
+        t.requires_grad_(True)
+    got = differentiable.linear_recurrence(a, b, dim, h0=h0, reverse=reverse)
+    want = sequential(torch, a, b, dim, h0, reverse)
+    torch.testing.assert_close(got, want)
+    assert torch.autograd.gradcheck(
+        lambda x, y, z: differentiable.linear_recurrence(x, y, dim, h0=z, reverse=reverse),
+        (a, b, h0))
 
 
 def test_cumprod_gradient_at_zeros(torch):
