@@ -65,6 +65,16 @@ def _checked(darr, backend, options):
     return darr, backend
 
 
+def _chunk_sizes(darr, why: str) -> tuple:
+    """The chunk sizes of ``darr``, or a ValueError where some are unknown (after a select,
+    say), saying ``why`` they are needed."""
+    sizes = darr.chunks[0]
+    if any(math.isnan(size) for size in sizes):
+        raise ValueError("the array has chunks of unknown size (after a select, say): call "
+                         f".compute_chunk_sizes() first; {why}")
+    return sizes
+
+
 def _total(chunk, backend, op):
     # An empty chunk has no total to give: it gets no slot in the totals (see _scan).
     return chunk[:0] if len(chunk) == 0 else backend.total(chunk, op)
@@ -80,10 +90,7 @@ def _scan_chunk(chunk, carry, backend, op, mode):
 
 def _scan(mode, darr, operator, identity, backend, options):
     darr, backend = _checked(darr, backend, options)
-    sizes = darr.chunks[0]
-    if any(math.isnan(size) for size in sizes):
-        raise ValueError("the array has chunks of unknown size (after a select, say): call "
-                         ".compute_chunk_sizes() first; the carries need each chunk's place")
+    sizes = _chunk_sizes(darr, "the carries need each chunk's place")
     op = operator_of(operator, identity)
     op.check_dtype(darr.dtype)
     # One total per non-empty chunk: a chunk of the totals array is one element or none.
@@ -258,10 +265,7 @@ def _sample_sort(darr, values, backend, options):
     import dask
 
     darr, backend = _checked(darr, backend, options)
-    sizes = darr.chunks[0]
-    if any(math.isnan(size) for size in sizes):
-        raise ValueError("the array has chunks of unknown size (after a select, say): call "
-                         ".compute_chunk_sizes() first")
+    sizes = _chunk_sizes(darr, "the samples are drawn in proportion to the chunks")
     keys = darr.to_delayed().ravel().tolist()
     if values is None:
         carried = [None] * len(keys)
@@ -312,10 +316,7 @@ def argsort(darr, *, backend=None):
     """The int64 positions that sort a 1-D dask.array stably across its chunks, as
     ``numpy.argsort(kind="stable")`` (NaN last): a lazy dask.array (see sort)."""
     darr, _ = _checked(darr, backend, {})
-    sizes = darr.chunks[0]
-    if any(math.isnan(size) for size in sizes):
-        raise ValueError("the array has chunks of unknown size (after a select, say): call "
-                         ".compute_chunk_sizes() first")
+    sizes = _chunk_sizes(darr, "each position counts from its chunk's start")
     starts = tuple(int(start) for start in np.cumsum((0,) + sizes[:-1]))
     positions = darr.map_blocks(_chunk_positions, starts, dtype=np.int64,
                                 meta=darr._meta.astype(np.int64), token="scangen-positions")

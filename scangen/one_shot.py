@@ -23,7 +23,6 @@ __all__ = ["inclusive_scan", "exclusive_scan",
            "cumsum", "cumprod", "cummax", "cummin"]
 
 
-
 @functools.lru_cache(maxsize=128)
 def _scan(dtype, operator, mode, result_dtype, reverse, takes_initial, options):
     # The initial value is passed per call; any value of the scan type (a struct's too)

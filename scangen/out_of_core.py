@@ -245,12 +245,14 @@ def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progres
     stream), in chunk order on one stream. The scans below pass CarryScan.launch;
     benchmarks pass a copy, to measure the same path without the scan. ``out`` None: no
     output comes back (out_ptr is None), as for the histogram, whose compute keeps what it
-    counts."""
+    counts. ``progress``: True for StderrProgress, a function, or None."""
     current_context()
+    if progress is True:
+        progress = StderrProgress(x.dtype.itemsize)
     executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry)
     try:
         run(schedule(len(x), chunk_elements, slots, outputs=out is not None), executor,
-            progress)
+            progress or None)
     finally:
         executor.close()
     return out
@@ -277,6 +279,15 @@ class StderrProgress:
         self.stream.flush()
 
 
+def _chunk_elements(x, chunk_elements, max_device_bytes, slots, buffers) -> int:
+    """The chunk the caller named, else the largest the budget holds (the free memory less a
+    margin by default), at most the array."""
+    if chunk_elements is None:
+        budget = _default_budget() if max_device_bytes is None else max_device_bytes
+        chunk_elements = chunk_elements_for(budget, x.dtype.itemsize, slots, buffers)
+    return max(1, min(chunk_elements, len(x)))
+
+
 def _checked_out(x, out):
     if out is None:
         return np.empty_like(x)
@@ -299,12 +310,7 @@ def _scan(mode, x, operator, identity, max_device_bytes, out, chunk_elements, in
     out = _checked_out(x, out)
     if len(x) == 0:
         return out
-    if chunk_elements is None:
-        budget = _default_budget() if max_device_bytes is None else max_device_bytes
-        chunk_elements = chunk_elements_for(budget, x.dtype.itemsize, slots)
-    chunk_elements = max(1, min(chunk_elements, len(x)))
-    if progress is True:
-        progress = StderrProgress(x.dtype.itemsize)
+    chunk_elements = _chunk_elements(x, chunk_elements, max_device_bytes, slots, buffers=2)
     kernel = CarryScan(x.dtype, op, mode, **options)
     first = identity_of(op, x.dtype) if initial is None else \
         element_type(x.dtype).numpy_value(initial)
@@ -313,7 +319,7 @@ def _scan(mode, x, operator, identity, max_device_bytes, out, chunk_elements, in
         kernel.launch((x, y, carry_in, carry_out), n, stream)
 
     return pipeline(x, out, scan, chunk_elements=chunk_elements, slots=slots,
-                    first_carry=first, progress=progress or None)
+                    first_carry=first, progress=progress)
 
 
 _DOC = """The {mode} scan of a host array too large for the GPU: chunks streamed through
@@ -382,12 +388,7 @@ def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, pro
     if len(x) == 0:
         counts, edges = np.histogram(x, bins, range)
         return counts.astype(np.int64), edges
-    if chunk_elements is None:
-        budget = _default_budget() if max_device_bytes is None else max_device_bytes
-        chunk_elements = chunk_elements_for(budget, x.dtype.itemsize, slots, buffers=1)
-    chunk_elements = max(1, min(chunk_elements, len(x)))
-    if progress is True:
-        progress = StderrProgress(x.dtype.itemsize)
+    chunk_elements = _chunk_elements(x, chunk_elements, max_device_bytes, slots, buffers=1)
     partial, edges = [], []
 
     def count(x_ptr, _out, _carry_in, _carry_out, n, stream):
@@ -396,7 +397,6 @@ def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, pro
         partial.append(counts)
         edges[:] = [chunk_edges]
 
-    pipeline(x, None, count, chunk_elements=chunk_elements, slots=slots,
-             progress=progress or None)
+    pipeline(x, None, count, chunk_elements=chunk_elements, slots=slots, progress=progress)
     return sum(counts.get() for counts in partial).astype(np.int64), edges[0]
 

@@ -172,8 +172,8 @@ def _recurrence_gradients(a, h, grad_h, dim: int, h0, reverse: bool):
     import torch
 
     if h.shape[dim] == 0:
-        lines = h.sum(dim)
-        return torch.zeros_like(a), torch.zeros_like(h), torch.zeros_like(lines)
+        return torch.zeros_like(a), torch.zeros_like(h), \
+            h.new_zeros(h.shape[:dim] + h.shape[dim + 1:])
     # The step after t in the recurrence's own direction feeds back into t.
     # resolve_conj: torch's conj() is a lazy view; the kernels read memory.
     multipliers = _shifted(a, dim, later=not reverse, fill=0).conj().resolve_conj()

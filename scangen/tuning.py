@@ -135,11 +135,16 @@ def device_slug(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-") or "device"
 
 
-def user_table_path(device: str) -> Path:
-    """Where `python -m scangen tune` writes the table it measured for ``device``, and where
-    scangen looks first: the user's cache directory (platformdirs), or SCANGEN_CACHE_DIR."""
+def user_tables() -> Path:
+    """Where `python -m scangen tune` writes the tables it measures, and where scangen looks
+    first: in the user's cache directory (platformdirs), or SCANGEN_CACHE_DIR."""
     root = os.environ.get("SCANGEN_CACHE_DIR") or platformdirs.user_cache_dir("scangen")
-    return Path(root) / "tuning" / f"{device_slug(device)}.json"
+    return Path(root) / "tuning"
+
+
+def user_table_path(device: str) -> Path:
+    """The user's table for ``device`` (user_tables)."""
+    return user_tables() / f"{device_slug(device)}.json"
 
 
 def shipped_table_path(device: str) -> Path:
@@ -199,7 +204,7 @@ def _choose_scan_table() -> tuple[Table, str]:
         return load_table(setting), setting
     # Asking the driver initialises it (cuInit), which a process that forks later must not
     # have done: ask only where some table could apply.
-    folders = (user_table_path("x").parent, SHIPPED_TABLES)
+    folders = (user_tables(), SHIPPED_TABLES)
     if any(folder.is_dir() and any(folder.glob("*.json")) for folder in folders):
         device = visible_device_name()
         for path in (user_table_path(device), shipped_table_path(device)) if device else ():
