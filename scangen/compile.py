@@ -15,6 +15,7 @@ take}; the compiled module lets each such kernel use that much (the opt-in attri
 """
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .args import launch_format
+from .cache import cache_dir, write_atomically
 from .render import ModuleSource
 from .runtime.contexts import context_key, current_context, release_at_exit
 from .runtime.gpu import GPUUnavailableError, require_pycuda
@@ -161,16 +163,32 @@ def _arch(context) -> str:
 
 
 def _cubin(module_spec, arch: str) -> bytes:
-    """nvcc through PyCUDA, whose on-disk cache is keyed by source, options, arch and nvcc."""
+    """nvcc through PyCUDA, cached in scangen's cache directory (scangen.cache) by the
+    source, the architecture and nvcc's version. PyCUDA's own cache is not used: its key
+    runs nvcc's preprocessor over every source with an ``#include`` (half, bfloat16 and
+    complex types), a few hundred milliseconds a lookup, and it writes its files in place,
+    where another process may read one half-written."""
+    from pycuda.compiler import DEFAULT_NVCC_FLAGS, get_nvcc_version
     from pycuda.compiler import compile as nvcc_compile
     from pycuda.driver import CompileError
 
     source = module_spec.module_source()
+    key = "\0".join([source.text, arch, get_nvcc_version("nvcc"), *DEFAULT_NVCC_FLAGS])
+    path = cache_dir("cubin") / f"{hashlib.sha256(key.encode()).hexdigest()}.cubin"
     try:
-        return nvcc_compile(source.text, arch=arch, no_extern_c=True)
+        return path.read_bytes()
+    except OSError:
+        pass
+    try:
+        cubin = nvcc_compile(source.text, arch=arch, no_extern_c=True, cache_dir=False)
     except CompileError as err:
         raise ScanCompileError(describe_compile_error(
             source, str(err.stderr or err), module_spec.description)) from None
+    try:
+        write_atomically(path, cubin)
+    except OSError:  # a cache that cannot be written: compile again next time
+        pass
+    return cubin
 
 
 def compile_module(module_spec) -> CompiledModule:
@@ -193,7 +211,7 @@ def compile_module(module_spec) -> CompiledModule:
 
 
 def precompile(module_specs, workers: int | None = None) -> None:
-    """Run nvcc for many modules in parallel threads, filling PyCUDA's disk cache.
+    """Run nvcc for many modules in parallel threads, filling scangen's cubin cache.
 
     Loading still happens lazily (and cheaply) on first use in each context; this only
     takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.

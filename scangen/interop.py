@@ -208,7 +208,9 @@ class _Torch(_Kind):
 
     def empty(self, shape, dtype, like, stream, current):
         torch = sys.modules["torch"]
-        torch_dtype = getattr(torch, dtype.name, None) if dtype.kind != "V" else None
+        # by name: numpy's and ml_dtypes' names are torch's (bfloat16 is of kind "V" there,
+        # as a struct is, but has no fields)
+        torch_dtype = getattr(torch, dtype.name, None) if dtype.fields is None else None
         if not isinstance(torch_dtype, torch.dtype):
             raise TypeError(f"torch has no dtype for {dtype}; pass CuPy arrays or pycuda "
                             "GPUArrays for this scan")

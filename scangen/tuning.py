@@ -22,8 +22,8 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
-import platformdirs
 
+from .cache import cache_dir, write_atomically
 from .devices import visible_device_name
 
 
@@ -137,9 +137,8 @@ def device_slug(device: str) -> str:
 
 def user_tables() -> Path:
     """Where `python -m scangen tune` writes the tables it measures, and where scangen looks
-    first: in the user's cache directory (platformdirs), or SCANGEN_CACHE_DIR."""
-    root = os.environ.get("SCANGEN_CACHE_DIR") or platformdirs.user_cache_dir("scangen")
-    return Path(root) / "tuning"
+    first: in scangen's cache directory (scangen.cache)."""
+    return cache_dir("tuning")
 
 
 def user_table_path(device: str) -> Path:
@@ -166,11 +165,9 @@ def load_table(path) -> Table:
 def write_table(path, table: Table, device: str, command: str, report=()) -> None:
     """Save a measured SCAN table for ``device`` with the command that measured it and a
     report (rows of what was compared), as load_table reads it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"device": device, "command": command,
-                                "scan": table.as_data(), "report": list(report)}, indent=1)
-                    + "\n")
+    text = json.dumps({"device": device, "command": command, "scan": table.as_data(),
+                       "report": list(report)}, indent=1) + "\n"
+    write_atomically(Path(path), text.encode())
 
 
 _active = None  # (Table, where it came from): chosen once per process

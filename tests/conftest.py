@@ -67,7 +67,7 @@ def pytest_addoption(parser):
                           "compiles each of its kernels once)")
     parser.addoption("--compile-only", action="store_true",
                      help="set every test up and run none: each GPU test file's precompile "
-                          "fixture fills PyCUDA's disk cache, which shards of a later run "
+                          "fixture fills scangen's cubin cache, which shards of a later run "
                           "can then start from (tests/gpu/run_sharded.sh); every test is "
                           "reported as skipped")
 

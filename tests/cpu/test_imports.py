@@ -41,7 +41,7 @@ import scangen
 PACKAGE = Path(scangen.__file__).resolve().parent
 
 LAYERS = [
-    ("foundation", ["usercode", "arith", "devices", "types", "args", "ops", "tuning",
+    ("foundation", ["usercode", "arith", "cache", "devices", "types", "args", "ops", "tuning",
                     "families"]),
     ("strategies", ["strategies", "strategies.*"]),
     ("spec", ["spec", "reference"]),

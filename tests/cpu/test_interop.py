@@ -257,6 +257,17 @@ def test_torch_default_stream_and_dtypes(fake_torch, launches):
         scangen.Scan(np.float32, "add")(FakeTensor(8, "bfloat16"))
 
 
+@pytest.mark.skipif(BFLOAT16 is None, reason="bfloat16 needs ml_dtypes")
+def test_torch_outputs_of_bfloat16_and_what_torch_cannot_hold(fake_torch):
+    """ml_dtypes' bfloat16 is of numpy kind "V", as a struct is; torch has the one by name."""
+    like = FakeTensor(8, "bfloat16")
+    made = interop.TORCH.empty((3, 4), np.dtype(BFLOAT16), like, None, True)
+    assert made.dtype is FAKE_TORCH.bfloat16 and made.shape == (3, 4)
+    for dtype in (np.dtype([("m", np.float32), ("c", np.float32)]), np.dtype(np.uint16)):
+        with pytest.raises(TypeError, match="torch has no dtype for"):
+            interop.TORCH.empty((3,), dtype, like, None, True)
+
+
 def test_one_view_for_an_array_given_twice(launches):
     x = FakeDeviceArray(5, np.float32, 0x1000)
     assert scangen.Scan(np.float32, "max")(x, out=x) is x  # in place

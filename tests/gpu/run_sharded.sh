@@ -1,9 +1,10 @@
 #!/bin/bash
 # The GPU suite on one machine in N pytest processes at once. First one process sets every
 # test up without running it (--compile-only), so each file's precompile fixture compiles
-# its kernels once, N nvcc at a time, into one PyCUDA disk cache; then N contiguous shards
-# (--shard K/N) run, each from its own copy of that cache (PyCUDA's cache files are
-# written in place, so shards that share one could read a half-written file).
+# its kernels once, N nvcc at a time, into scangen's cubin cache; then N contiguous shards
+# (--shard K/N) run from that cache (its files are written whole, by a rename, so
+# processes can share it; SCANGEN_CACHE_DIR names it). A test that runs past $SHARD_TEST_TIMEOUT seconds (default 240)
+# has every thread's Python stack written to its shard's log, so a hang says where it is.
 #
 #   SCANGEN_REQUIRE_GPU=1 SCANGEN_ALLOW_SKIP=numba,multi_gpu bash tests/gpu/run_sharded.sh [N] [...]
 #
@@ -21,19 +22,22 @@ logs=${SHARD_LOGS:-/tmp/scangen-shards}
 cache=$logs/cache
 mkdir -p "$logs" "$cache"
 start=$(date +%s)
-XDG_CACHE_HOME=$cache python3 -m pytest -q -p no:cacheprovider --compile-only tests/gpu "$@" \
+# scangen's cubin cache is shared; PyCUDA's own (its few elementwise kernels, written in
+# place) is one per process
+export SCANGEN_CACHE_DIR=$cache/scangen
+XDG_CACHE_HOME=$cache/compile python3 -m pytest -q -p no:cacheprovider --compile-only tests/gpu "$@" \
     > "$logs/compile.txt" 2>&1
 echo "compiled in $(( $(date +%s) - start )) s: $(tail -1 "$logs/compile.txt")"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$gpus" -ge 1 ] || gpus=1
 pids=()
 for k in $(seq 0 $((n - 1))); do
-    rm -rf "$cache$k" && cp -a "$cache" "$cache$k"
     # Each shard reports as it ends, so that a run cut short still says what finished.
     (
-        CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$((k % gpus))} \
         # --durations: each log ends with its slowest tests, what a better split needs
-        XDG_CACHE_HOME=$cache$k python3 -m pytest -q -p no:cacheprovider --shard "$k/$n" \
+        CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$((k % gpus))} \
+        XDG_CACHE_HOME=$cache/shard$k python3 -m pytest -q -p no:cacheprovider --shard "$k/$n" \
+            -o faulthandler_timeout="${SHARD_TEST_TIMEOUT:-240}" \
             --durations=12 --durations-min=2 tests/gpu "$@" > "$logs/shard_$k.txt" 2>&1
         shard_status=$?
         [ "$shard_status" -eq 5 ] && shard_status=0  # 5: its slice selected no test

@@ -255,8 +255,8 @@ def _missing(chunks, scheduler):
 
 class Children:
     """The programs of every collected case of the scheduler matrix, run once: the first
-    alone (it compiles the kernels into PyCUDA's disk cache, whose files are written in
-    place), then the others a few at a time."""
+    alone (it compiles the kernels into scangen's cubin cache, once), then the others a
+    few at a time."""
 
     def __init__(self, request, folder):
         self.folder, self.results = folder, None

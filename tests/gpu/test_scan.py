@@ -38,7 +38,7 @@ SECTION_TYPES = [("int32", "add"), ("float64", "last_nonzero"), ("uint8", "max")
 
 @pytest.fixture(scope="module", autouse=True)
 def _compile_in_parallel():
-    """nvcc every spec of this file up front in parallel threads (PyCUDA's disk cache keeps
+    """nvcc every spec of this file up front in parallel threads (scangen's cubin cache keeps
     them), instead of one at a time as the tests first touch them."""
     scans = [scangen.Scan(d, operator(o), mode=m, algorithm=a, section_size=MATRIX_SECTION,
                           strategy="hierarchical")

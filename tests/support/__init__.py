@@ -597,7 +597,7 @@ needs_nvcc = pytest.mark.usefixtures("nvcc")
 
 def precompile(kernels):
     """nvcc the modules of many Scans/ScanKernels (or other modules) up front, in
-    parallel threads (PyCUDA's disk cache keeps them), instead of one at a time as tests
+    parallel threads (scangen's cubin cache keeps them), instead of one at a time as tests
     first touch them. Does nothing without a GPU: the ``gpu`` fixture reports that (skip or
     failure) per test."""
     from scangen import compile as scan_compile
