@@ -52,6 +52,15 @@ def test_linear_recurrence(gpu, capsys, n):
     assert capsys.readouterr().out.count("OK") == 1
 
 
+def test_train_linear_recurrence(gpu, capsys):
+    """The example's own check (its gradients in float64 equal those of torch's loop over
+    time, else it raises), then training: the loss falls well below where it started."""
+    require_module("torch")
+    losses = load_example("train_linear_recurrence").main(steps=150, time=300, seed=1)
+    assert "OK: gradients match torch's loop over time" in capsys.readouterr().out
+    assert len(losses) == 150 and max(losses[-10:]) < 0.05 * losses[0]
+
+
 @pytest.mark.parametrize("n", [1000, 4097, 200_003])
 def test_particles(gpu, capsys, n):
     sorted_particles = load_example("particles").main(n=n, seed=n)
