@@ -162,19 +162,25 @@ def _arch(context) -> str:
     return f"sm_{major}{minor}"
 
 
-def _cubin(module_spec, arch: str) -> bytes:
-    """nvcc through PyCUDA, cached in scangen's cache directory (scangen.cache) by the
-    source, the architecture and nvcc's version. PyCUDA's own cache is not used: its key
-    runs nvcc's preprocessor over every source with an ``#include`` (half, bfloat16 and
-    complex types), a few hundred milliseconds a lookup, and it writes its files in place,
-    where another process may read one half-written."""
+def _cubin_path(source: ModuleSource, arch: str) -> Path:
+    """Where scangen's cache keeps the cubin of ``source`` for ``arch``: keyed by the text,
+    the architecture and nvcc's version (the toolkit's headers come with the version)."""
     from pycuda.compiler import DEFAULT_NVCC_FLAGS, get_nvcc_version
+
+    key = "\0".join([source.text, arch, get_nvcc_version("nvcc"), *DEFAULT_NVCC_FLAGS])
+    return cache_dir("cubin") / f"{hashlib.sha256(key.encode()).hexdigest()}.cubin"
+
+
+def _cubin(module_spec, arch: str) -> bytes:
+    """nvcc through PyCUDA, cached in scangen's cache directory (scangen.cache). PyCUDA's
+    own cache is not used: its key runs nvcc's preprocessor over every source with an
+    ``#include`` (half, bfloat16 and complex types), a few hundred milliseconds a lookup,
+    and it writes its files in place, where another process may read one half-written."""
     from pycuda.compiler import compile as nvcc_compile
     from pycuda.driver import CompileError
 
     source = module_spec.module_source()
-    key = "\0".join([source.text, arch, get_nvcc_version("nvcc"), *DEFAULT_NVCC_FLAGS])
-    path = cache_dir("cubin") / f"{hashlib.sha256(key.encode()).hexdigest()}.cubin"
+    path = _cubin_path(source, arch)
     try:
         return path.read_bytes()
     except OSError:
@@ -191,9 +197,19 @@ def _cubin(module_spec, arch: str) -> bytes:
     return cubin
 
 
+def _what_to_load(module_spec, arch: str):
+    """The module to load for ``module_spec``: a part's whole module where that is compiled
+    already (precompile compiles whole modules), else ``module_spec`` itself."""
+    whole = getattr(module_spec, "scan_module", None)
+    if whole is not None and _cubin_path(whole.module_source(), arch).exists():
+        return whole
+    return module_spec
+
+
 def compile_module(module_spec) -> CompiledModule:
     """Compile (or fetch from the in-memory cache) ``module_spec``'s module in the current
-    context."""
+    context. A plan's part (scangen.kernel.ModulePart) loads its whole module instead where
+    that is in the cubin cache, so a precompiled scan runs nvcc for none of its parts."""
     global compile_count
     context = current_context()
     key = (module_spec, context_key(context))
@@ -201,30 +217,29 @@ def compile_module(module_spec) -> CompiledModule:
         compiled = _cache.get(key)
         if compiled is not None:
             return compiled
-        cubin = _cubin(module_spec, _arch(context))
-        compile_count += 1
-        from pycuda.driver import module_from_buffer
+        arch = _arch(context)
+        target = _what_to_load(module_spec, arch)
+        compiled = _cache.get((target, key[1]))
+        if compiled is None:
+            cubin = _cubin(target, arch)
+            compile_count += 1
+            from pycuda.driver import module_from_buffer
 
-        compiled = CompiledModule(module_from_buffer(cubin), module_spec, cubin)
+            compiled = CompiledModule(module_from_buffer(cubin), target, cubin)
+            _cache[(target, key[1])] = compiled
         _cache[key] = compiled
         return compiled
 
 
 def precompile(module_specs, workers: int | None = None) -> None:
-    """Run nvcc for many modules in parallel threads, filling scangen's cubin cache.
+    """Run nvcc for many modules in parallel threads, filling scangen's cubin cache: each
+    whole, one nvcc a module (a call then loads the whole module: compile_module).
 
     Loading still happens lazily (and cheaply) on first use in each context; this only
     takes the compiler's latency off the critical path, e.g. before a test matrix or a bench.
     """
     arch = _arch(current_context())
-    unique = list(dict.fromkeys(unit for spec in module_specs for unit in _compiled_units(spec)))
+    unique = list(dict.fromkeys(module_specs))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for _ in pool.map(lambda s: _cubin(s, arch), unique):
             pass
-
-
-def _compiled_units(module_spec) -> tuple:
-    """What calls compile of a module: a ScanModule's parts (ScanModule.parts: its calls
-    compile the kernels they launch), another module whole."""
-    parts = getattr(module_spec, "parts", None)
-    return parts() if parts is not None else (module_spec,)

@@ -1,7 +1,8 @@
 """scangen's cubin cache (scangen.compile._cubin, scangen.cache): a module is compiled once
 per source, architecture and nvcc, later lookups read the file without running nvcc (no
-preprocessor either), and files appear whole. PyCUDA's compiler is faked: it records what
-it compiles."""
+preprocessor either), and files appear whole; precompile compiles whole modules, and a
+call's part loads its whole module where that is compiled. PyCUDA's compiler and driver
+are faked: they record what they compile and load."""
 import sys
 import types
 
@@ -27,6 +28,9 @@ def nvcc(monkeypatch, tmp_path):
     compiler.compile = compile
     driver = types.ModuleType("pycuda.driver")
     driver.CompileError = type("CompileError", (Exception,), {})
+    driver.module_from_buffer = lambda cubin: types.SimpleNamespace(
+        cubin=cubin, get_function=lambda name: types.SimpleNamespace(
+            prepare=lambda arg_format: None, set_attribute=lambda attribute, value: None))
     package = types.ModuleType("pycuda")
     package.compiler, package.driver = compiler, driver
     monkeypatch.setitem(sys.modules, "pycuda", package)
@@ -86,3 +90,35 @@ def test_the_cache_folder_follows_scangen_cache_dir(monkeypatch, tmp_path):
     assert cache_dir("cubin") == tmp_path / "cubin"
     monkeypatch.delenv("SCANGEN_CACHE_DIR")
     assert cache_dir("tuning").name == "tuning" and "scangen" in str(cache_dir("tuning"))
+
+
+@pytest.fixture
+def context(monkeypatch):
+    """One fake context of an sm_90 device; compile_module's in-memory cache emptied."""
+    monkeypatch.setattr(compile_module_, "current_context", lambda: "context")
+    monkeypatch.setattr(compile_module_, "context_key", lambda context: 1)
+    monkeypatch.setattr(compile_module_, "_arch", lambda context: "sm_90")
+    monkeypatch.setattr(compile_module_, "_cache", {})
+
+
+def test_precompile_compiles_whole_modules_and_calls_load_them(nvcc, context):
+    scan = scangen.Scan(np.float32, "add")
+    whole = scan.kernel.scan_module
+    small, large = scan.plan(1000).part, scan.plan(1 << 26).part
+    assert small != large and small.scan_module == large.scan_module == whole
+    compile_module_.precompile([whole, whole])
+    assert len(nvcc) == 1
+    loaded = compile_module_.compile_module(small)
+    assert compile_module_.compile_module(large) is loaded  # one load of the whole module
+    assert loaded.module.cubin == compile_module_._cubin(whole, "sm_90")
+    assert set(loaded.functions) == {name for name, _ in whole.entry_points()}
+    assert len(nvcc) == 1  # no part compiled
+
+
+def test_without_precompile_a_call_compiles_only_its_part(nvcc, context):
+    scan = scangen.Scan(np.float32, "add")
+    part = scan.plan(1000).part
+    loaded = compile_module_.compile_module(part)
+    assert set(loaded.functions) == {name for name, _ in part.entry_points()}
+    assert len(nvcc) == 1
+    assert loaded.module.cubin == f"cubin of {len(part.module_source().text)} for sm_90".encode()

@@ -522,7 +522,7 @@ def test_every_launched_kernel_is_in_the_module_and_every_kernel_is_launched(str
 def test_a_plan_compiles_the_part_of_the_module_it_launches(strategy, rng):
     """Plan.part: the kernels the plan launches, in the module's order, rendered as a module
     of their own without the others; ScanModule.parts holds the part of every plan up to
-    2^PARTS_MAX_LOG2N elements (what precompile compiles)."""
+    2^PARTS_MAX_LOG2N elements."""
     for case in PLAN_CASES[:4] + PLAN_CASES[-2:]:
         for kernel in _plan_kernels(case, strategy):
             scan_module = kernel.scan_module
