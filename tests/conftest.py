@@ -60,11 +60,11 @@ def rng(request):
 
 def pytest_addoption(parser):
     parser.addoption("--shard", default=None, metavar="K/N",
-                     help="run only the K-th of N contiguous slices of the collected tests "
-                          "(0 <= K < N), so N processes can share a run, e.g. GPU tests whose "
-                          "first use of each kernel compiles it: --shard 0/3, --shard 1/3, "
-                          "--shard 2/3 (neighbouring tests mostly share kernels, so a slice "
-                          "compiles each of its kernels once)")
+                     help="run only the K-th of N slices of the collected tests (0 <= K < N), "
+                          "so N processes can share a run: --shard 0/3, --shard 1/3, "
+                          "--shard 2/3. A slice is RUNS_PER_SHARD runs of neighbouring tests "
+                          "(which mostly share kernels) from across the suite, so that one "
+                          "slow file does not make one slow slice")
     parser.addoption("--compile-only", action="store_true",
                      help="set every test up and run none: each GPU test file's precompile "
                           "fixture fills scangen's cubin cache, which shards of a later run "
@@ -89,6 +89,19 @@ def pytest_collection_modifyitems(config, items):
             raise ValueError
     except ValueError:
         raise pytest.UsageError(f"--shard {shard}: give K/N with 0 <= K < N") from None
-    first, end = k * len(items) // n, (k + 1) * len(items) // n
-    config.hook.pytest_deselected(items=items[:first] + items[end:])
-    items[:] = items[first:end]
+    kept = [item for run in _runs_of_shard(len(items), k, n) for item in items[run]]
+    chosen = set(map(id, kept))
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
+    items[:] = kept
+
+
+#: Runs of neighbouring tests a --shard slice takes, spread over the suite.
+RUNS_PER_SHARD = 4
+
+
+def _runs_of_shard(count: int, k: int, n: int) -> list[slice]:
+    """Shard k of n: runs k, k + n, k + 2n, ... of the count tests cut into RUNS_PER_SHARD * n
+    runs of near-equal length (one contiguous slice each where there are too few tests for
+    that: fewer than RUNS_PER_SHARD tests a shard)."""
+    runs = n * RUNS_PER_SHARD if count >= n * RUNS_PER_SHARD else n
+    return [slice(j * count // runs, (j + 1) * count // runs) for j in range(k, runs, n)]

@@ -1,6 +1,7 @@
 """The test suite's own options (tests/conftest.py), run on a small suite of their own in a
 subprocess: --compile-only sets tests up (so module fixtures, where GPU files precompile
-their kernels, run) without running any, and --shard K/N takes contiguous slices."""
+their kernels, run) without running any, and --shard K/N takes slices that cover the suite
+once, each of a few runs of neighbouring tests."""
 import shutil
 import subprocess
 import sys
@@ -8,6 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import RUNS_PER_SHARD, _runs_of_shard
 
 CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
@@ -47,7 +50,7 @@ def test_compile_only_sets_up_and_runs_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("n", [1, 3, 7, 9])
-def test_shards_are_contiguous_slices_that_cover_the_suite(tmp_path, n):
+def test_shards_of_a_small_suite_are_contiguous_slices_that_cover_it(tmp_path, n):
     seen = []
     for k in range(n):
         done, ran, _ = run(tmp_path, "--shard", f"{k}/{n}")
@@ -56,6 +59,23 @@ def test_shards_are_contiguous_slices_that_cover_the_suite(tmp_path, n):
             assert ran == list(range(ran[0], ran[-1] + 1))
         seen += ran
     assert seen == list(range(7))
+
+
+@pytest.mark.parametrize("count, n", [(7, 3), (100, 3), (1979, 16), (1207, 16), (64, 16)])
+def test_shards_take_runs_from_across_the_suite_and_cover_it_once(count, n):
+    """The cut itself (conftest._runs_of_shard): every test in exactly one shard, each
+    shard at most RUNS_PER_SHARD runs of neighbours, shards of near-equal size, and a
+    shard's runs spread over the suite (its first in the first quarter, its last in the
+    last)."""
+    shards = [_runs_of_shard(count, k, n) for k in range(n)]
+    taken = sorted(i for runs in shards for run in runs for i in range(count)[run])
+    assert taken == list(range(count))
+    sizes = [sum(len(range(count)[run]) for run in runs) for runs in shards]
+    assert max(sizes) - min(sizes) <= RUNS_PER_SHARD
+    for runs in shards:
+        assert len(runs) <= RUNS_PER_SHARD
+        if count >= n * RUNS_PER_SHARD:
+            assert runs[0].start < count / 4 and runs[-1].stop > count * 3 / 4
 
 
 def test_shards_split_what_k_selects_evenly(tmp_path):

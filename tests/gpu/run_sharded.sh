@@ -1,10 +1,11 @@
 #!/bin/bash
 # The GPU suite on one machine in N pytest processes at once. First one process sets every
 # test up without running it (--compile-only), so each file's precompile fixture compiles
-# its kernels once, N nvcc at a time, into scangen's cubin cache; then N contiguous shards
+# its kernels once, N nvcc at a time, into scangen's cubin cache; then N shards
 # (--shard K/N) run from that cache (its files are written whole, by a rename, so
-# processes can share it; SCANGEN_CACHE_DIR names it). A test that runs past $SHARD_TEST_TIMEOUT seconds (default 240)
-# has every thread's Python stack written to its shard's log, so a hang says where it is.
+# processes can share it; SCANGEN_CACHE_DIR names it). A test that runs past
+# $SHARD_TEST_TIMEOUT seconds (default 240) has every thread's Python stack written to its
+# shard's log, so a hang says where it is.
 #
 #   SCANGEN_REQUIRE_GPU=1 SCANGEN_ALLOW_SKIP=numba,multi_gpu bash tests/gpu/run_sharded.sh [N] [...]
 #
