@@ -96,6 +96,15 @@ def cases(n, rng, gpuarray, driver, peers):
         pair_calls.append(("cupy.argsort + take", lambda: cv[cupy.argsort(ck)]))
     out.append(("radix_sort uint32 keys", 8 * n, key_calls))
     out.append(("radix_sort uint32 keys + uint32 values", 16 * n, pair_calls))
+    # Skewed keys: passes over a digit every key shares copy instead of ranking.
+    for label, skewed in (("16 distinct", rng.integers(0, 16, n, dtype=np.uint32)),
+                          ("all equal", np.full(n, 7, np.uint32))):
+        sg = gpuarray.to_gpu(skewed)
+        calls = [("scangen.RadixSort", lambda sg=sg: sort_keys(sg))]
+        if cupy is not None:
+            cs = cupy.asarray(skewed)
+            calls.append(("cupy.sort", lambda cs=cs: cupy.sort(cs)))
+        out.append((f"radix_sort uint32 keys, {label}", 8 * n, calls))
 
     offsets = RadixDigitOffsets(np.uint32, 8)
     out.append(("radix_digit_offsets uint32, 8 bits", 12 * n,

@@ -1,6 +1,9 @@
 """Radix digit offsets, radix sort, argsort and histogram on the GPU against numpy: random
-keys, duplicates, all-equal, sorted and reversed keys, floats with -0.0, inf and NaN, sizes
+keys, duplicates, all-equal keys, keys of a narrow range (some passes of one digit, which
+copy), sorted and reversed keys, floats with -0.0, inf and NaN, sizes
 around tile boundaries, values carried along (structs too), and one sort past 2^31 keys."""
+import itertools
+
 import numpy as np
 import pytest
 
@@ -18,14 +21,17 @@ from tests.support import require_module
 #: (many onesweep launches: test_passes_in_portions).
 SIZES = [0, 1, 2, 31, 33, 255, 257, 2047, 2048, 2049, 4095, 4096, 4097, 3 * 4096 + 5,
          100_003, 1_000_003]
-PATTERNS = ["random", "duplicates", "all_equal", "sorted", "reversed"]
+PATTERNS = ["random", "duplicates", "all_equal", "narrow", "sorted", "reversed"]
 FLOAT_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0]
 
 
 def keys_for(rng, dtype, n, pattern):
     dtype = np.dtype(dtype)
-    if pattern == "all_equal":
+    if pattern == "all_equal":  # every pass's digit the same for every key
         return np.full(n, 7, dtype)
+    if pattern == "narrow":  # 0 .. 99 and their negatives: passes of one digit among others
+        x = rng.integers(0, 100, n)
+        return (x if dtype.kind == "u" else x * rng.choice([-1, 1], n)).astype(dtype)
     if dtype.kind == "f":
         x = rng.normal(scale=1e3, size=n).astype(dtype)
         specials = rng.random(n) < 0.05
@@ -81,8 +87,9 @@ def test_passes_in_portions(gpu, rng, monkeypatch, portion_tiles):
     monkeypatch.setattr(radix, "ONESWEEP_PORTION_TILES", portion_tiles)
     sort = scangen.RadixSort("int32", "float32")
     offsets = scangen.RadixDigitOffsets("uint16", 5)
-    for n in [4095, 4097, 3 * 4096 + 5, 100_003]:
-        keys = keys_for(rng, "int32", n, "duplicates")
+    for n, pattern in itertools.product([4095, 4097, 3 * 4096 + 5, 100_003],
+                                        ["duplicates", "narrow"]):
+        keys = keys_for(rng, "int32", n, pattern)
         values = rng.random(n).astype(np.float32)
         got_keys, got_values = sort(gpu.to_gpu(keys), gpu.to_gpu(values))
         order = np.argsort(keys, kind="stable")
