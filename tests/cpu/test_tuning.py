@@ -300,3 +300,16 @@ def test_the_driver_is_asked_only_where_a_table_exists(choosing, monkeypatch):
     tuning._active = None
     tuning.write_table(tuning.user_table_path("NVIDIA Y"), measured(256, 8), "NVIDIA Y", "t")
     assert tuning.active_scan_table()[0] is tuning.SCAN and asked == [1]
+
+
+def test_every_shipped_table_loads_and_names_its_device():
+    """The tables in scangen/tables: each a measured table for the device its name says,
+    with the command that measured it and a report row per size it tuned."""
+    for path in sorted(tuning.SHIPPED_TABLES.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert path == tuning.shipped_table_path(data["device"])
+        assert data["command"].startswith("python -m scangen tune")
+        table = tuning.load_table(path)
+        for row in data["report"]:
+            assert row["chosen_us"] <= row["in_effect_us"]  # never slower than replaced
+            assert table.value("block_size", np.dtype(row["dtype"]).itemsize) > 0
