@@ -7,7 +7,8 @@ The composition (Dask schedules it; scangen scans each chunk where it lives):
 1. the total of each non-empty chunk (scangen.chunked.ChunkTotal);
 2. one exclusive scan of those totals, in chunk order, with the operator itself: the carry
    of chunk k is t0 op ... op t(k-1), earlier totals on the left, so operators that are not
-   commutative stay correct (a small task: one element per chunk);
+   commutative stay correct (one small task, which takes every total and gives every
+   carry);
 3. the scan of each chunk with its carry combined first, in the same kernel
    (scangen.chunked.CarryScan). Chunks below auto's threshold
    (Tuning.auto_reduce_then_scan_min_bytes) are read twice in all and written once
@@ -76,36 +77,49 @@ def _chunk_sizes(darr, why: str) -> tuple:
 
 
 def _total(chunk, backend, op):
-    # An empty chunk has no total to give: it gets no slot in the totals (see _scan).
-    return chunk[:0] if len(chunk) == 0 else backend.total(chunk, op)
+    # An empty chunk has no total to give (the identity is not assumed): None, which
+    # _carries skips.
+    return None if len(chunk) == 0 else backend.total(chunk, op)
 
 
-def _scan_totals(totals, backend, op):
-    return backend.scan(totals, op, "exclusive")
+def _carries(totals, backend, op):
+    """Each chunk's carry, in chunk order (None for an empty chunk): one exclusive scan of
+    the non-empty chunks' totals, earlier ones on the left."""
+    present = [total for total in totals if total is not None]
+    if not present:
+        return [None] * len(totals)
+    # np.concatenate hands CuPy totals to CuPy (NEP 18)
+    scanned = backend.scan(np.concatenate(present), op, "exclusive")
+    carries, slot = [], 0
+    for total in totals:
+        carries.append(None if total is None else scanned[slot:slot + 1])
+        slot += total is not None
+    return carries
 
 
-def _scan_chunk(chunk, carry, backend, op, mode):
-    return chunk.copy() if len(chunk) == 0 else backend.scan(chunk, op, mode, carry)
+def _scan_chunk(chunk, carries, backend, op, mode, block_id=None):
+    if len(chunk) == 0:
+        return chunk.copy()
+    return backend.scan(chunk, op, mode, carries[block_id[0]])
 
 
 def _scan(mode, darr, operator, identity, backend, options):
     darr, backend = _checked(darr, backend, options)
-    sizes = _chunk_sizes(darr, "the carries need each chunk's place")
+    _chunk_sizes(darr, "the carries need each chunk's place")
     op = operator_of(operator, identity)
     op.check_dtype(darr.dtype)
-    # One total per non-empty chunk: a chunk of the totals array is one element or none.
-    one_each = (tuple(1 if size else 0 for size in sizes),)
-    common = dict(dtype=darr.dtype, meta=darr._meta)
-    totals = darr.map_blocks(_total, backend, op, chunks=one_each,
-                             token="scangen-chunk-total", **common)
-    carries = (totals.rechunk((sum(one_each[0]),))
-               .map_blocks(_scan_totals, backend, op, token="scangen-carries", **common)
-               .rechunk(one_each))
-    # Chunk k with carry k, paired by block index: their lengths differ, so no alignment
-    # (which would cut the chunks to the carries' sizes); the output has darr's chunks.
-    return _dask_array().blockwise(_scan_chunk, "i", darr, "i", carries, "i", backend, None,
-                                   op, None, mode, None, align_arrays=False,
-                                   token=f"scangen-{mode}-scan", **common)
+    # Tasks: a total per chunk, one task that scans them all into the carries, a scan per
+    # chunk that takes its own carry from that task's list (2K + 1 tasks for K chunks, with
+    # no splitting or joining of the totals in between).
+    dask = sys.modules["dask"]
+    token = dask.base.tokenize(darr.name, op, backend, mode)
+    totals = [dask.delayed(_total, pure=True)(chunk, backend, op,
+                                              dask_key_name=(f"scangen-chunk-total-{token}", k))
+              for k, chunk in enumerate(darr.to_delayed().ravel())]
+    carries = dask.delayed(_carries, pure=True)(totals, backend, op,
+                                                dask_key_name=f"scangen-carries-{token}")
+    return darr.map_blocks(_scan_chunk, carries, backend, op, mode, dtype=darr.dtype,
+                           meta=darr._meta, token=f"scangen-{mode}-scan")
 
 
 _DOC = """The {mode} scan of a 1-D dask.array ``darr`` with ``operator``: a dask.array with
