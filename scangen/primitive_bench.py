@@ -28,7 +28,7 @@ import numpy as np
 
 from .bench import CUB_DIR, Timer, _progress, cub_program, cub_rows
 from .primitives import (Histogram, Partition, RadixDigitOffsets, RadixSort, RunLengthEncode,
-                         Select, Unique)
+                         Select, Unique, argsort)
 from .runtime.contexts import current_context
 from .runtime.gpu import require_pycuda
 from .segmented import SegmentedScan
@@ -96,6 +96,27 @@ def cases(n, rng, gpuarray, driver, peers):
         pair_calls.append(("cupy.argsort + take", lambda: cv[cupy.argsort(ck)]))
     out.append(("radix_sort uint32 keys", 8 * n, key_calls))
     out.append(("radix_sort uint32 keys + uint32 values", 16 * n, pair_calls))
+    # Other key types, and argsort (int64 indices out), against the peers' stable sorts.
+    floats = rng.standard_normal(n).astype(np.float32)
+    wide = rng.integers(0, 2 ** 64, n, dtype=np.uint64)
+    fg, wg = gpuarray.to_gpu(floats), gpuarray.to_gpu(wide)
+    sort_floats, sort_wide = RadixSort(np.float32), RadixSort(np.uint64)
+    float_calls = [("scangen.RadixSort", lambda: sort_floats(fg))]
+    wide_calls = [("scangen.RadixSort", lambda: sort_wide(wg))]
+    order_calls = [("scangen.argsort", lambda: argsort(fg))]
+    if torch is not None:
+        tf = torch.from_numpy(floats).cuda()
+        float_calls.append(("torch.sort", lambda: torch.sort(tf)))
+        order_calls.append(("torch.argsort(stable=True)",
+                            lambda: torch.argsort(tf, stable=True)))
+    if cupy is not None:
+        cf, cw = cupy.asarray(floats), cupy.asarray(wide)
+        float_calls.append(("cupy.sort", lambda: cupy.sort(cf)))
+        wide_calls.append(("cupy.sort", lambda: cupy.sort(cw)))
+        order_calls.append(("cupy.argsort", lambda: cupy.argsort(cf)))
+    out.append(("radix_sort float32 keys", 8 * n, float_calls))
+    out.append(("radix_sort uint64 keys", 16 * n, wide_calls))
+    out.append(("argsort float32", 12 * n, order_calls))
     # Skewed keys: passes over a digit every key shares copy instead of ranking.
     for label, skewed in (("16 distinct", rng.integers(0, 16, n, dtype=np.uint32)),
                           ("all equal", np.full(n, 7, np.uint32))):
