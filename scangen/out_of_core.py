@@ -26,11 +26,12 @@ import numpy as np
 
 from .chunked import CarryScan, identity_of, operator_of
 from .interop import DevicePointer
+from .primitives.compaction import Select
 from .primitives.histogram import Histogram, outer_edges
 from .runtime.contexts import current_context
 from .types import element_type
 
-__all__ = ["inclusive_scan", "exclusive_scan", "histogram", "Step", "schedule", "run",
+__all__ = ["inclusive_scan", "exclusive_scan", "histogram", "select", "Step", "schedule", "run",
            "chunk_elements_for", "pipeline"]
 
 #: Where each step runs: None on the host (in program order), else its stream.
@@ -163,12 +164,13 @@ class _CUDAExecutor:
     the output where there is one), three streams, one event per (op, slot) recorded after
     each stream step and waited on by the steps after it."""
 
-    def __init__(self, x, out, compute, chunk_elements, slots, first_carry):
+    def __init__(self, x, out, compute, chunk_elements, slots, first_carry, kept=None):
         import pycuda.driver as cuda
         from pycuda import gpuarray
 
         self._cuda = cuda
-        self.x, self.out, self.work = x, out, compute
+        self.x, self.out, self.work, self.kept = x, out, compute, kept
+        self.landed = 0  # elements of out written so far
         dtype = x.dtype
         sides = ("in", "out") if out is not None else ("in",)
         self.pinned = {side: [cuda.pagelocked_empty(chunk_elements, dtype)
@@ -230,8 +232,10 @@ class _CUDAExecutor:
 
     def drain(self, step):
         self._host_after(step)
-        self.copy(self.out[step.start:step.stop],
-                  self.pinned["out"][step.slot][:step.stop - step.start])
+        count = step.stop - step.start if self.kept is None else self.kept(step.chunk)
+        self.copy(self.out[self.landed:self.landed + count],
+                  self.pinned["out"][step.slot][:count])
+        self.landed += count
 
     def close(self):
         self.copy.close()
@@ -239,23 +243,27 @@ class _CUDAExecutor:
             stream.synchronize()
 
 
-def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progress=None):
+def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progress=None,
+             kept=None):
     """Stream x through the GPU into out, chunk by chunk, with ``compute(in_ptr, out_ptr,
     carry_in_ptr, carry_out_ptr, n, stream)`` on each chunk (device addresses; a pycuda
     stream), in chunk order on one stream. The scans below pass CarryScan.launch;
     benchmarks pass a copy, to measure the same path without the scan. ``out`` None: no
     output comes back (out_ptr is None), as for the histogram, whose compute keeps what it
-    counts. ``progress``: True for StderrProgress, a function, or None."""
+    counts. ``kept(chunk)``: how many leading outputs of that chunk to keep (a compaction,
+    read once the chunk is downloaded), each chunk's landing right after the previous
+    one's; None: all of them, in place. Returns how many elements of out were written.
+    ``progress``: True for StderrProgress, a function, or None."""
     current_context()
     if progress is True:
         progress = StderrProgress(x.dtype.itemsize)
-    executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry)
+    executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry, kept)
     try:
         run(schedule(len(x), chunk_elements, slots, outputs=out is not None), executor,
             progress or None)
     finally:
         executor.close()
-    return out
+    return executor.landed
 
 
 class StderrProgress:
@@ -318,8 +326,9 @@ def _scan(mode, x, operator, identity, max_device_bytes, out, chunk_elements, in
     def scan(x, y, carry_in, carry_out, n, stream):
         kernel.launch((x, y, carry_in, carry_out), n, stream)
 
-    return pipeline(x, out, scan, chunk_elements=chunk_elements, slots=slots,
-                    first_carry=first, progress=progress)
+    pipeline(x, out, scan, chunk_elements=chunk_elements, slots=slots, first_carry=first,
+             progress=progress)
+    return out
 
 
 _DOC = """The {mode} scan of a host array too large for the GPU: chunks streamed through
@@ -400,3 +409,39 @@ def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, pro
     pipeline(x, None, count, chunk_elements=chunk_elements, slots=slots, progress=progress)
     return sum(counts.get() for counts in partial).astype(np.int64), edges[0]
 
+
+
+def select(x, predicate, *, max_device_bytes=None, out=None, chunk_elements=None,
+           progress=None, slots=2):
+    """The elements of a host array too large for the GPU for which ``predicate`` (a C
+    expression in ``x`` and ``i``, as for scangen.select; ``i`` counts within a chunk) holds,
+    in order: chunks streamed through pinned buffers, each compacted on the device
+    (scangen.Select), its count copied back with it, and only its kept elements copied into
+    the output, right after the previous chunk's. Returns ``out[:kept]``: a view of ``out``
+    (default: a new array of x's size). ``x``, the budget, ``chunk_elements``, ``progress``
+    and ``slots`` as for inclusive_scan; each chunk comes back whole over PCIe (the count
+    is not known on the host before the download is queued)."""
+    if not isinstance(x, np.ndarray) or x.ndim != 1:
+        raise ValueError("scangen.out_of_core selects from a 1-D host numpy array or "
+                         "np.memmap; for device arrays use scangen.select")
+    kernel = Select(x.dtype, predicate)  # refuses a bad predicate before any GPU work
+    out = _checked_out(x, out)
+    if len(x) == 0:
+        return out[:0]
+    chunk_elements = _chunk_elements(x, chunk_elements, max_device_bytes, slots, buffers=2)
+    import pycuda.driver as cuda
+
+    counts = cuda.pagelocked_empty(len(chunk_bounds(len(x), chunk_elements)), np.int64)
+    on_device = []  # each chunk's count on the device, alive until copied back
+
+    def compact(x_ptr, y_ptr, _carry_in, _carry_out, n, stream):
+        chunk = len(on_device)
+        _, count = kernel(DevicePointer(x_ptr, x.dtype, n),
+                          out=DevicePointer(y_ptr, x.dtype, n), stream=stream,
+                          count_on_device=True)
+        on_device.append(count)
+        cuda.memcpy_dtoh_async(counts[chunk:chunk + 1], count.gpudata, stream)
+
+    landed = pipeline(x, out, compact, chunk_elements=chunk_elements, slots=slots,
+                      progress=progress, kept=lambda chunk: int(counts[chunk]))
+    return out[:landed]

@@ -329,3 +329,41 @@ def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch
     np.testing.assert_array_equal(empty_counts, np.zeros(4, np.int64))
     with pytest.raises(ValueError, match="1-D host numpy array"):
         ooc.histogram(list(x), 4, (0, 1))
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+def test_select_keeps_each_chunks_kept_elements_in_order(fake_driver, monkeypatch, rng, slots,
+                                                         capsys):
+    """Each chunk compacted on the device, its count copied back with it, and only its kept
+    elements landing in the output right after the previous chunk's: x[x > 0] of the whole
+    array, chunks keeping all, some and none of theirs."""
+    class NumpySelect:
+        """scangen.Select's contract (count on the device) on the fake device memory; the
+        predicate x > 0."""
+
+        def __init__(self, dtype, predicate):
+            assert predicate == "x > 0"
+            self.dtype = np.dtype(dtype)
+
+        def __call__(self, x, *, out, stream=None, count_on_device=False):
+            assert count_on_device
+            values = fake_driver.view(x.ptr, self.dtype, x.size)
+            kept = values[values > 0]
+            fake_driver.view(out.ptr, self.dtype, out.size)[:kept.size] = kept
+            return out, fake_driver.to_gpu(np.array([kept.size], np.int64))
+
+    monkeypatch.setattr(ooc, "Select", NumpySelect)
+    x = rng.normal(size=40_003).astype(np.float32)
+    x[:5000] = np.abs(x[:5000]) + 1  # whole chunks kept, and whole chunks dropped
+    x[5000:9000] = -1
+    budget = 16 * 1024  # bytes: chunks of 1 K float32 in two directions, many of them
+    got = ooc.select(x, "x > 0", max_device_bytes=budget, slots=slots, progress=True)
+    np.testing.assert_array_equal(got, x[x > 0])
+    assert "(100%)" in capsys.readouterr().err
+    out = np.full(x.size, -7, np.float32)
+    view = ooc.select(x, "x > 0", out=out, chunk_elements=3000)
+    assert view.base is out and np.array_equal(view, x[x > 0])
+    assert (out[view.size:] == -7).all()  # nothing written past the kept elements
+    assert ooc.select(x[:0], "x > 0").size == 0
+    with pytest.raises(ValueError, match="1-D host numpy array"):
+        ooc.select(x.reshape(1, -1), "x > 0")

@@ -58,3 +58,22 @@ def test_histogram_under_a_small_budget_equals_numpys(gpu, rng, dtype):
     want, want_edges = np.histogram(x, 77, (-100, 100))
     np.testing.assert_array_equal(counts, want)
     np.testing.assert_array_equal(edges, want_edges)
+
+
+@pytest.mark.parametrize("slots", [2, 3])
+@pytest.mark.parametrize("dtype, predicate", [("float32", "x > 0.25f"), ("int64", "x % 3 == 0"),
+                                              ("uint8", "x != 0")])
+def test_select_under_a_small_budget_equals_numpys(gpu, rng, dtype, predicate, slots):
+    """Many chunks through the slots, each compacted on the device: x[predicate] of the
+    whole array in order, with chunks that keep all and none of theirs; nothing written past
+    the kept elements of a given out."""
+    n = 3_000_017
+    x = (rng.normal(size=n) * 10).astype(dtype) if dtype == "float32" else \
+        rng.integers(0, 7, n).astype(dtype)
+    x[:300_000] = 0  # whole chunks that keep none (0 % 3 == 0 keeps all of int64's)
+    x[300_000:400_000] = 3  # and whole chunks that keep all
+    keep = {"x > 0.25f": x > 0.25, "x % 3 == 0": x % 3 == 0, "x != 0": x != 0}[predicate]
+    out = np.full(n, 5, dtype)
+    got = ooc.select(x, predicate, max_device_bytes=1 << 20, out=out, slots=slots)
+    np.testing.assert_array_equal(got, x[keep])
+    assert got.base is out and (out[got.size:] == 5).all()
