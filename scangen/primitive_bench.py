@@ -162,10 +162,18 @@ def cases(n, rng, gpuarray, driver, peers):
 
     part = Partition(np.float32, "x < 0.5f")
     parted = gpuarray.empty(n, np.float32)
+    # The others in reverse order (CUB's): one pass over x, auto's and the single pass's.
+    reversing = Partition(np.float32, "x < 0.5f", reverse_rejected=True)
+    one_pass = Partition(np.float32, "x < 0.5f", reverse_rejected=True,
+                         strategy="decoupled_lookback")
     out.append(("partition float32, half true", 8 * n,
                 [("scangen.Partition", lambda: part(xg, out=parted)),
                  ("scangen.Partition, count on device",
-                  lambda: part(xg, out=parted, count_on_device=True))]))
+                  lambda: part(xg, out=parted, count_on_device=True)),
+                 ("scangen.Partition(reverse_rejected), count on device",
+                  lambda: reversing(xg, out=parted, count_on_device=True)),
+                 ("scangen.Partition(reverse_rejected), decoupled_lookback, count on device",
+                  lambda: one_pass(xg, out=parted, count_on_device=True))]))
 
     hist = Histogram(np.float32)
     calls = [("scangen.Histogram(256 bins)", lambda: hist(xg, 256, (0.0, 1.0)))]

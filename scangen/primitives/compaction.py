@@ -307,31 +307,44 @@ class Select(_Compaction):
         return _leading(out, self._read(count, call.stream))
 
 
-class Partition(_Compaction):
-    """Stable partition: the elements for which ``predicate`` holds, in order, then the
-    others, in order. Call ``part(x)`` -> ``(out, n_true)``. The falses are placed with
-    ``last_item`` (the number of trues), so the strategy is reduce_then_scan or
-    hierarchical ("auto" picks the former). Element types (``dtype``) and the predicate's
-    ``x`` and ``i`` as for Select: int8 .. uint64, float16, float32, float64, complex64,
-    complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those."""
+#: Where a partition puts the element at i that its predicate rejects: after the trues in
+#: input order (``last_item``: the number of trues, known only once all are counted), or
+#: from the end back, in reverse input order (as CUB's DevicePartition::If).
+_REJECTED_AT = {False: "out[last_item + (i - prev_item)]", True: "out[n - 1 - (i - prev_item)]"}
 
-    def __init__(self, dtype, predicate, **scan_options):
+
+class Partition(_Compaction):
+    """Partition: the elements for which ``predicate`` holds, in order, then the others.
+    Call ``part(x)`` -> ``(out, n_true)``. Element types (``dtype``) and the predicate's
+    ``x`` and ``i`` as for Select: int8 .. uint64, float16, float32, float64, complex64,
+    complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those.
+
+    By default the others keep their input order too (a stable partition): they are placed
+    after the number of trues (``last_item``), so the strategy is reduce_then_scan or
+    hierarchical ("auto" picks the former), which read x twice. ``reverse_rejected=True``
+    puts them in reverse input order from the end of ``out`` back, as CUB's
+    DevicePartition::If does: each element's place is then known in one pass, which the
+    single-pass strategies take (x read once)."""
+
+    def __init__(self, dtype, predicate, *, reverse_rejected=False, **scan_options):
         etype = element_type(dtype)
         c = etype.c_name
         # _helpers takes None as "no predicate"; a partition always has one
         check_code(predicate, "predicate", expression=True)
         self.predicate = predicate
+        self.reverse_rejected = as_flag("reverse_rejected", reverse_rejected)
         super().__init__(dtype, _counting_scan(
             etype, _helpers(etype, predicate=predicate),
             arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
             input_expr="scangen_keep(x[i], i) ? 1 : 0",
             output_statement="if (item != prev_item) out[prev_item] = x[i];"
-                             " else out[last_item + (i - prev_item)] = x[i];"
+                             f" else {_REJECTED_AT[self.reverse_rejected]} = x[i];"
                              " if (i == n - 1) *count = item;",
             title="partition", **scan_options))
 
     def _arguments_repr(self) -> str:
-        return f", {self.predicate!r}"
+        return f", {self.predicate!r}" + (", reverse_rejected=True" if self.reverse_rejected
+                                          else "")
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):
         return self._compact(x, out, stream, count_on_device, trimmed=False)
@@ -562,14 +575,15 @@ def _one_shot_select(x, predicate, flags, stream, keep):
 
 
 @functools.lru_cache(maxsize=128)
-def _partition(dtype, predicate):
-    return Partition(dtype, predicate)
+def _partition(dtype, predicate, reverse_rejected):
+    return Partition(dtype, predicate, reverse_rejected=reverse_rejected)
 
 
-def partition(x, predicate, *, stream=None):
-    """``(out, n_true)``: the elements for which ``predicate`` holds, then the others, each
-    in their original order. {arrays}"""
-    part = _partition(dtype_of(x), predicate)
+def partition(x, predicate, *, reverse_rejected=False, stream=None):
+    """``(out, n_true)``: the elements for which ``predicate`` holds, in their original
+    order, then the others: in their original order too, or with ``reverse_rejected=True``
+    in reverse (CUB's order, one pass over x instead of two). {arrays}"""
+    part = _partition(dtype_of(x), predicate, reverse_rejected)
     return host_round_trip(lambda x: part(x, stream=stream), {"x": x}, stream)
 
 

@@ -92,6 +92,8 @@ def test_a_predicate_that_does_not_compile_is_named():
     (lambda: scangen.Select(np.bool_, "x > 0"), TypeError, "unsupported dtype bool"),
     (lambda: scangen.Partition(np.int32, "x > 0", strategy="decoupled_lookback"), ValueError,
      "last_item"),
+    (lambda: scangen.Partition(np.int32, "x > 0", reverse_rejected=1), TypeError,
+     "reverse_rejected"),
 ])
 def test_bad_requests_are_refused_before_any_gpu_work(make, error, message):
     with pytest.raises(error, match=message):
@@ -155,3 +157,16 @@ def test_count_buffers_and_radix_scratch_are_each_threads_own(monkeypatch):
     assert all(a is not b for a, b in zip(here, there))
     select.release_device_memory()
     assert select._counts.get() is not here[0]
+
+
+def test_a_partition_with_the_rejected_reversed_needs_no_total():
+    """reverse_rejected places each rejected element from the end back (CUB's order), by
+    its own position and the count before it: no last_item, so the single-pass strategies
+    take it, and its repr says so."""
+    for strategy in ("decoupled_lookback", "chained", "auto"):
+        part = scangen.Partition(np.float32, "x > 0", reverse_rejected=True, strategy=strategy)
+        assert "out[n - 1 - (i - prev_item)] = x[i];" in part.source
+        assert not part.kernel.scan_module.hooks.uses_last_item
+    assert "reverse_rejected=True" in repr(part)
+    assert "reverse_rejected" not in repr(scangen.Partition(np.float32, "x > 0"))
+    assert str(part.plan(1 << 20)).splitlines()[1].split()[1] == "decoupled_lookback"

@@ -107,14 +107,37 @@ def test_select_by_masks_through_reduce_then_scan(gpu, rng, flags, keep, per_blo
             assert np.isnan(written[kept.size:]).all(), f"wrote past the kept, n={n}"
 
 
+def partitioned(x, keep, reverse_rejected):
+    """numpy's partition of x: the kept in order, then the others in order or reversed."""
+    rejected = x[~keep]
+    return np.concatenate([x[keep], rejected[::-1] if reverse_rejected else rejected])
+
+
+@pytest.mark.parametrize("reverse_rejected", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_partition(gpu, rng, dtype, pattern):
+def test_partition(gpu, rng, dtype, pattern, reverse_rejected):
     for n in SIZES:
         x = data(rng, dtype, n, pattern)
-        out, n_true = scangen.partition(gpu.to_gpu(x), "x > 0")
+        out, n_true = scangen.partition(gpu.to_gpu(x), "x > 0",
+                                        reverse_rejected=reverse_rejected)
         assert n_true == int((x > 0).sum())
-        np.testing.assert_array_equal(out.get(), np.concatenate([x[x > 0], x[~(x > 0)]]))
+        np.testing.assert_array_equal(out.get(), partitioned(x, x > 0, reverse_rejected))
+
+
+@pytest.mark.parametrize("strategy", ["auto", "decoupled_lookback", "chained",
+                                      "reduce_then_scan", "hierarchical"])
+def test_partition_with_the_rejected_reversed_on_every_strategy(gpu, rng, strategy):
+    """Each element's place known in one pass: every strategy, the single-pass ones
+    included, on both sides of tiles and past many."""
+    part = scangen.Partition("int32", "x % 3 != 0", reverse_rejected=True, strategy=strategy)
+    for n in [1, 2047, 2048, 2049, 100_003, (1 << 22) + 7]:
+        x = data(rng, "int32", n, "random")
+        out = guarded_output(gpu, rng, n, np.int32)
+        got, n_true = part(gpu.to_gpu(x), out=out.out)
+        assert n_true == int((x % 3 != 0).sum())
+        np.testing.assert_array_equal(assert_guard_untouched(out),
+                                      partitioned(x, x % 3 != 0, True), err_msg=f"n={n}")
 
 
 @pytest.mark.parametrize("dtype", ["int32", "float64"])
