@@ -110,14 +110,19 @@ def _scan(mode, darr, operator, identity, backend, options):
     op.check_dtype(darr.dtype)
     # Tasks: a total per chunk, one task that scans them all into the carries, a scan per
     # chunk that takes its own carry from that task's list (2K + 1 tasks for K chunks, with
-    # no splitting or joining of the totals in between).
-    dask = sys.modules["dask"]
-    token = dask.base.tokenize(darr.name, op, backend, mode)
-    totals = [dask.delayed(_total, pure=True)(chunk, backend, op,
-                                              dask_key_name=(f"scangen-chunk-total-{token}", k))
-              for k, chunk in enumerate(darr.to_delayed().ravel())]
-    carries = dask.delayed(_carries, pure=True)(totals, backend, op,
-                                                dask_key_name=f"scangen-carries-{token}")
+    # no splitting or joining of the totals in between). The totals are a blockwise layer,
+    # as the scans are: so Dask sees two layers read each chunk, and fuses the work that
+    # makes a chunk into neither (it would then run twice).
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
+    one_each = (tuple(1 if size else 0 for size in darr.chunks[0]),)
+    totals = darr.map_blocks(_total, backend, op, chunks=one_each, dtype=darr.dtype,
+                             meta=darr._meta, token="scangen-chunk-total")
+    name = f"scangen-carries-{totals.name}"
+    task = (_carries, [(totals.name, k) for k in range(totals.numblocks[0])], backend, op)
+    carries = Delayed(name, HighLevelGraph.from_collections(name, {name: task},
+                                                            dependencies=[totals]))
     return darr.map_blocks(_scan_chunk, carries, backend, op, mode, dtype=darr.dtype,
                            meta=darr._meta, token=f"scangen-{mode}-scan")
 

@@ -466,3 +466,25 @@ def test_device_chunks_go_on_the_callers_stream(fake_gpu, monkeypatch):
         handles[threading.get_ident()] = handle
         stream = chunked._on_gpu(Chunk(), lambda stream: stream)
         assert (None if stream is None else stream.handle) == expected
+
+
+def test_a_scan_is_two_tasks_a_chunk_and_one_and_makes_each_chunk_once():
+    """A total per chunk, one task for every carry, a scan per chunk; the work that made the
+    input chunks runs once each (fused into the scans and the totals alike, it would run
+    twice)."""
+    made = []
+
+    def make(block, block_id=None):
+        made.append(block_id[0])
+        return np.arange(len(block), dtype=np.float64) + block_id[0]
+
+    x = da.empty(10_000, chunks=1000, dtype=np.float64).map_blocks(make, dtype=np.float64)
+    y = sd.inclusive_scan(x, "add", backend=ReferenceBackend())
+    (optimized,) = dask.optimize(y)
+    scangen_tasks = [k for k in dict(optimized.__dask_graph__())
+                     if str(k[0] if isinstance(k, tuple) else k).startswith("scangen-")]
+    assert len(scangen_tasks) == 2 * x.numblocks[0] + 1
+    got = y.compute(scheduler="sync")
+    assert sorted(made) == list(range(10))
+    np.testing.assert_array_equal(got, np.cumsum(np.concatenate(
+        [np.arange(1000, dtype=np.float64) + k for k in range(10)])))
