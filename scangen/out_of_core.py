@@ -418,7 +418,8 @@ def select(x, predicate, *, max_device_bytes=None, out=None, chunk_elements=None
     in order: chunks streamed through pinned buffers, each compacted on the device
     (scangen.Select), its count copied back with it, and only its kept elements copied into
     the output, right after the previous chunk's. Returns ``out[:kept]``: a view of ``out``
-    (default: a new array of x's size). ``x``, the budget, ``chunk_elements``, ``progress``
+    (default: a new array of x's size in memory; an np.memmap opened with mode 'w+' holds
+    results larger than RAM). ``x``, the budget, ``chunk_elements``, ``progress``
     and ``slots`` as for inclusive_scan; each chunk comes back whole over PCIe (the count
     is not known on the host before the download is queued)."""
     if not isinstance(x, np.ndarray) or x.ndim != 1:
