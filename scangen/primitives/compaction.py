@@ -575,7 +575,7 @@ def _one_shot_select(x, predicate, flags, stream, keep):
 
 
 @functools.lru_cache(maxsize=128)
-def _partition(dtype, predicate, reverse_rejected):
+def _partition(dtype, predicate, reverse_rejected=False):
     return Partition(dtype, predicate, reverse_rejected=reverse_rejected)
 
 
