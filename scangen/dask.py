@@ -105,7 +105,7 @@ def _scan_chunk(chunk, carries, backend, op, mode, block_id=None):
 
 def _scan(mode, darr, operator, identity, backend, options):
     darr, backend = _checked(darr, backend, options)
-    _chunk_sizes(darr, "the carries need each chunk's place")
+    sizes = _chunk_sizes(darr, "the carries need each chunk's place")
     op = operator_of(operator, identity)
     op.check_dtype(darr.dtype)
     # Tasks: a total per chunk, one task that scans them all into the carries, a scan per
@@ -116,7 +116,7 @@ def _scan(mode, darr, operator, identity, backend, options):
     from dask.delayed import Delayed
     from dask.highlevelgraph import HighLevelGraph
 
-    one_each = (tuple(1 if size else 0 for size in darr.chunks[0]),)
+    one_each = (tuple(1 if size else 0 for size in sizes),)
     totals = darr.map_blocks(_total, backend, op, chunks=one_each, dtype=darr.dtype,
                              meta=darr._meta, token="scangen-chunk-total")
     name = f"scangen-carries-{totals.name}"
@@ -276,6 +276,13 @@ def _partition(pieces, backend):
     return _sorted(keys, values, backend)
 
 
+def _delayed_chunks(array) -> list:
+    """The chunks of a 1-D dask.array as dask.delayed objects under their own keys: an
+    optimized graph would rename them, and a chunk that another layer reads too (argsort's
+    positions read the keys' chunks) would be made twice."""
+    return array.to_delayed(optimize_graph=False).ravel().tolist()
+
+
 def _sample_sort(darr, values, backend, options):
     """The output partitions of a sample sort of ``darr`` (values carried along): a list of
     dask.delayed ``(keys, values)``, in order. Each chunk is sorted where it lives; samples
@@ -285,14 +292,14 @@ def _sample_sort(darr, values, backend, options):
 
     darr, backend = _checked(darr, backend, options)
     sizes = _chunk_sizes(darr, "the samples are drawn in proportion to the chunks")
-    keys = darr.to_delayed().ravel().tolist()
+    keys = _delayed_chunks(darr)
     if values is None:
         carried = [None] * len(keys)
     else:
         if values.shape != darr.shape:
             raise ValueError(f"values must have the keys' shape {darr.shape}, not "
                              f"{values.shape}")
-        carried = values.rechunk(darr.chunks).to_delayed().ravel().tolist()
+        carried = _delayed_chunks(values.rechunk(darr.chunks))
     delayed = dask.delayed
     chunks = [delayed(_sorted)(k, v, backend) for k, v in zip(keys, carried)]
     partitions = max(1, sum(1 for size in sizes if size))

@@ -488,3 +488,26 @@ def test_a_scan_is_two_tasks_a_chunk_and_one_and_makes_each_chunk_once():
     assert sorted(made) == list(range(10))
     np.testing.assert_array_equal(got, np.cumsum(np.concatenate(
         [np.arange(1000, dtype=np.float64) + k for k in range(10)])))
+
+
+@pytest.mark.parametrize("function", ["argsort", "sort", "histogram"])
+def test_sorts_and_histograms_make_each_input_chunk_once(function):
+    """An input computed on the fly (not persisted): argsort reads its chunks twice (the
+    keys and their lengths for the positions), and each chunk is still made once."""
+    made = []
+
+    def make(block, block_id=None):
+        made.append(block_id[0])
+        return (np.arange(len(block)) * 7919 % 1000 + block_id[0]).astype(np.float64)
+
+    x = da.empty(10_000, chunks=1000, dtype=np.float64).map_blocks(make, dtype=np.float64)
+    whole = np.concatenate([(np.arange(1000) * 7919 % 1000 + k).astype(np.float64)
+                            for k in range(10)])
+    if function == "histogram":
+        counts, _ = sd.histogram(x, 10, (0, 1010), backend=ReferenceBackend())
+        got, want = counts.compute(scheduler="sync"), np.histogram(whole, 10, (0, 1010))[0]
+    else:
+        got = getattr(sd, function)(x, backend=ReferenceBackend()).compute(scheduler="sync")
+        want = getattr(np, function)(whole, kind="stable")
+    np.testing.assert_array_equal(got, want)
+    assert sorted(made) == list(range(10))
