@@ -296,6 +296,13 @@ def _chunk_elements(x, chunk_elements, max_device_bytes, slots, buffers) -> int:
     return max(1, min(chunk_elements, len(x)))
 
 
+def _check_host_array(x, verb: str, on_device: str) -> None:
+    """x is what every function here takes: a 1-D host numpy array or np.memmap."""
+    if not isinstance(x, np.ndarray) or x.ndim != 1:
+        raise ValueError(f"scangen.out_of_core {verb} a 1-D host numpy array or np.memmap; "
+                         f"for device arrays use {on_device}")
+
+
 def _checked_out(x, out):
     if out is None:
         return np.empty_like(x)
@@ -310,9 +317,7 @@ def _checked_out(x, out):
 
 def _scan(mode, x, operator, identity, max_device_bytes, out, chunk_elements, initial,
           progress, slots, options):
-    if not isinstance(x, np.ndarray) or x.ndim != 1:
-        raise ValueError("scangen.out_of_core scans a 1-D host numpy array or np.memmap; for "
-                         "device arrays use scangen.inclusive_scan")
+    _check_host_array(x, "scans", "scangen.inclusive_scan")
     op = operator_of(operator, identity)
     op.check_dtype(x.dtype)
     out = _checked_out(x, out)
@@ -389,9 +394,7 @@ def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, pro
     counting, and only each chunk's counts kept (summed at the end). ``x``, the budget,
     ``chunk_elements``, ``progress`` and ``slots`` as for inclusive_scan (only input
     buffers are needed, so chunks are twice the scan's for one budget)."""
-    if not isinstance(x, np.ndarray) or x.ndim != 1:
-        raise ValueError("scangen.out_of_core counts a 1-D host numpy array or np.memmap; for "
-                         "device arrays use scangen.histogram")
+    _check_host_array(x, "counts", "scangen.histogram")
     hist = Histogram(x.dtype)  # refuses a dtype it cannot count, before any GPU work
     outer_edges(bins, range)
     if len(x) == 0:
@@ -410,7 +413,6 @@ def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, pro
     return sum(counts.get() for counts in partial).astype(np.int64), edges[0]
 
 
-
 def select(x, predicate, *, max_device_bytes=None, out=None, chunk_elements=None,
            progress=None, slots=2):
     """The elements of a host array too large for the GPU for which ``predicate`` (a C
@@ -422,9 +424,7 @@ def select(x, predicate, *, max_device_bytes=None, out=None, chunk_elements=None
     results larger than RAM). ``x``, the budget, ``chunk_elements``, ``progress``
     and ``slots`` as for inclusive_scan; each chunk comes back whole over PCIe (the count
     is not known on the host before the download is queued)."""
-    if not isinstance(x, np.ndarray) or x.ndim != 1:
-        raise ValueError("scangen.out_of_core selects from a 1-D host numpy array or "
-                         "np.memmap; for device arrays use scangen.select")
+    _check_host_array(x, "selects from", "scangen.select")
     kernel = Select(x.dtype, predicate)  # refuses a bad predicate before any GPU work
     out = _checked_out(x, out)
     if len(x) == 0:
