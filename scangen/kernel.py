@@ -107,19 +107,24 @@ class HeadRows:
 
 @dataclass(frozen=True)
 class PlainArrays:
-    """Hooks that read ``input[i]`` of the scan type and write ``output[i] = item`` (or
-    ``prev_item``, exclusive): what Scan passes as ``_plain_arrays=``, so the single pass
-    may move whole 16-byte words of both arrays (ScanModule.vector_runs) instead of
-    running the hooks one element at a time."""
+    """Hooks that read ``input[i]`` (as the scan type, or converted to it by
+    ``input_expr``) and write ``output[i] = item`` (or ``prev_item``, exclusive): what Scan
+    passes as ``_plain_arrays=``, so the single pass may move whole 16-byte words of both
+    arrays (ScanModule.vector_runs) instead of running the hooks one element at a time."""
 
     #: The names of the pointer arguments read and written.
     input: str
     output: str
     exclusive: bool
+    #: The input expression: ``input[i]``, or its conversion to the scan type.
+    input_expr: str = ""
+    #: The C type and size of the input's elements, where they are not the scan type's.
+    input_c: str = "scan_t"
+    input_itemsize: int = 0
 
-    @property
-    def input_expr(self) -> str:
-        return f"{self.input}[i]"
+    def __post_init__(self):
+        if not self.input_expr:
+            object.__setattr__(self, "input_expr", f"{self.input}[i]")
 
     @property
     def output_statement(self) -> str:
@@ -441,7 +446,8 @@ class ScanModule:
         """The plain arrays the single pass moves in 16-byte words, a run of items a lane
         (Tuning.tile_vector_runs, on warp runs): where the hooks are a plain read and write
         (Hooks.plain_arrays) of a scan with no segments, counts, reverse, initial value or
-        columns, whose runs fill whole 16-byte words, in static shared memory. Each lane
+        columns, whose runs fill whole 16-byte words (the input's whole 4-byte words at
+        least: vector_input_word), in static shared memory. Each lane
         then loads its run, scans it in registers, keeps it in shared memory in the same
         layout and writes it back with the tile's prefix: no transposes, no shared-memory
         instruction per element. None otherwise (warp runs, or the staged block scan)."""
@@ -449,9 +455,21 @@ class ScanModule:
         if not scan.tuning.tile_vector_runs or hooks.plain_arrays is None or \
                 not self.moves_warp_runs or scan.segmented or hooks.reverse or \
                 hooks.initial or hooks.columns or scan.dynamic_shared or \
-                scan.items_per_thread * scan.acc_itemsize % 16:
+                scan.items_per_thread * scan.acc_itemsize % 16 or \
+                self._input_run_bytes(hooks.plain_arrays) % 4:
             return None
         return hooks.plain_arrays
+
+    def _input_run_bytes(self, plain: PlainArrays) -> int:
+        itemsize = plain.input_itemsize or self.scan.etype.dtype.itemsize
+        return self.scan.items_per_thread * itemsize
+
+    @property
+    def vector_input_word(self) -> int:
+        """The bytes of each load of a lane's input run under vector runs: 16, or 8 or 4
+        where the run is smaller (a narrow input converted to a wide result)."""
+        run = self._input_run_bytes(self.vector_runs)
+        return next(word for word in (16, 8, 4) if run % word == 0)
 
     @property
     def persistent_tiles(self) -> bool:

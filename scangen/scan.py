@@ -112,12 +112,14 @@ class Scan:
             raise TypeError(f"result_dtype {result} cannot hold every {self.input_dtype} value; "
                             f"choose a wider one (numpy's safe casting)")
         in_c = "scan_t" if result == self.input_dtype else source.c_name
-        # x[i] read as it is and out[i] written: the single pass may move whole words
-        plain = PlainArrays("x", "out", self.mode == "exclusive") \
-            if source == target and not reverse and initial is None else None
+        input_expr = conversion(source, target, "x[i]")  # refuses struct pairs
+        # x[i] read (and converted) and out[i] written: the single pass may move whole words
+        plain = None if reverse or initial is not None else PlainArrays(
+            "x", "out", self.mode == "exclusive", input_expr, in_c,
+            0 if in_c == "scan_t" else self.input_dtype.itemsize)
         options = dict(
             arguments=f"const {in_c} *x, scan_t *out", _plain_arrays=plain,
-            input_expr=conversion(source, target, "x[i]"),  # refuses struct pairs
+            input_expr=input_expr,
             # the input type's headers and declarations (the module has the result type's)
             types=() if source == target else (source,),
             output_statement=_OUTPUT[mode], reverse=reverse, initial=initial,

@@ -447,7 +447,16 @@ def batch_vector_runs():
         entries.append(scan(dtype, op, next(modes), strategy=strategy, tuning=vector))
     entries.append(scan("uint8", "add", "exclusive", algorithm="warp_shuffle",
                         section_size=2048, items_per_thread=16, tuning=vector))
+    # inputs converted to a wider result as they are loaded
+    for (source, result), strategy in zip([("uint8", "int32"), ("int16", "int64"),
+                                           ("float16", "float32"), ("uint8", "uint64")],
+                                          itertools.cycle(("auto", "decoupled_lookback"))):
+        entries.append(scan(source, "add", next(modes), strategy=strategy, tuning=vector,
+                            result_dtype=result))
+    entries.append(scan("uint8", "add", "exclusive", tuning=vector, result_dtype="int32",
+                        algorithm="warp_shuffle", section_size=128, items_per_thread=4))
     assert all(e.scan_module.vector_runs for e in entries)
+    assert {e.scan_module.vector_input_word for e in entries} == {4, 8, 16}
     return entries
 
 

@@ -546,11 +546,27 @@ def test_vector_runs_move_plain_scans_in_words(dtype, mode):
         assert "vector_run" not in default.kernel.source
 
 
+@pytest.mark.parametrize("source, result", [("uint8", "int32"), ("int16", "int64"),
+                                            ("float16", "float32"), ("int32", "float64")])
+def test_vector_runs_convert_what_they_load(source, result):
+    """A result type wider than the input's: the run loads the input's elements in words
+    and converts each as the input expression says (numpy's cumsum of uint8 is one)."""
+    scan = Scan(source, "add", result_dtype=result, tuning=VECTOR)
+    plain = scan.kernel.scan_module.vector_runs
+    assert plain is not None and plain.input_c != "scan_t"
+    assert plain.input_itemsize == np.dtype(source).itemsize
+    source_text = scan.kernel.source
+    assert f"typedef {plain.input_c} vector_in_t;" in source_text
+    assert f"return ({plain.input_expr});" in source_text
+
+
 @pytest.mark.parametrize("what, make", [
     ("tuning off", lambda: Scan("uint8", "add")),
     ("reverse", lambda: Scan("uint8", "add", reverse=True, tuning=VECTOR)),
     ("initial", lambda: Scan("uint8", "add", initial=3, tuning=VECTOR)),
-    ("converted", lambda: Scan("uint8", "add", result_dtype="int32", tuning=VECTOR)),
+    ("an input run of 2 bytes", lambda: Scan("uint8", "add", result_dtype="float64",
+                                             algorithm="warp_shuffle", section_size=512,
+                                             items_per_thread=2, tuning=VECTOR)),
     ("8-byte runs", lambda: Scan("uint8", "add", section_size=1024, items_per_thread=8,
                                  tuning=VECTOR)),
     ("staged block scan", lambda: Scan("float32", "add", algorithm="kogge_stone",

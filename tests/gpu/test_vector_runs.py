@@ -77,3 +77,30 @@ def test_arrays_off_a_word_boundary(gpu, rng, case, mode):
                                       poison[[0, n + 1]].view(np.uint8))
         assert_scan_equal(got[1:n + 1], expected(x[1:], operator(op_name), mode),
                           np.dtype(dtype), n, op=op_name)
+
+
+@pytest.mark.parametrize("source, result", [("uint8", "int32"), ("uint8", "uint64"),
+                                            ("int16", "int64"), ("float16", "float32")])
+@pytest.mark.parametrize("mode", MODES)
+def test_inputs_converted_as_they_load(gpu, rng, source, result, mode):
+    """A result wider than the input (numpy's cumsum of uint8 is one): each lane loads its
+    input run in words (16 bytes, or 8 or 4 where the run is smaller) and converts every
+    element; the default tile and the smallest one, around tiles and past many."""
+    # the smallest run that fills a 16-byte word of results and a 4-byte word of inputs
+    items = max(16 // np.dtype(result).itemsize, 4 // np.dtype(source).itemsize)
+    vector = scangen.Tuning(tile_vector_runs=True)
+    scans = [scangen.Scan(source, "add", mode=mode, result_dtype=result, tuning=vector),
+             scangen.Scan(source, "add", mode=mode, result_dtype=result, tuning=vector,
+                          algorithm="warp_shuffle", section_size=32 * items,
+                          items_per_thread=items)]
+    for scan in scans:
+        assert scan.kernel.scan_module.vector_runs is not None
+        tile = scan.spec.section_size
+        for n in (1, tile - 1, tile, tile + 1, 33 * tile + 5, (1 << 21) + 3):
+            x = random_input(rng, source, "add", n)
+            out = gpu.to_gpu(np.full(n + 4, 9, result))
+            scan(gpu.to_gpu(x), out=out[:n])
+            got = out.get()
+            assert (got[n:] == 9).all()  # nothing past n
+            assert_scan_equal(got[:n], expected(x.astype(result), operator("add"), mode),
+                              np.dtype(result), n, op="add")
