@@ -105,6 +105,32 @@ class HeadRows:
         return f"i % {self.argument} == 0"
 
 
+@dataclass(frozen=True)
+class PlainArrays:
+    """Hooks that read ``input[i]`` (as the scan type, or converted to it by
+    ``input_expr``) and write ``output[i] = item`` (or ``prev_item``, exclusive): what Scan
+    passes as ``_plain_arrays=``, so the single pass may move whole 16-byte words of both
+    arrays (ScanModule.vector_runs) instead of running the hooks one element at a time."""
+
+    #: The names of the pointer arguments read and written.
+    input: str
+    output: str
+    exclusive: bool
+    #: The input expression: ``input[i]``, or its conversion to the scan type.
+    input_expr: str = ""
+    #: The C type and size of the input's elements, where they are not the scan type's.
+    input_c: str = "scan_t"
+    input_itemsize: int = 0
+
+    def __post_init__(self):
+        if not self.input_expr:
+            object.__setattr__(self, "input_expr", f"{self.input}[i]")
+
+    @property
+    def output_statement(self) -> str:
+        return f"{self.output}[i] = {'prev_item' if self.exclusive else 'item'};"
+
+
 #: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads`` (not
 #: scangen.tuning.SEGMENT_HEADS, the heads kernel's tuning table).
 SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys, HeadRows)
@@ -162,6 +188,9 @@ class Hooks:
     #: scan along any axis but the last of an N-D array (scangen.strategies.columns). The
     #: hooks still see ``i``, the element's index in the array.
     columns: bool = False
+    #: The input is a plain array read and the output a plain array write (PlainArrays), as
+    #: input_expr and output_statement say; None: the hooks are the user's.
+    plain_arrays: PlainArrays | None = None
 
     @property
     def counts(self) -> bool:
@@ -182,13 +211,15 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None, counts=False,
-               types=(), helpers="", input=None, segment_heads=None, columns=False):
+               types=(), helpers="", input=None, segment_heads=None, columns=False,
+               plain_arrays=None):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
     element types) whose C types the code names besides the scan type; ``input`` (a
     MaskInput, for a library client) replaces ``input_expr``, ``segment_heads`` (a
     HeadFlags or HeadKeys) ``is_segment_start_expr``; ``columns`` scans along the middle
-    axis of an (outer, axis_length, axis_stride) array (Hooks.columns)."""
+    axis of an (outer, axis_length, axis_stride) array (Hooks.columns); ``plain_arrays`` (a
+    PlainArrays) says that input_expr and output_statement are its plain read and write."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -223,6 +254,12 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
                                            expression=True).strip()
+    if plain_arrays is not None and (
+            not isinstance(plain_arrays, PlainArrays) or
+            (input_expr.strip(), output_statement.strip()) !=
+            (plain_arrays.input_expr, plain_arrays.output_statement)):
+        raise ValueError(f"_plain_arrays={plain_arrays!r} does not describe input_expr "
+                         f"{input_expr!r} and output_statement {output_statement!r}")
     names_used = identifiers(output_statement) & LIBRARY_OUTPUT_NAMES
     columns = as_flag("columns", columns)
     if columns and (counts or is_segment_start_expr is not None or names_used):
@@ -243,7 +280,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                   for t in types)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
                  is_segment_start_expr, reverse, initial_type is not None, counting, types,
-                 helpers.strip(), names_used, segment_heads, columns)
+                 helpers.strip(), names_used, segment_heads, columns, plain_arrays)
 
 
 def _check_mask(mask, arguments, input_expr, counts) -> None:
@@ -403,6 +440,36 @@ class ScanModule:
         """Whether the single-pass tile kernel moves values warp by warp (ScanSpec.
         uses_warp_runs); a counting module's single pass counts ballots and moves no values."""
         return self.scan.uses_warp_runs and not self.counts_by_ballots
+
+    @property
+    def vector_runs(self) -> PlainArrays | None:
+        """The plain arrays the single pass moves in 16-byte words, a run of items a lane
+        (Tuning.tile_vector_runs, on warp runs): where the hooks are a plain read and write
+        (Hooks.plain_arrays) of a scan with no segments, counts, reverse, initial value or
+        columns, whose runs fill whole 16-byte words (the input's whole 4-byte words at
+        least: vector_input_word), in static shared memory. Each lane
+        then loads its run, scans it in registers, keeps it in shared memory in the same
+        layout and writes it back with the tile's prefix: no transposes, no shared-memory
+        instruction per element. None otherwise (warp runs, or the staged block scan)."""
+        hooks, scan = self.hooks, self.scan
+        if not scan.tuning.tile_vector_runs or hooks.plain_arrays is None or \
+                not self.moves_warp_runs or scan.segmented or hooks.reverse or \
+                hooks.initial or hooks.columns or scan.dynamic_shared or \
+                scan.items_per_thread * scan.acc_itemsize % 16 or \
+                self._input_run_bytes(hooks.plain_arrays) % 4:
+            return None
+        return hooks.plain_arrays
+
+    def _input_run_bytes(self, plain: PlainArrays) -> int:
+        itemsize = plain.input_itemsize or self.scan.etype.dtype.itemsize
+        return self.scan.items_per_thread * itemsize
+
+    @property
+    def vector_input_word(self) -> int:
+        """The bytes of each load of a lane's input run under vector runs: 16, or 8 or 4
+        where the run is smaller (a narrow input converted to a wide result)."""
+        run = self._input_run_bytes(self.vector_runs)
+        return next(word for word in (16, 8, 4) if run % word == 0)
 
     @property
     def persistent_tiles(self) -> bool:
@@ -633,11 +700,13 @@ class ScanKernel:
                  preamble="", is_segment_start_expr=None, reverse=False, initial=None,
                  counts=False, types=(), algorithm=None, section_size=None,
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
-                 _helpers="", _input=None, _segment_heads=None, _columns=False):
+                 _helpers="", _input=None, _segment_heads=None, _columns=False,
+                 _plain_arrays=None):
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
-                           counts, types, _helpers, _input, _segment_heads, _columns)
+                           counts, types, _helpers, _input, _segment_heads, _columns,
+                           _plain_arrays)
         if hooks.counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,

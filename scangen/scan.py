@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .compile import ScanCompileError
-from .kernel import ScanKernel, options_repr
+from .kernel import PlainArrays, ScanKernel, options_repr
 from .lines import LineKernels
 from .interop import Call, overlaps
 from .runtime.gpu import GPUUnavailableError
@@ -13,7 +13,7 @@ from .types import conversion, element_type
 
 __all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
 
-#: What Scan's output statement writes, per mode.
+#: What Scan's output statement writes, per mode (PlainArrays("x", "out", ...) says so).
 _OUTPUT = {"inclusive": "out[i] = item;", "exclusive": "out[i] = prev_item;"}
 
 
@@ -112,9 +112,14 @@ class Scan:
             raise TypeError(f"result_dtype {result} cannot hold every {self.input_dtype} value; "
                             f"choose a wider one (numpy's safe casting)")
         in_c = "scan_t" if result == self.input_dtype else source.c_name
+        input_expr = conversion(source, target, "x[i]")  # refuses struct pairs
+        # x[i] read (and converted) and out[i] written: the single pass may move whole words
+        plain = None if reverse or initial is not None else PlainArrays(
+            "x", "out", self.mode == "exclusive", input_expr, in_c,
+            0 if in_c == "scan_t" else self.input_dtype.itemsize)
         options = dict(
-            arguments=f"const {in_c} *x, scan_t *out",
-            input_expr=conversion(source, target, "x[i]"),  # refuses struct pairs
+            arguments=f"const {in_c} *x, scan_t *out", _plain_arrays=plain,
+            input_expr=input_expr,
             # the input type's headers and declarations (the module has the result type's)
             types=() if source == target else (source,),
             output_statement=_OUTPUT[mode], reverse=reverse, initial=initial,

@@ -319,6 +319,10 @@ class Tuning:
     #: by warp (coalesced loads, a transpose through the warp's shared memory into per-lane
     #: runs scanned in registers); False stages the section and runs the block scan.
     tile_warp_runs: bool = SCAN.value("tile_warp_runs")
+    #: Single-pass warp runs of a plain scan (Scan: x[i] in, out[i] out) moved in 16-byte
+    #: words, a lane's run at a time, with no transposes (ScanModule.vector_runs). Off until
+    #: measured against warp runs.
+    tile_vector_runs: bool = False
     #: The single pass runs persistent blocks from this many bytes of scanned values (acc_t)
     #: on (0: always; the table's None: never): as many blocks as fit on the device at once,
     #: each taking tile after tile by ticket and holding two, so that its next tile is
@@ -334,7 +338,7 @@ class Tuning:
         for name, (optional, low, high) in _INT_FIELDS.items():
             object.__setattr__(self, name, _checked_int(name, getattr(self, name), optional,
                                                         low, high))
-        for name in ("status_16_byte_words", "tile_warp_runs"):
+        for name in ("status_16_byte_words", "tile_warp_runs", "tile_vector_runs"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"Tuning.{name} must be True or False, not {value!r}")

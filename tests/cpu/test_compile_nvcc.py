@@ -431,6 +431,35 @@ def batch_tuned_single_pass():
                                     ("uint8", "add", "inclusive"), ("uint8", "add", "exclusive")]]
 
 
+def batch_vector_runs():
+    """Plain scans whose single pass moves a lane's run in 16-byte words
+    (Tuning.tile_vector_runs): 1- to 16-byte values, both modes, the persistent and the
+    ticketed kernel of both single-pass protocols, non-commutative operators, and runs of
+    one and of several words. None of them may spill (checked with the tuned single pass)."""
+    vector = Tuning(tile_vector_runs=True)
+    modes = itertools.cycle(MODES)
+    entries = []
+    for strategy, (dtype, op) in itertools.product(
+            ("auto", "decoupled_lookback", "chained"),
+            [("uint8", "add"), ("int8", "max"), ("int16", "add"), ("float16", "add"),
+             ("float32", "add"), ("int32", LAST_NONZERO), ("float64", "add"),
+             ("uint64", AFFINE), ("complex128", "add")]):
+        entries.append(scan(dtype, op, next(modes), strategy=strategy, tuning=vector))
+    entries.append(scan("uint8", "add", "exclusive", algorithm="warp_shuffle",
+                        section_size=2048, items_per_thread=16, tuning=vector))
+    # inputs converted to a wider result as they are loaded
+    for (source, result), strategy in zip([("uint8", "int32"), ("int16", "int64"),
+                                           ("float16", "float32"), ("uint8", "uint64")],
+                                          itertools.cycle(("auto", "decoupled_lookback"))):
+        entries.append(scan(source, "add", next(modes), strategy=strategy, tuning=vector,
+                            result_dtype=result))
+    entries.append(scan("uint8", "add", "exclusive", tuning=vector, result_dtype="int32",
+                        algorithm="warp_shuffle", section_size=128, items_per_thread=4))
+    assert all(e.scan_module.vector_runs for e in entries)
+    assert {e.scan_module.vector_input_word for e in entries} == {4, 8, 16}
+    return entries
+
+
 def batch_dynamic_shared():
     """Sections past the 48 KiB of static shared memory, held in dynamic shared memory:
     every algorithm with auto (one section, tiles, reduce and seeded scan) and hierarchical
@@ -487,6 +516,7 @@ BATCHES = {
     "wide_lookback": batch_wide_lookback,
     "persistent_tiles": batch_persistent_tiles,
     "tuned_single_pass": batch_tuned_single_pass,
+    "vector_runs": batch_vector_runs,
     "dynamic_shared": batch_dynamic_shared,
     "parts": batch_parts,
     # only where numpy has the dtype (ml_dtypes); tests/cpu/test_types_ops.py says more
@@ -638,9 +668,10 @@ def test_shared_memory_fits(compiled, name):
     assert not over, "\n".join(over[:30])
 
 
-def test_the_tuned_single_pass_does_not_spill(compiled):
+@pytest.mark.parametrize("name", ["tuned_single_pass", "vector_runs"])
+def test_the_single_pass_does_not_spill(compiled, name):
     spilled = []
-    for result in results(compiled, "tuned_single_pass"):
+    for result in results(compiled, name):
         assert result.returncode == 0, f"[{result.label}] did not compile"
         assert any(kernel.startswith("scan_tiles") for kernel in result.spills), \
             f"[{result.label}] no ptxas report of a tile kernel"

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from scangen import (ALGORITHMS, BUILTIN_OPERATORS, LAST_NONZERO, MODES, STRATEGIES, Operator,
-                     Scan, ScanKernel, Tuning, make_spec)
+                     Scan, ScanKernel, SegmentedScan, Tuning, make_spec)
 from scangen.args import c_parameters
+from scangen.kernel import PlainArrays
 from scangen.families import FAMILIES, IOS
 from scangen.render import ModuleSource, render
 from tests.support import (AFFINE, AFFINE_MAPS, COMPACTION, DTYPES, OPERATORS, PARTITION,
@@ -520,6 +521,77 @@ def test_tile_warp_runs_only_where_it_applies(strategy, algorithm, section, item
     assert "items_to_run(data" not in plain.kernel.source
     if not applies:  # the same text, but for the tuning in nothing at all
         assert runs.kernel.source == plain.kernel.source
+
+
+VECTOR = Tuning(tile_vector_runs=True)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float16", "float32", "float64",
+                                   "complex128"])
+@pytest.mark.parametrize("mode", MODES)
+def test_vector_runs_move_plain_scans_in_words(dtype, mode):
+    """Tuning.tile_vector_runs: a plain Scan's single pass (both kernels) loads, keeps and
+    writes each lane's run in 16-byte words, through x and out; off by default, where the
+    text is as before."""
+    for strategy in ("auto", "decoupled_lookback"):
+        scan = Scan(dtype, "add", mode=mode, strategy=strategy, tuning=VECTOR)
+        assert scan.kernel.scan_module.vector_runs == PlainArrays("x", "out",
+                                                                  mode == "exclusive")
+        source = scan.kernel.source
+        assert "load_vector_run(io.x, start, n, run);" in source
+        assert "emit_vector_run(io.out, data" in source
+        assert "items_to_run(" not in source and "store_runs(" not in source
+        default = Scan(dtype, "add", mode=mode, strategy=strategy)
+        assert default.kernel.scan_module.vector_runs is None
+        assert "vector_run" not in default.kernel.source
+
+
+@pytest.mark.parametrize("source, result", [("uint8", "int32"), ("int16", "int64"),
+                                            ("float16", "float32"), ("int32", "float64")])
+def test_vector_runs_convert_what_they_load(source, result):
+    """A result type wider than the input's: the run loads the input's elements in words
+    and converts each as the input expression says (numpy's cumsum of uint8 is one)."""
+    scan = Scan(source, "add", result_dtype=result, tuning=VECTOR)
+    plain = scan.kernel.scan_module.vector_runs
+    assert plain is not None and plain.input_c != "scan_t"
+    assert plain.input_itemsize == np.dtype(source).itemsize
+    source_text = scan.kernel.source
+    assert f"typedef {plain.input_c} vector_in_t;" in source_text
+    assert f"return ({plain.input_expr});" in source_text
+
+
+@pytest.mark.parametrize("what, make", [
+    ("tuning off", lambda: Scan("uint8", "add")),
+    ("reverse", lambda: Scan("uint8", "add", reverse=True, tuning=VECTOR)),
+    ("initial", lambda: Scan("uint8", "add", initial=3, tuning=VECTOR)),
+    ("an input run of 2 bytes", lambda: Scan("uint8", "add", result_dtype="float64",
+                                             algorithm="warp_shuffle", section_size=512,
+                                             items_per_thread=2, tuning=VECTOR)),
+    ("8-byte runs", lambda: Scan("uint8", "add", section_size=1024, items_per_thread=8,
+                                 tuning=VECTOR)),
+    ("staged block scan", lambda: Scan("float32", "add", algorithm="kogge_stone",
+                                       tuning=VECTOR)),
+    ("segmented", lambda: SegmentedScan("float32", tuning=VECTOR).kernel("flags")),
+    ("user hooks", lambda: ScanKernel("float32", "add", arguments="const float *x, float *out",
+                                      input_expr="x[i]", output_statement="out[i] = item;",
+                                      tuning=VECTOR)),
+])
+def test_vector_runs_only_where_the_hooks_are_plain_arrays(what, make):
+    scan = make()
+    kernel = getattr(scan, "kernel", scan)
+    assert kernel.scan_module.vector_runs is None, what
+    assert "vector_run" not in kernel.source
+
+
+def test_plain_arrays_must_be_the_hooks_they_describe():
+    with pytest.raises(ValueError, match="does not describe"):
+        ScanKernel("float32", "add", arguments="const float *x, float *out",
+                   input_expr="x[i] * 2", output_statement="out[i] = item;",
+                   _plain_arrays=PlainArrays("x", "out", False))
+    with pytest.raises(ValueError, match="does not describe"):
+        ScanKernel("float32", "add", arguments="const float *x, float *out",
+                   input_expr="x[i]", output_statement="out[i] = item;",
+                   _plain_arrays=PlainArrays("x", "out", True))
 
 
 @pytest.mark.parametrize("dtype,width", [("int8", 1), ("float32", 1), ("int32", 1),
