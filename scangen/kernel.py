@@ -452,7 +452,8 @@ class ScanModule:
         layout and writes it back with the tile's prefix: no transposes, no shared-memory
         instruction per element. None otherwise (warp runs, or the staged block scan)."""
         hooks, scan = self.hooks, self.scan
-        if not scan.tuning.tile_vector_runs or hooks.plain_arrays is None or \
+        if not scan.tuning.at(scan.acc_itemsize).tile_vector_runs or \
+                hooks.plain_arrays is None or \
                 not self.moves_warp_runs or scan.segmented or hooks.reverse or \
                 hooks.initial or hooks.columns or scan.dynamic_shared or \
                 scan.items_per_thread * scan.acc_itemsize % 16 or \

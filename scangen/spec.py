@@ -8,6 +8,7 @@ says what to change, never later inside the compiler or the GPU.
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field, replace
 
@@ -160,9 +161,12 @@ class ScanSpec:
 
     @property
     def section_slots(self) -> int:
-        """Shared-memory slots the section occupies, padding included."""
+        """Shared-memory slots the section occupies, padding included, rounded up to whole
+        16-byte words: what follows a section (a persistent kernel's second section, an
+        algorithm's scratch) starts on a word, which 16-byte accesses (vector runs) need."""
         pad = self.section_size // self.pad_every if self.pad_every else 0
-        return self.section_size + pad
+        per_word = 16 // math.gcd(self.acc_itemsize, 16)
+        return -(-(self.section_size + pad) // per_word) * per_word
 
     @property
     def shared_bytes(self) -> int:

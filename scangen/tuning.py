@@ -83,12 +83,20 @@ class Table:
 
     def with_data(self, data: Mapping) -> "Table":
         """A table of this one's fields with the values of ``data`` (``as_data``'s form, as
-        a tuner would write it): every field in the fallback, per-size entries by size."""
+        a tuner would write it): per-size entries by size, and a fallback naming no field
+        this table lacks. A field its fallback lacks (one added to scangen after the tuner
+        ran) keeps this table's values, fallback and per size."""
         fallback = dict(data["fallback"])
-        if set(fallback) != set(self.fallback):
-            raise ValueError(f"the fallback must name exactly {sorted(self.fallback)}, not "
-                             f"{sorted(fallback)}")
-        by_size = {int(size): entry for size, entry in data.get("by_size", {}).items()}
+        unknown = set(fallback) - set(self.fallback)
+        if unknown:
+            raise ValueError(f"the fallback names {sorted(unknown)}, which are not fields "
+                             f"of {sorted(self.fallback)}")
+        by_size = {int(size): dict(entry) for size, entry in data.get("by_size", {}).items()}
+        for name in set(self.fallback) - set(fallback):
+            fallback[name] = self.fallback[name]
+            for size, entry in self.by_size.items():
+                if name in entry:
+                    by_size.setdefault(size, {})[name] = entry[name]
         return Table(fallback, by_size, self.per_size)
 
 
@@ -98,7 +106,8 @@ class Table:
 #: size) and as the spec's (block_size, items_per_thread: the warp_shuffle tile when the
 #: user names no section). The measured sizes share every value but the tile shape: the
 #: persistent single pass at every size, never reduce_then_scan, a register bound for 1024
-#: threads a multiprocessor. lookback_tiles_per_lane is 1 for every size.
+#: threads a multiprocessor. lookback_tiles_per_lane is 1 for every size. 1-byte values
+#: move in 16-byte words (tile_vector_runs; measured slower for wider values).
 _MEASURED = dict(auto_reduce_then_scan_min_bytes=1 << 40, tile_min_threads_per_sm=1024,
                  tile_persistent_min_bytes=0)
 SCAN = Table(
@@ -114,16 +123,17 @@ SCAN = Table(
         lookback_first_wait_ns=1100,
         status_16_byte_words=True,
         tile_warp_runs=True,
+        tile_vector_runs=False,
     ),
     by_size={
-        1: dict(block_size=128, items_per_thread=32, **_MEASURED),
+        1: dict(block_size=128, items_per_thread=32, tile_vector_runs=True, **_MEASURED),
         2: dict(block_size=256, items_per_thread=32, **_MEASURED),
         4: dict(block_size=128, items_per_thread=32, **_MEASURED),
         8: dict(block_size=256, items_per_thread=8, **_MEASURED),
     },
     per_size=("block_size", "items_per_thread", "auto_reduce_then_scan_min_bytes",
               "lookback_tiles_per_lane", "tile_min_threads_per_sm",
-              "tile_persistent_min_bytes"),
+              "tile_persistent_min_bytes", "tile_vector_runs"),
 )
 
 #: Tables `python -m scangen tune` measured, shipped with scangen: one file per device.
@@ -199,8 +209,9 @@ def _choose_scan_table() -> tuple[Table, str]:
         return SCAN, "scangen's defaults (SCANGEN_TUNING=default)"
     if setting:
         return load_table(setting), setting
-    # Asking the driver initialises it (cuInit), which a process that forks later must not
-    # have done: ask only where some table could apply.
+    # Naming the device may initialise the driver (cuInit; where the driver's listing of
+    # GPUs cannot answer), which a process that forks later must not have done: ask only
+    # where some table could apply.
     folders = (user_tables(), SHIPPED_TABLES)
     if any(folder.is_dir() and any(folder.glob("*.json")) for folder in folders):
         device = visible_device_name()
@@ -320,9 +331,9 @@ class Tuning:
     #: runs scanned in registers); False stages the section and runs the block scan.
     tile_warp_runs: bool = SCAN.value("tile_warp_runs")
     #: Single-pass warp runs of a plain scan (Scan: x[i] in, out[i] out) moved in 16-byte
-    #: words, a lane's run at a time, with no transposes (ScanModule.vector_runs). Off until
-    #: measured against warp runs.
-    tile_vector_runs: bool = False
+    #: words, a lane's run at a time, with no transposes (ScanModule.vector_runs). By
+    #: default for 1-byte values only: wider ones were measured slower than warp runs.
+    tile_vector_runs: bool | None = None
     #: The single pass runs persistent blocks from this many bytes of scanned values (acc_t)
     #: on (0: always; the table's None: never): as many blocks as fit on the device at once,
     #: each taking tile after tile by ticket and holding two, so that its next tile is
@@ -340,8 +351,9 @@ class Tuning:
                                                         low, high))
         for name in ("status_16_byte_words", "tile_warp_runs", "tile_vector_runs"):
             value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise TypeError(f"Tuning.{name} must be True or False, not {value!r}")
+            if not isinstance(value, bool) and not (value is None and name in _SIZED_FIELDS):
+                optional = "None, " if name in _SIZED_FIELDS else ""
+                raise TypeError(f"Tuning.{name} must be {optional}True or False, not {value!r}")
 
     def at(self, itemsize: int) -> "SizedTuning":
         """The per-size fields for values of ``itemsize`` bytes: each the one named here,
@@ -385,6 +397,7 @@ class SizedTuning:
     tile_min_threads_per_sm: int
     #: None: never persistent.
     tile_persistent_min_bytes: int | None
+    tile_vector_runs: bool
 
     def tile_min_blocks_per_sm(self, block_size: int) -> int:
         """Blocks of ``block_size`` threads for tile_min_threads_per_sm (CUDA allows 1 to

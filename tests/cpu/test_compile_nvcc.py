@@ -447,6 +447,10 @@ def batch_vector_runs():
         entries.append(scan(dtype, op, next(modes), strategy=strategy, tuning=vector))
     entries.append(scan("uint8", "add", "exclusive", algorithm="warp_shuffle",
                         section_size=2048, items_per_thread=16, tuning=vector))
+    # runs of one word whose padded sections are not whole words before rounding
+    for dtype, items in (("uint8", 16), ("int16", 8)):
+        entries.append(scan(dtype, "add", "inclusive", algorithm="warp_shuffle",
+                            section_size=32 * items, items_per_thread=items, tuning=vector))
     # inputs converted to a wider result as they are loaded
     for (source, result), strategy in zip([("uint8", "int32"), ("int16", "int64"),
                                            ("float16", "float32"), ("uint8", "uint64")],

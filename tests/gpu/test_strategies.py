@@ -161,7 +161,7 @@ WARP_RUN_CASES = [(dtype, op_name, section, items)
 def test_tile_warp_runs(gpu, rng, strategy, dtype, op_name, section, items):
     """Tuning.tile_warp_runs (single-pass tiles moved warp by warp, runs scanned in
     registers): both modes, sizes around tile and warp boundaries, in place, reverse."""
-    runs = scangen.Tuning(tile_warp_runs=True)
+    runs = scangen.Tuning(tile_warp_runs=True, tile_vector_runs=False)  # vector runs: their own file
     for mode in MODES:
         scan = scangen.Scan(dtype, operator(op_name), mode=mode, strategy=strategy,
                             algorithm="warp_shuffle", section_size=section,
