@@ -389,6 +389,10 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
                         help="items a thread (default %(default)s)")
     parser.add_argument("--bounds", nargs="+", type=int, default=list(tune.BOUNDS),
                         help="tile_min_threads_per_sm register bounds (default %(default)s)")
+    parser.add_argument("--no-vector-runs", dest="vector_runs", action="store_const",
+                        const=[False], default=list(tune.VECTOR_RUNS),
+                        help="time runs moved warp by warp only (by default also in 16-byte "
+                             "words, tile_vector_runs, where a run fills them)")
     parser.add_argument("--trials", type=int, default=5, help="timed trials (median kept)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed calls first")
     parser.add_argument("--out", default=None, metavar="PATH",
@@ -398,7 +402,8 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
 
 @subcommand("tune", "measure the scan's tiles on this GPU and save its table (needs PyCUDA)",
             configure=_tune_arguments,
-            description="Time the single pass with every tile and register bound of a grid "
+            description="Time the single pass with every tile, register bound and way of "
+            "moving runs (warp by warp, or in 16-byte words) of a grid "
             "for 1-, 2-, 4- and 8-byte values on this GPU, and save the fastest as this "
             "GPU's tuning table, which new processes on it then use (SCANGEN_TUNING=default "
             "ignores it). A candidate replaces the table in effect only where it is at least "

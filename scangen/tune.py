@@ -4,8 +4,9 @@ uses (scangen.tuning.active_scan_table).
 
 For each element size (1, 2, 4 and 8 bytes: uint8, int16, float32 and float64 add) it times
 the scan ``auto`` runs at ``--n`` elements (the single pass, by default 2^26 elements) with
-each candidate: a warp_shuffle tile of THREADS x ITEMS and the register bound
-``tile_min_threads_per_sm``. The table in effect comes first for every size, and the
+each candidate: a warp_shuffle tile of THREADS x ITEMS, the register bound
+``tile_min_threads_per_sm``, and whether a lane's run moves in 16-byte words
+(``tile_vector_runs``, where the run fills whole words) or warp by warp. The table in effect comes first for every size, and the
 candidates are taken in turns across the sizes, so a time budget that runs out leaves each
 size measured alike. The GPU is first kept busy for WARM_UP_S (the table's values then come
 first on a GPU at its clocks), and the fastest candidate of a size is then timed again
@@ -50,29 +51,36 @@ COPY = "copy"
 #: The dtype timed for each element size (add: the scan users run most).
 DTYPES = {1: "uint8", 2: "int16", 4: "float32", 8: "float64"}
 
-#: The grid: warp_shuffle threads and items per thread, and tile_min_threads_per_sm.
+#: The grid: warp_shuffle threads and items per thread, tile_min_threads_per_sm, and
+#: tile_vector_runs (short runs of wide values fill a word or two, which vector runs may
+#: move better than long ones: items of 4).
 BLOCKS = (128, 256, 512)
-ITEMS = (8, 16, 24, 32)
+ITEMS = (4, 8, 16, 32)
 BOUNDS = (1024, 1536, 2048)
+VECTOR_RUNS = (False, True)
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One tile and register bound of the single pass."""
+    """One tile, register bound and way of moving runs of the single pass."""
 
     block_size: int
     items_per_thread: int
     tile_min_threads_per_sm: int
+    vector_runs: bool = False
 
     def __str__(self):
-        return f"{self.block_size}x{self.items_per_thread}, {self.tile_min_threads_per_sm}/SM"
+        words = ", words" if self.vector_runs else ""
+        return (f"{self.block_size}x{self.items_per_thread}, "
+                f"{self.tile_min_threads_per_sm}/SM{words}")
 
     def scan(self, dtype) -> Scan:
         """The scan of ``dtype`` with this candidate's tile and bound (add, auto)."""
         return Scan(dtype, "add", algorithm="warp_shuffle",
                     section_size=self.block_size * self.items_per_thread,
                     items_per_thread=self.items_per_thread,
-                    tuning=Tuning(tile_min_threads_per_sm=self.tile_min_threads_per_sm))
+                    tuning=Tuning(tile_min_threads_per_sm=self.tile_min_threads_per_sm,
+                                  tile_vector_runs=self.vector_runs))
 
 
 @dataclass(frozen=True)
@@ -86,23 +94,27 @@ def in_effect(table: Table, itemsize: int) -> Candidate:
     """The candidate ``table`` gives values of ``itemsize`` bytes."""
     tile = table.tile(itemsize)
     return Candidate(tile.block_size, tile.items_per_thread,
-                     table.value("tile_min_threads_per_sm", itemsize))
+                     table.value("tile_min_threads_per_sm", itemsize),
+                     table.value("tile_vector_runs", itemsize))
 
 
 def candidates(itemsize: int, table: Table, blocks=BLOCKS, items=ITEMS,
-               bounds=BOUNDS) -> list[Candidate]:
-    """The table's values first, then every tile and bound of the grid that makes a valid
-    scan of ``itemsize``-byte values (its sections fit the shared memory)."""
+               bounds=BOUNDS, vector_runs=VECTOR_RUNS) -> list[Candidate]:
+    """The table's values first, then every tile, bound and way of moving runs of the
+    grid that makes a valid scan of ``itemsize``-byte values (its sections fit the shared
+    memory; vector runs only where the scan then moves words: ScanModule.vector_runs)."""
     first = in_effect(table, itemsize)
     found = [first]
-    for block, item, bound in itertools.product(blocks, items, bounds):
-        candidate = Candidate(block, item, bound)
+    for block, item, bound, vector in itertools.product(blocks, items, bounds, vector_runs):
+        candidate = Candidate(block, item, bound, vector)
         if candidate == first:
             continue
         try:
-            candidate.scan(DTYPES[itemsize])
+            scan = candidate.scan(DTYPES[itemsize])
         except ValueError:  # sections past the shared memory, or a tile warp_shuffle refuses
             continue
+        if vector and scan.kernel.scan_module.vector_runs is None:
+            continue  # the same kernel as its warp-by-warp twin
         found.append(candidate)
     return found
 
@@ -161,7 +173,8 @@ def tuned_table(table: Table, chosen: dict) -> Table:
     for size, candidate in chosen.items():
         data["by_size"].setdefault(str(size), {}).update(
             block_size=candidate.block_size, items_per_thread=candidate.items_per_thread,
-            tile_min_threads_per_sm=candidate.tile_min_threads_per_sm)
+            tile_min_threads_per_sm=candidate.tile_min_threads_per_sm,
+            tile_vector_runs=candidate.vector_runs)
     return table.with_data(data)
 
 
@@ -194,12 +207,12 @@ def gpu_measure(n: int, trials: int, warmup: int):
 
 def report_lines(rows) -> list[str]:
     """The report: per size, the table's values and time, the fastest and the choice."""
-    lines = [f"{'dtype':8} {'copy us':>8} {'in effect':18} {'us':>8} {'of copy':>7} "
-             f"{'chosen':18} {'us':>8} {'of copy':>7} {'gain':>6}"]
+    lines = [f"{'dtype':8} {'copy us':>8} {'in effect':24} {'us':>8} {'of copy':>7} "
+             f"{'chosen':24} {'us':>8} {'of copy':>7} {'gain':>6}"]
     for row in rows:
-        lines.append(f"{row['dtype']:8} {row['copy_us']:8.1f} {row['in_effect']:18} "
+        lines.append(f"{row['dtype']:8} {row['copy_us']:8.1f} {row['in_effect']:24} "
                      f"{row['in_effect_us']:8.1f} {row['copy_us'] / row['in_effect_us']:7.0%} "
-                     f"{row['chosen']:18} {row['chosen_us']:8.1f} "
+                     f"{row['chosen']:24} {row['chosen_us']:8.1f} "
                      f"{row['copy_us'] / row['chosen_us']:7.0%} {row['gain']:6.1%}")
     return lines
 
@@ -209,7 +222,8 @@ def main(args) -> int:
     context = current_context()  # raises GPUUnavailableError, which the CLI reports
     device = context.get_device().name()
     table, source = tuning.active_scan_table()
-    grid = {size: candidates(size, table, args.blocks, args.items, args.bounds)
+    grid = {size: candidates(size, table, args.blocks, args.items, args.bounds,
+                             args.vector_runs)
             for size in args.sizes}
     total = sum(len(c) for c in grid.values())
     print(f"tuning on {device}: {total} candidates at n={args.n}, budget {args.budget:.0f} s; "

@@ -21,6 +21,22 @@ def test_candidates_start_with_the_table_and_are_valid_scans():
                 (candidate.block_size, candidate.items_per_thread)
             assert spec.tuning.at(size).tile_min_threads_per_sm == \
                 candidate.tile_min_threads_per_sm
+            moves_words = candidate.scan(tune.DTYPES[size]).kernel.scan_module.vector_runs
+            assert (moves_words is not None) == candidate.vector_runs
+
+
+def test_vector_runs_are_candidates_where_a_run_fills_whole_words():
+    """A run of items x itemsize bytes that is not whole 16-byte words moves warp by warp
+    whatever tile_vector_runs says (so do sections in dynamic shared memory): no candidate
+    of its own. The table's 1-byte values move in words."""
+    assert tune.in_effect(tuning.SCAN, 1).vector_runs
+    assert not tune.in_effect(tuning.SCAN, 4).vector_runs
+    for size, words in [(1, {16, 32}), (2, {8, 16, 32}), (4, {4, 8, 16, 32})]:
+        found = tune.candidates(size, tuning.SCAN, blocks=(128,), bounds=(1024,))
+        assert {c.items_per_thread for c in found if c.vector_runs} == words
+        assert {c.items_per_thread for c in found if not c.vector_runs} == set(tune.ITEMS)
+    only_warps = tune.candidates(4, tuning.SCAN, vector_runs=(False,))
+    assert not any(c.vector_runs for c in only_warps)
 
 
 def test_tiles_past_the_shared_memory_are_left_out():
@@ -106,11 +122,13 @@ def test_the_warm_up_measures_the_tables_values_for_its_time():
 
 
 def test_the_tuned_table_changes_only_the_tuned_fields_of_the_tuned_sizes(tmp_path):
-    chosen = {4: Candidate(512, 8, 1536), 1: Candidate(256, 16, 2048)}
+    chosen = {4: Candidate(512, 8, 1536, vector_runs=True), 1: Candidate(256, 16, 2048)}
     table = tune.tuned_table(tuning.SCAN, chosen)
     assert tune.in_effect(table, 4) == chosen[4] and tune.in_effect(table, 1) == chosen[1]
     for size in (2, 8, 16):
         assert tune.in_effect(table, size) == tune.in_effect(tuning.SCAN, size)
+    assert table.value("tile_vector_runs", 4) is True
+    assert table.value("tile_vector_runs", 1) is False
     for name in ("tile_persistent_min_bytes", "auto_reduce_then_scan_min_bytes"):
         assert table.value(name, 4) == tuning.SCAN.value(name, 4)
     path = tmp_path / "t.json"
