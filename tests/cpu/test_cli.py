@@ -246,6 +246,7 @@ def test_python_dash_m_scangen():
                                            ("tune_single_pass.py", "--shapes"),
                                            ("per_call_overhead.py", "--calls"),
                                            ("vector_runs.py", "--exclusive-at"),
+                                           ("first_call.py", "--runs"),
                                            ("primitives.py", "--cub"),
                                            ("dask_scan.py", "--task-stream"),
                                            ("out_of_core.py", "--budget-gib")])
