@@ -16,7 +16,7 @@ import textwrap
 
 import numpy as np
 
-from . import __version__, bench, ops, primitive_bench, tune
+from . import __version__, bench, info, ops, primitive_bench, tune
 from .check import check_operator
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
 from .primitives.registry import COMMAND_LINE, OPTIONS, PLAN_OPTIONS, owners
@@ -398,6 +398,16 @@ def _tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, metavar="PATH",
                         help="where to write the table (default: this GPU's file in the "
                              "user's cache, which scangen then uses)")
+
+
+@subcommand("info", "print what scangen sees: versions, nvcc, the GPU, the tuning table, the "
+            "cache (no GPU needed)",
+            description="Print scangen's version and place, Python's and numpy's, the optional "
+            "packages installed, nvcc, CUDA_VISIBLE_DEVICES, device 0's name and how it was "
+            "found, the tuning table a process uses and scangen's cache folder: what a bug "
+            "report needs.")
+def cmd_info(args) -> int:
+    return info.main()
 
 
 @subcommand("tune", "measure the scan's tiles on this GPU and save its table (needs PyCUDA)",

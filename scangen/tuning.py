@@ -189,9 +189,10 @@ def active_scan_table() -> tuple[Table, str]:
     gives scangen's own (SCAN); SCANGEN_TUNING=PATH that file; otherwise the table measured
     for the GPU this process sees (device 0 of CUDA_VISIBLE_DEVICES), the user's own
     (user_table_path) before the one shipped with scangen, else SCAN. Where any table
-    exists, finding the GPU's name initialises the CUDA driver in this process (as its first
-    launch would): a program that forks should build its scans after forking, or use the
-    spawn start method, as CUDA asks anyway."""
+    exists, the GPU's name is read from the Linux driver's listing where every GPU is one
+    model; otherwise finding it initialises the CUDA driver in this process (as its first
+    launch would), and a program that forks should build its scans after forking, or use
+    the spawn start method, as CUDA asks anyway (scangen.devices)."""
     global _active
     if _active is None:
         _active = _choose_scan_table()

@@ -322,3 +322,35 @@ def test_source_of_digit_offsets_by_width(capsys, bits, wide):
     assert code == 0, err
     assert ("radix_places_from_order(" in out) == wide
     assert f"digits of {min(bits or 8, 8)} bits" in out
+
+
+def test_info_says_what_scangen_sees(capsys, monkeypatch, tmp_path):
+    """``info`` without a GPU: versions, nvcc, the GPU and how its name was found, the
+    tuning table in effect and the cache's contents, one row each."""
+    from scangen import devices, info
+
+    monkeypatch.setenv("SCANGEN_CACHE_DIR", str(tmp_path))
+    (tmp_path / "cubin").mkdir()
+    (tmp_path / "cubin" / "a.cubin").write_bytes(bytes(3 << 19))
+    (tmp_path / "cubin" / "b.cubin").write_bytes(bytes(1 << 19))
+    monkeypatch.setattr(devices, "listed_model", lambda ordinal=0: "NVIDIA H200")
+    code, out, err = run(capsys, "info")
+    assert code == 0, err
+    rows = {line[:21].strip(): line[22:] for line in out.splitlines()}
+    assert rows["scangen"].startswith(scangen.__version__)
+    assert rows["numpy"] == np.__version__
+    assert rows["GPU 0"] == "NVIDIA H200 (from the driver's listing of GPUs; CUDA not " \
+        "initialised)"
+    assert rows["cache"] == f"{tmp_path} (compiled modules: 2, 2.0 MiB; tuning tables of " \
+        "your own: 0)"
+    assert rows["tuning table"] == scangen.tuning.active_scan_table()[1]
+    for module in info.OPTIONAL:
+        assert rows[module] == (info.package_version(module) or "not installed")
+
+    monkeypatch.setattr(devices, "listed_model", lambda ordinal=0: None)
+    monkeypatch.setattr(devices, "_name_from_driver", lambda ordinal: None)
+    monkeypatch.setattr(info.shutil, "which", lambda name: None)
+    assert dict(info.report())["GPU 0"].startswith("none seen")
+    assert dict(info.report())["nvcc"].startswith("not on PATH")
+    monkeypatch.setattr(devices, "_name_from_driver", lambda ordinal: "NVIDIA A100")
+    assert dict(info.report())["GPU 0"] == "NVIDIA A100 (from the CUDA driver)"
