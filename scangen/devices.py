@@ -40,12 +40,13 @@ def listed_model(ordinal: int = 0, gpus: Path | None = None) -> str | None:
     instance is named otherwise). None where it cannot tell."""
     folder = PROC_GPUS if gpus is None else gpus
     try:
-        models = {_model_in(path / "information") for path in folder.iterdir()}
-        count = len(list(folder.iterdir()))
+        listed = list(folder.iterdir())
+        models = {_model_in(path / "information") for path in listed}
     except OSError:
         return None
     if len(models) != 1 or None in models:
         return None
+    count = len(listed)
     setting = os.environ.get("CUDA_VISIBLE_DEVICES")
     if setting is not None:
         entries = [entry.strip() for entry in setting.split(",")]

@@ -6,16 +6,16 @@ For each element size (1, 2, 4 and 8 bytes: uint8, int16, float32 and float64 ad
 the scan ``auto`` runs at ``--n`` elements (the single pass, by default 2^26 elements) with
 each candidate: a warp_shuffle tile of THREADS x ITEMS, the register bound
 ``tile_min_threads_per_sm``, and whether a lane's run moves in 16-byte words
-(``tile_vector_runs``, where the run fills whole words) or warp by warp. The table in effect comes first for every size, and the
-candidates are taken in turns across the sizes, so a time budget that runs out leaves each
-size measured alike. The GPU is first kept busy for WARM_UP_S (the table's values then come
-first on a GPU at its clocks), and the fastest candidate of a size is then timed again
-against the table's values side by side, CONFIRM_ROUNDS times each, alternating: it
-replaces them only where those medians show it at least MIN_GAIN faster (so the saved table
-is never slower than the one it replaces, within the noise of one run). The report lists
-both times for every size, and each as a share of a device-to-device copy of the same bytes
-timed in the same run. Timing: CUDA events around batches of calls, the median of
-``--trials`` (scangen.bench.Timer).
+(``tile_vector_runs``, where the run fills whole words) or warp by warp. The table in
+effect comes first for every size, and the candidates are taken in turns across the sizes,
+so a time budget that runs out leaves each size measured alike. The GPU is first kept busy
+for WARM_UP_S (the table's values then come first on a GPU at its clocks), and the fastest
+candidate of a size is then timed again against the table's values side by side,
+CONFIRM_ROUNDS times each, alternating: it replaces them only where those medians show it
+at least MIN_GAIN faster (so the saved table is never slower than the one it replaces,
+within the noise of one run). The report lists both times for every size, and each as a
+share of a device-to-device copy of the same bytes timed in the same run. Timing: CUDA
+events around batches of calls, the median of ``--trials`` (scangen.bench.Timer).
 
 The sweep itself (:func:`sweep`, :func:`choose`, :func:`tuned_table`) is pure Python over a
 ``measure(itemsize, candidate) -> seconds`` function (``candidate`` COPY: the copy), so it
