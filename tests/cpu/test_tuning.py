@@ -213,6 +213,18 @@ def test_tuning_switches_are_booleans(name):
         Tuning(**{name: 1})
 
 
+def test_per_size_switches_are_none_or_booleans():
+    """tile_vector_runs varies by size: None reads the table; anything but a bool is refused,
+    and the other switches still refuse None."""
+    assert Tuning(tile_vector_runs=None) == Tuning()
+    for bad in (1, "yes", np.bool_(True)):
+        with pytest.raises(TypeError,
+                           match="Tuning.tile_vector_runs must be None, True or False, not "):
+            Tuning(tile_vector_runs=bad)
+    with pytest.raises(TypeError, match="Tuning.tile_warp_runs must be True or False, not None"):
+        Tuning(tile_warp_runs=None)
+
+
 def test_numpy_ints_are_ints():
     named = Tuning(lookback_tiles_per_lane=np.int64(2), backoff_max_ns=np.uint32(512))
     assert named == Tuning(lookback_tiles_per_lane=2, backoff_max_ns=512)
