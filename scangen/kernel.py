@@ -466,6 +466,17 @@ class ScanModule:
         return self.scan.items_per_thread * itemsize
 
     @property
+    def packed_combine(self) -> str | None:
+        """The operator's combine of packed values (Operator.packed) where vector runs move
+        1- or 2-byte integers read and written as the scan's own type: a lane's run then
+        stays in 32-bit words and is scanned four or two values an instruction, with no
+        value unpacked (templates/tile/vector_runs.cuh.j2). None otherwise."""
+        plain = self.vector_runs
+        if plain is None or plain.input_c != "scan_t":
+            return None
+        return self.scan.operator.packed_expression(self.scan.etype)
+
+    @property
     def vector_input_word(self) -> int:
         """The bytes of each load of a lane's input run under vector runs: 16, or 8 or 4
         where the run is smaller (a narrow input converted to a wide result)."""

@@ -73,6 +73,13 @@ class Operator:
         reference scan (and so the tests) use it. ``None`` for operators with no twin.
     integer_only:
         True for bitwise operators, which C rejects on floating-point operands.
+    packed:
+        Optional: the same combine of 1- and 2-byte integers packed in a 32-bit word, value
+        by value: a C expression in ``unsigned`` words ``a`` and ``b`` (e.g. a SIMD
+        intrinsic such as ``__vadd4(a, b)``), or a callable ``ElementType -> str | None``
+        that spells it per type (None for a type it has none for). The single pass then scans such values four or two at
+        a time (ScanModule.packed_combine). The built-ins have one; an operator that gives
+        one promises that it agrees with ``expression`` on every element.
 
     Examples
     --------
@@ -97,6 +104,7 @@ class Operator:
     scalar_only: bool = False
     #: min, max and comparisons with 0 need real values.
     real_only: bool = False
+    packed: Union[str, Callable[[ElementType], Union[str, None]], None] = None
 
     def __post_init__(self):
         if isinstance(self.identity, str):
@@ -113,12 +121,20 @@ class Operator:
                                  "and b")
             check_code(self.expression, f"operator {self.name!r} expression", expression=True)
         check_code(self.preamble, f"operator {self.name!r} preamble", expression=False)
+        if isinstance(self.packed, str):
+            check_code(self.packed, f"operator {self.name!r} packed form", expression=True)
         if not self.name.isidentifier():
             raise ValueError(f"operator name {self.name!r} must be a C identifier")
 
     def c_expression(self, etype: ElementType) -> str:
         expr = self.expression
         return expr(etype) if callable(expr) else expr
+
+    def packed_expression(self, etype: ElementType) -> str | None:
+        """The combine of ``etype`` values packed in 32-bit words (``packed``), or None."""
+        if self.packed is None or not etype.is_integer or etype.itemsize not in (1, 2):
+            return None
+        return self.packed(etype) if callable(self.packed) else self.packed
 
     def identity_for(self, etype: ElementType):
         """The identity for values of ``etype``: a word or a callable resolved for it."""
@@ -202,18 +218,38 @@ class _Bitwise:
         return f"({etype.c_name})(a {self.symbol} b)"
 
 
-ADD = Operator(_Wrapping("+"), 0, name="add", reference=np.add, scalar_only=True)
+@dataclass(frozen=True)
+class _Simd:
+    """A built-in's packed form (Operator.packed): CUDA's SIMD intrinsic ``__v<name><s|u><4|2>``
+    for 1- and 2-byte integers (a ``sign`` letter for min and max only: adds wrap alike), or
+    ``symbol`` for a bitwise operator, which acts on each bit of the word whatever its
+    elements."""
+
+    name: str = ""
+    signed_forms: bool = False
+    symbol: str = ""
+
+    def __call__(self, etype: ElementType) -> str:
+        if self.symbol:
+            return f"a {self.symbol} b"
+        sign = ("s" if etype.dtype.kind == "i" else "u") if self.signed_forms else ""
+        return f"__v{self.name}{sign}{4 // etype.itemsize}(a, b)"
+
+
+ADD = Operator(_Wrapping("+"), 0, name="add", reference=np.add, scalar_only=True,
+               packed=_Simd("add"))
 MUL = Operator(_Wrapping("*"), 1, name="mul", reference=np.multiply, scalar_only=True)
 MIN = Operator("b < a ? b : a", "highest", name="min", reference=np.minimum,
-               scalar_only=True, real_only=True)
+               scalar_only=True, real_only=True, packed=_Simd("min", signed_forms=True))
 MAX = Operator("a < b ? b : a", "lowest", name="max", reference=np.maximum,
-               scalar_only=True, real_only=True)
+               scalar_only=True, real_only=True, packed=_Simd("max", signed_forms=True))
 BIT_AND = Operator(_Bitwise("&"), ElementType.all_ones, name="bit_and",
-                   reference=np.bitwise_and, integer_only=True, scalar_only=True)
+                   reference=np.bitwise_and, integer_only=True, scalar_only=True,
+                   packed=_Simd(symbol="&"))
 BIT_OR = Operator(_Bitwise("|"), 0, name="bit_or", reference=np.bitwise_or, integer_only=True,
-                  scalar_only=True)
+                  scalar_only=True, packed=_Simd(symbol="|"))
 BIT_XOR = Operator(_Bitwise("^"), 0, name="bit_xor", reference=np.bitwise_xor,
-                   integer_only=True, scalar_only=True)
+                   integer_only=True, scalar_only=True, packed=_Simd(symbol="^"))
 
 BUILTIN_OPERATORS: dict[str, Operator] = {
     op.name: op for op in (ADD, MUL, MIN, MAX, BIT_AND, BIT_OR, BIT_XOR)

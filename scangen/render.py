@@ -151,6 +151,7 @@ def template_context(scan_module, kernels=None) -> dict:
         warp_runs=scan_module.moves_warp_runs,
         vector_runs=scan_module.vector_runs,
         vector_input_word=scan_module.vector_input_word if scan_module.vector_runs else None,
+        packed_combine=scan_module.packed_combine,
         counted_mask=scan_module.counted_mask,
         run_heads=scan_module.run_heads,
         counted_sections_per_block=scan_module.counted_sections_per_block,

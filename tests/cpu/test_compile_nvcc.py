@@ -459,8 +459,15 @@ def batch_vector_runs():
                             result_dtype=result))
     entries.append(scan("uint8", "add", "exclusive", tuning=vector, result_dtype="int32",
                         algorithm="warp_shuffle", section_size=128, items_per_thread=4))
+    # 1- and 2-byte integers scanned packed in 32-bit words (ScanModule.packed_combine)
+    for (dtype, op), mode in zip([("uint16", "min"), ("int16", "max"), ("int8", "bit_xor"),
+                                  ("uint8", "bit_and")], modes):
+        items = 16 // np.dtype(dtype).itemsize
+        entries.append(scan(dtype, op, mode, algorithm="warp_shuffle", section_size=32 * items,
+                            items_per_thread=items, tuning=vector))
     assert all(e.scan_module.vector_runs for e in entries)
     assert {e.scan_module.vector_input_word for e in entries} == {4, 8, 16}
+    assert {e.scan_module.packed_combine is None for e in entries} == {True, False}
     return entries
 
 

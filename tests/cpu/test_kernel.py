@@ -576,3 +576,30 @@ def test_calls_from_threads_launch_one_at_a_time(monkeypatch):
     assert sorted(order) == list(range(1, 9))
     runtime.launch((), 0, None)  # nothing to launch: not even the lock
     assert len(order) == 8
+
+
+def test_vector_runs_scan_packed_words_where_the_operator_has_a_packed_form():
+    """ScanModule.packed_combine: 1- and 2-byte integers read and written as the scan's own
+    type under a built-in with a SIMD form; nothing for a multiply, wider or floating values,
+    an input converted as it loads, a user's operator, or warp runs."""
+    vector = scangen.Tuning(tile_vector_runs=True)
+
+    def packed(dtype, op, tuning=vector, **options):
+        return scangen.Scan(dtype, op, tuning=tuning, **options).kernel.scan_module.packed_combine
+
+    assert packed("uint8", "add") == "__vadd4(a, b)"
+    assert packed("int8", "add") == "__vadd4(a, b)"  # adds wrap alike, signed or not
+    assert packed("int16", "max") == "__vmaxs2(a, b)"
+    assert packed("uint16", "min") == "__vminu2(a, b)"
+    assert packed("int8", "bit_xor") == "a ^ b"
+    assert packed("uint8", "mul") is None
+    assert packed("int32", "add") is None
+    assert packed("float16", "add") is None
+    assert packed("uint8", "add", result_dtype="int32") is None
+    assert packed("uint8", scangen.Operator("(unsigned char)(a + b)", 0)) is None
+    mine = scangen.Operator("(unsigned char)(a + b)", 0, packed="__vadd4(a, b)")
+    assert packed("uint8", mine) == "__vadd4(a, b)"
+    assert packed("int32", mine) is None
+    assert packed("uint8", "add", tuning=scangen.Tuning(tile_vector_runs=False)) is None
+    source = scangen.Scan("int16", "max", mode="exclusive", tuning=vector).source
+    assert "__vmaxs2(a, b)" in source and "__funnelshift_l" in source

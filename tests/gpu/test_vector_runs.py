@@ -104,3 +104,57 @@ def test_inputs_converted_as_they_load(gpu, rng, source, result, mode):
             assert (got[n:] == 9).all()  # nothing past n
             assert_scan_equal(got[:n], expected(x.astype(result), operator("add"), mode),
                               np.dtype(result), n, op="add")
+
+
+#: 1- and 2-byte integers under every operator with a packed form (Operator.packed).
+PACKED = list(itertools.product(("uint8", "int8", "uint16", "int16"),
+                                ("add", "min", "max", "bit_and", "bit_or", "bit_xor")))
+
+
+def packed_scans(case, kernel):
+    """Both modes on the smallest tile (one 16-byte word a lane) and the default one."""
+    dtype, op_name = case
+    tuning = scangen.Tuning(tile_vector_runs=True, tile_persistent_min_bytes=KERNELS[kernel])
+    items = 16 // np.dtype(dtype).itemsize
+    return [scangen.Scan(dtype, op_name, mode=mode, tuning=tuning, **tile)
+            for mode in MODES
+            for tile in (dict(algorithm="warp_shuffle", section_size=32 * items,
+                              items_per_thread=items), {})]
+
+
+PACKED_RUNS = [(case, "persistent") for case in PACKED] + \
+    [(case, "ticketed") for case in (("uint8", "add"), ("int8", "max"), ("int16", "min"))]
+
+
+@pytest.fixture(scope="module")
+def _packed_compiled():
+    precompile([scan for case, kernel in PACKED_RUNS for scan in packed_scans(case, kernel)])
+
+
+@pytest.mark.parametrize("case, kernel", PACKED_RUNS, ids=str)
+def test_packed_runs(gpu, rng, _packed_compiled, case, kernel):
+    """Values scanned four or two to a 32-bit word (ScanModule.packed_combine), signed and
+    unsigned, against the reference that applies the operator one value at a time: around
+    tiles and past many, in place at even n, poisoned around."""
+    for scan in packed_scans(case, kernel):
+        assert scan.kernel.scan_module.packed_combine is not None
+        tile = scan.spec.section_size
+        for n in (1, tile - 1, tile, tile + 1, 7 * tile + 1, (1 << 20) + 3):
+            check_scan(gpu, rng, scan, n, case[1], in_place=n % 2 == 0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_packed_runs_off_a_word_boundary(gpu, rng, mode):
+    """Packed runs of arrays one element into their allocations: value by value, poison
+    either side untouched."""
+    scan = scangen.Scan(np.int8, "max", mode=mode, tuning=scangen.Tuning(tile_vector_runs=True))
+    assert scan.kernel.scan_module.packed_combine is not None
+    for n in (1, scan.spec.section_size + 1, 100_003):
+        x = random_input(rng, np.int8, "max", n + 1)
+        poison = random_input(rng, np.int8, "max", n + 2)
+        whole = gpu.to_gpu(poison)
+        scan(gpu.to_gpu(x)[1:], out=whole[1:n + 1])
+        got = whole.get()
+        np.testing.assert_array_equal(got[[0, n + 1]], poison[[0, n + 1]])
+        assert_scan_equal(got[1:n + 1], expected(x[1:], operator("max"), mode),
+                          np.dtype(np.int8), n, op="max")
