@@ -1,5 +1,8 @@
 """The host's share of a small scan call, measured without a GPU: Scan(x) and Scan(x, out=)
-on CuPy-like arrays at n = 1024 (one section, one launch), with the driver faked.
+on CuPy-like arrays at n = 1024 (one section, one launch), with the driver faked; with
+``--primitives`` also a histogram, a select, a unique and a run_length_encode at n = 2^26
+(the count left on the device, outputs given), whose host work a single call waits for
+before its first kernel starts.
 
 Everything scangen does in Python per call runs as on a GPU host (the array boundary, the
 stream, the launcher lookup, the packing of the arguments, the ctypes call of
@@ -9,10 +12,11 @@ are what scangen adds to a call, on this host's CPU, and a change to the host pa
 weighed here before the GPU confirms it (benchmarks/per_call_overhead.py, on the GPU host,
 times whole calls). ``--profile`` prints cProfile's busiest functions.
 
-    python benchmarks/host_path.py [--n 1024] [--calls 200000] [--profile]
+    python benchmarks/host_path.py [--n 1024] [--calls 200000] [--profile] [--primitives]
 """
 import argparse
 import cProfile
+import importlib
 import pathlib
 import pstats
 import sys
@@ -26,7 +30,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import scangen  # noqa: E402
 from scangen.args import launch_format  # noqa: E402
-from scangen.runtime import launcher, scratch, streams  # noqa: E402
+from scangen import compile as compiler  # noqa: E402
+from scangen.primitives import Histogram, RunLengthEncode, Select, Unique  # noqa: E402
+from scangen.runtime import gpu, launcher, scratch, streams  # noqa: E402
 from tests.support import FakeCupyArray, fake_cupy_module, simulate_device  # noqa: E402
 
 
@@ -35,6 +41,10 @@ class _Driver:
 
     @staticmethod
     def cuLaunchKernel(*args):
+        return 0
+
+    @staticmethod
+    def cuMemsetD8Async(*args):
         return 0
 
 
@@ -52,8 +62,31 @@ def fake_gpu(monkeypatch) -> None:
     fake_cupy_module(monkeypatch)
     monkeypatch.setattr(launcher, "compile_module", _fake_compiled)
     monkeypatch.setattr(streams, "_library", _Driver())
-    # a section's plan has no temporaries: nothing to allocate
-    monkeypatch.setattr(scratch, "require_pycuda", lambda: None)
+    # a section's plan has no temporaries; a primitive's are allocated once
+    monkeypatch.setattr(scratch, "require_pycuda",
+                        lambda: types.SimpleNamespace(mem_alloc=lambda nbytes: 6 << 40))
+    # the primitives' modules, their edges on the device, the device's size
+    monkeypatch.setattr(compiler, "compile_module", _fake_compiled)
+    # (the module: scangen.primitives.histogram is also the function's name)
+    monkeypatch.setattr(importlib.import_module("scangen.primitives.histogram"), "_gpuarray", lambda: types.SimpleNamespace(
+        to_gpu=lambda a: types.SimpleNamespace(ptr=7 << 40, size=a.size)))
+    monkeypatch.setattr(gpu, "multiprocessors", lambda: 132)
+
+
+def primitive_cases() -> dict:
+    """Calls of the primitives the bench times at 2^26, on fake CuPy arrays far apart."""
+    n = 1 << 26
+    x, mask = FakeCupyArray(n, np.float32), FakeCupyArray(n, np.bool_, ptr=1 << 40)
+    out, runs = FakeCupyArray(n, np.float32, ptr=2 << 40), FakeCupyArray(n, np.int32, ptr=3 << 40)
+    values = FakeCupyArray(n, np.int32, ptr=4 << 40)
+    counts = FakeCupyArray(n, np.int64, ptr=5 << 40)
+    hist, select = Histogram(np.float32), Select(np.float32, flags=np.bool_)
+    unique, rle = Unique(np.int32), RunLengthEncode(np.int32)
+    return {"histogram(x, 256)": lambda: hist(x, 256, (0.0, 1.0)),
+            "select(x, mask)": lambda: select(x, mask, out=out, count_on_device=True),
+            "unique(runs)": lambda: unique(runs, out=values, count_on_device=True),
+            "run_length_encode": lambda: rle(runs, values=values, counts=counts,
+                                             count_on_device=True)}
 
 
 def microseconds_per_call(call, calls: int) -> float:
@@ -73,6 +106,8 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--primitives", action="store_true",
+                        help="also the primitives at 2^26 (histogram, select, unique, rle)")
     args = parser.parse_args(argv)
     monkeypatch = pytest.MonkeyPatch()
     try:
@@ -83,6 +118,10 @@ def main(argv=None):
         for name, call in cases.items():
             print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
                   f"(n={args.n}, host work only)")
+        if args.primitives:
+            for name, call in primitive_cases().items():
+                print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
+                      f"(n=2^26, host work only)")
         if args.profile:
             profile = cProfile.Profile()
             profile.runcall(lambda: [scan(x, out=out) for _ in range(args.calls // 4)])

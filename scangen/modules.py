@@ -203,9 +203,9 @@ def pack_arguments(entry, args, buffers: dict, runtime: dict | None = None) -> t
             if runtime is None or value.name not in runtime:
                 raise KeyError(f"{entry.name}: argument {name!r} takes <{value.name}>, "
                                f"which the call does not supply")
-            values.append(_scalar(parameter, runtime[value.name]))
+            values.append(c_scalar(parameter, runtime[value.name]))
         else:
-            values.append(_scalar(parameter, value))
+            values.append(c_scalar(parameter, value))
     return tuple(values)
 
 
@@ -219,7 +219,8 @@ def address_of(bound) -> int:
     return int(bound.ptr) if bound.size else 0
 
 
-def _scalar(parameter: Argument, value):
+def c_scalar(parameter: Argument, value):
+    """A number as the numpy scalar of ``parameter``'s C type (as it is for other types)."""
     dtype = C_SCALARS.get(parameter.c_type)
     return value if dtype is None else dtype.type(value)
 

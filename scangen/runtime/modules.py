@@ -7,16 +7,21 @@ import threading
 
 import numpy as np
 
-from ..modules import Checkpoint, ScanCall, address_of, pack_arguments
-from ..strategies.base import RuntimeArg
+from ..args import C_SCALARS
+from ..modules import (Checkpoint, ScanCall, address_of, c_scalar, named_arguments,
+                       pack_arguments)
+from ..strategies.base import NULL, BufferArg, RuntimeArg
 from .contexts import release_at_exit, stream_key
 from .gpu import gpuarray as _gpuarray, wave_grid
 from .launcher import launch_function
+from .streams import RawStream
 from .scratch import StreamScratch
 from .streams import StreamEvent, memset_d8_async
 
 #: The values the single-pass state gives each launch that takes them.
 _SINGLE_PASS = ("ticket_base", "epoch")
+#: Launches a stream's scratch keeps bound (a plan's are cached, so few are seen).
+_MAX_BOUND_LAUNCHES = 64
 
 
 class ModuleScratch:
@@ -28,6 +33,17 @@ class ModuleScratch:
         self.arrays = {}
         self.status = None if tile_state is None else StreamScratch(tile_state)
         self.events = {}  # checkpoint name -> StreamEvent
+        self.launches = {}  # (id of a plan's Launch, raw stream?) -> BoundLaunch
+
+    def bound(self, launch, stream) -> BoundLaunch:
+        """``launch`` made ready for ``stream`` (BoundLaunch), once."""
+        key = (id(launch), type(stream) is RawStream)
+        bound = self.launches.get(key)
+        if bound is None or bound.launch is not launch:
+            if len(self.launches) >= _MAX_BOUND_LAUNCHES:
+                self.launches.clear()  # many plans: binding again is cheap enough
+            bound = self.launches[key] = BoundLaunch(launch, stream)
+        return bound
 
     def event(self, name: str) -> StreamEvent:
         event = self.events.get(name)
@@ -48,6 +64,72 @@ class ModuleScratch:
         if plan.single_pass_tiles:
             buffers.update(self.status.bind_state(plan.single_pass_tiles, stream))
         return buffers
+
+
+def _python_number(parameter):
+    """How a call's value for ``parameter`` is passed: as a Python float or int (the launch
+    packs it by the kernel's format; a numpy scalar would cost more), or as given for a
+    type that is no C number."""
+    dtype = C_SCALARS.get(parameter.c_type)
+    if dtype is None:
+        return lambda value: value
+    return float if dtype.kind == "f" else int
+
+
+class BoundLaunch:
+    """A module launch made ready for one stream of the current context, once: its kernel's
+    launch function, its grid (a wave where it walks tiles) and its arguments in order, the
+    plan's numbers packed. A call fills in only its buffers' addresses and its own values
+    (RuntimeArg), so a small call costs little more than the driver's launch."""
+
+    def __init__(self, launch, stream):
+        self.launch = launch
+        entry = launch.kernel
+        grid = wave_grid(launch.grid, launch.blocks_per_sm) if launch.blocks_per_sm \
+            else launch.grid
+        self.grid, self.block = (grid, 1, 1), (launch.block, 1, 1)
+        self.function = launch_function(entry.module.compiled(), entry.name, stream,
+                                        launch.dynamic_shared_bytes)
+        #: the arguments with the plan's numbers in place; what the call gives is filled in
+        self.values = []
+        self.buffers = []  # (index, buffer name, byte offset)
+        self.call_values = []  # (index, value name, conversion)
+        for index, (parameter, (name, value)) in enumerate(
+                zip(entry.parameters, named_arguments(entry, launch.args))):
+            if isinstance(value, BufferArg):
+                self.buffers.append((index, value.name, value.offset))
+                value = 0
+            elif value is NULL:
+                value = 0
+            elif isinstance(value, RuntimeArg):
+                self.call_values.append((index, value.name, _python_number(parameter)))
+                value = 0
+            else:
+                value = c_scalar(parameter, value)
+            self.values.append(value)
+        #: each launch takes its own tickets and epoch
+        self.single_pass = any(name in _SINGLE_PASS for _, name, _ in self.call_values)
+
+    def __call__(self, buffers: dict, values: dict, scratch, stream) -> None:
+        args = list(self.values)
+        for index, name, offset in self.buffers:
+            try:
+                address = address_of(buffers[name])
+            except KeyError:
+                raise KeyError(f"{self.launch.kernel.name}: argument {index} names buffer "
+                               f"{name!r}, which the call does not bind") from None
+            args[index] = address + offset if address else 0
+        if self.single_pass:
+            ticket_base, epoch = scratch.status.next_single_pass_call(
+                self.launch.tickets(self.grid[0]), stream)
+            values = {**values, "ticket_base": ticket_base, "epoch": epoch}
+        for index, name, kind in self.call_values:
+            try:
+                args[index] = kind(values[name])
+            except KeyError:
+                raise KeyError(f"{self.launch.kernel.name}: argument {index} takes "
+                               f"<{name}>, which the call does not supply") from None
+        self.function(self.grid, self.block, stream, *args)
 
 
 class ModuleRuntime:
@@ -95,22 +177,5 @@ class ModuleRuntime:
                 events[step.name] = scratch.event(step.name)
                 events[step.name].record(stream)
             else:
-                self._launch(step, buffers, values or {}, scratch, stream)
+                scratch.bound(step, stream)(buffers, values or {}, scratch, stream)
         return events
-
-    @staticmethod
-    def _launch(launch, buffers, values, scratch, stream) -> None:
-        grid = launch.grid
-        if launch.blocks_per_sm:
-            grid = wave_grid(grid, launch.blocks_per_sm)
-        runtime = values
-        if any(isinstance(v, RuntimeArg) and v.name in _SINGLE_PASS for _, v in launch.args):
-            # Each single-pass launch takes its own tickets and epoch.
-            ticket_base, epoch = scratch.status.next_single_pass_call(launch.tickets(grid),
-                                                                      stream)
-            runtime = {**values, "ticket_base": ticket_base, "epoch": epoch}
-        entry = launch.kernel
-        launch_function(entry.module.compiled(), entry.name, stream,
-                        launch.dynamic_shared_bytes)(
-            (grid, 1, 1), (launch.block, 1, 1), stream,
-            *pack_arguments(entry, launch.args, buffers, runtime))

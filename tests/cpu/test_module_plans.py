@@ -462,7 +462,10 @@ def test_runtime_launches_each_record_with_its_arguments_packed(monkeypatch, sma
     class Compiled:
         pass
 
+    bound = []
+
     def launch_function(compiled, name, stream, shared=0):
+        bound.append(name)
         return lambda grid, block, stream, *args: events.append((name, grid[0], args))
 
     monkeypatch.setattr(runtime_modules, "_gpuarray", lambda: Memory())
@@ -497,6 +500,14 @@ def test_runtime_launches_each_record_with_its_arguments_packed(monkeypatch, sma
     assert first[:2] == (0x1000, spare) and last[:2] == (spare, 0x9000000)
     assert first[2] == counts and last[2] == counts + 256 * 8  # the second pass's counts
     assert (first[5], first[7]) == (0xA000, 0xB000)  # ticket, status
+    # Called again, each launch is bound already: only the call's values change.
+    launches = len(bound)
+    events.clear()
+    sort._runtime.run(plan, arrays, None)
+    assert len(bound) == launches
+    sweeps = [e for e in events if e[0] == "radix_onesweep"]
+    assert [args[6] for _, _, args in sweeps] == [10, 12, 14, 15, 17, 19]
+    assert [args[8] for _, _, args in sweeps] == [7, 8, 9, 10, 11, 12]
 
 
 def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
