@@ -247,6 +247,7 @@ def test_python_dash_m_scangen():
                                            ("per_call_overhead.py", "--calls"),
                                            ("vector_runs.py", "--exclusive-at"),
                                            ("first_call.py", "--runs"),
+                                           ("single_call.py", "--log2n"),
                                            ("primitives.py", "--cub"),
                                            ("dask_scan.py", "--task-stream"),
                                            ("out_of_core.py", "--budget-gib")])
