@@ -199,8 +199,9 @@ class Histogram(ModuleOwner):
         its time), else new. Kept with the object: freed while the kernel runs, the edges
         could be overwritten."""
         try:
-            asked = (type(bins), bins, tuple(range), context_key())
-        except TypeError:  # no pair of numbers: outer_edges says what is wrong
+            range = tuple(range)  # once: it may be an iterator
+            asked = (type(bins), bins, range, context_key())
+        except TypeError:  # not a pair of numbers: outer_edges says what is wrong
             asked = None
         if self._edges is None or asked is None or self._edges[0] != asked:
             low, high, edges = bin_edges(bins, range, self.module.edge_dtype)

@@ -1,6 +1,6 @@
 """Running a primitive's plan (scangen.modules.ModulePlan): bind its buffers to the call's
 arrays and one stream's scratch, zero what it zeroes, and launch its steps in order, each
-launch's arguments packed by name (scangen.modules.pack_arguments)."""
+launch bound once per stream (BoundLaunch: its function, grid and packed numbers)."""
 from __future__ import annotations
 
 import threading
@@ -22,6 +22,72 @@ from .streams import StreamEvent, memset_d8_async
 _SINGLE_PASS = ("ticket_base", "epoch")
 #: Launches a stream's scratch keeps bound (a plan's are cached, so few are seen).
 _MAX_BOUND_LAUNCHES = 64
+
+
+def _python_number(parameter):
+    """How a call's value for ``parameter`` is passed: as a Python float or int (the launch
+    packs it by the kernel's format; a numpy scalar would cost more), or as given for a
+    type that is no C number."""
+    dtype = C_SCALARS.get(parameter.c_type)
+    if dtype is None:
+        return lambda value: value
+    return float if dtype.kind == "f" else int
+
+
+class BoundLaunch:
+    """A module launch made ready for one stream of the current context, once: its kernel's
+    launch function, its grid (a wave where it walks tiles) and its arguments in order, the
+    plan's numbers packed. A call fills in only its buffers' addresses and its own values
+    (RuntimeArg), so a small call costs little more than the driver's launch."""
+
+    def __init__(self, launch, stream):
+        self.launch = launch
+        entry = launch.kernel
+        grid = wave_grid(launch.grid, launch.blocks_per_sm) if launch.blocks_per_sm \
+            else launch.grid
+        self.grid, self.block = (grid, 1, 1), (launch.block, 1, 1)
+        self.function = launch_function(entry.module.compiled(), entry.name, stream,
+                                        launch.dynamic_shared_bytes)
+        #: the arguments with the plan's numbers in place; what the call gives is filled in
+        self.values = []
+        self.buffers = []  # (index, parameter, buffer name, byte offset)
+        self.call_values = []  # (index, parameter, value name, conversion)
+        for index, (parameter, (name, value)) in enumerate(
+                zip(entry.parameters, named_arguments(entry, launch.args))):
+            if isinstance(value, BufferArg):
+                self.buffers.append((index, name, value.name, value.offset))
+                value = 0
+            elif value is NULL:
+                value = 0
+            elif isinstance(value, RuntimeArg):
+                self.call_values.append((index, name, value.name, _python_number(parameter)))
+                value = 0
+            else:
+                value = c_scalar(parameter, value)
+            self.values.append(value)
+        #: each launch takes its own tickets and epoch
+        self.single_pass = any(value in _SINGLE_PASS for _, _, value, _ in self.call_values)
+
+    def __call__(self, buffers: dict, values: dict, scratch, stream) -> None:
+        args = list(self.values)
+        for index, parameter, name, offset in self.buffers:
+            try:
+                address = address_of(buffers[name])
+            except KeyError:
+                raise KeyError(f"{self.launch.kernel.name}: argument {parameter!r} names "
+                               f"buffer {name!r}, which the call does not bind") from None
+            args[index] = address + offset if address else 0
+        if self.single_pass:
+            ticket_base, epoch = scratch.status.next_single_pass_call(
+                self.launch.tickets(self.grid[0]), stream)
+            values = {**values, "ticket_base": ticket_base, "epoch": epoch}
+        for index, parameter, name, kind in self.call_values:
+            try:
+                args[index] = kind(values[name])
+            except KeyError:
+                raise KeyError(f"{self.launch.kernel.name}: argument {parameter!r} takes "
+                               f"<{name}>, which the call does not supply") from None
+        self.function(self.grid, self.block, stream, *args)
 
 
 class ModuleScratch:
@@ -64,72 +130,6 @@ class ModuleScratch:
         if plan.single_pass_tiles:
             buffers.update(self.status.bind_state(plan.single_pass_tiles, stream))
         return buffers
-
-
-def _python_number(parameter):
-    """How a call's value for ``parameter`` is passed: as a Python float or int (the launch
-    packs it by the kernel's format; a numpy scalar would cost more), or as given for a
-    type that is no C number."""
-    dtype = C_SCALARS.get(parameter.c_type)
-    if dtype is None:
-        return lambda value: value
-    return float if dtype.kind == "f" else int
-
-
-class BoundLaunch:
-    """A module launch made ready for one stream of the current context, once: its kernel's
-    launch function, its grid (a wave where it walks tiles) and its arguments in order, the
-    plan's numbers packed. A call fills in only its buffers' addresses and its own values
-    (RuntimeArg), so a small call costs little more than the driver's launch."""
-
-    def __init__(self, launch, stream):
-        self.launch = launch
-        entry = launch.kernel
-        grid = wave_grid(launch.grid, launch.blocks_per_sm) if launch.blocks_per_sm \
-            else launch.grid
-        self.grid, self.block = (grid, 1, 1), (launch.block, 1, 1)
-        self.function = launch_function(entry.module.compiled(), entry.name, stream,
-                                        launch.dynamic_shared_bytes)
-        #: the arguments with the plan's numbers in place; what the call gives is filled in
-        self.values = []
-        self.buffers = []  # (index, buffer name, byte offset)
-        self.call_values = []  # (index, value name, conversion)
-        for index, (parameter, (name, value)) in enumerate(
-                zip(entry.parameters, named_arguments(entry, launch.args))):
-            if isinstance(value, BufferArg):
-                self.buffers.append((index, value.name, value.offset))
-                value = 0
-            elif value is NULL:
-                value = 0
-            elif isinstance(value, RuntimeArg):
-                self.call_values.append((index, value.name, _python_number(parameter)))
-                value = 0
-            else:
-                value = c_scalar(parameter, value)
-            self.values.append(value)
-        #: each launch takes its own tickets and epoch
-        self.single_pass = any(name in _SINGLE_PASS for _, name, _ in self.call_values)
-
-    def __call__(self, buffers: dict, values: dict, scratch, stream) -> None:
-        args = list(self.values)
-        for index, name, offset in self.buffers:
-            try:
-                address = address_of(buffers[name])
-            except KeyError:
-                raise KeyError(f"{self.launch.kernel.name}: argument {index} names buffer "
-                               f"{name!r}, which the call does not bind") from None
-            args[index] = address + offset if address else 0
-        if self.single_pass:
-            ticket_base, epoch = scratch.status.next_single_pass_call(
-                self.launch.tickets(self.grid[0]), stream)
-            values = {**values, "ticket_base": ticket_base, "epoch": epoch}
-        for index, name, kind in self.call_values:
-            try:
-                args[index] = kind(values[name])
-            except KeyError:
-                raise KeyError(f"{self.launch.kernel.name}: argument {index} takes "
-                               f"<{name}>, which the call does not supply") from None
-        self.function(self.grid, self.block, stream, *args)
 
 
 class ModuleRuntime:

@@ -1,8 +1,10 @@
 """Radix passes and histograms without a GPU: what the modules render, the tile shapes they
 choose, the checks made before anything runs, and the CLI. (nvcc compiles every module in
 test_compile_nvcc's radix_histogram batch; the GPU tests check the results.)"""
+import importlib
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -108,6 +110,24 @@ def test_histogram_checks_bins_and_range_as_numpy():
             (4, (1, 0), ValueError, "past the high end"), (4, (0, np.inf), ValueError, "finite")]:
         with pytest.raises(error, match=message):
             outer_edges(bins, range_)
+
+
+def test_histogram_checks_a_call_asked_differently_again(monkeypatch):
+    """A Histogram keeps its last bins and range, checked and converted, while calls ask the
+    same way: an iterator's pair is read once, and bins=True is refused after bins=1 (equal
+    as keys) as it is on its own; a bad range after a good one is still refused."""
+    module = importlib.import_module("scangen.primitives.histogram")
+    monkeypatch.setattr(module, "_gpuarray", lambda: types.SimpleNamespace(
+        to_gpu=lambda host: object()))
+    monkeypatch.setattr(module, "context_key", lambda: (0xC0,))
+    hist = module.Histogram(np.float32)
+    first = hist._bins(4, (0.0, 1.0))
+    assert hist._bins(4, (0, 1))[3] is first[3]  # the same pair, as ints
+    assert hist._bins(5, iter([0.0, 1.0]))[:2] == (0.0, 1.0)
+    for bins, range_, error in [(True, (0, 1), TypeError), (4, None, TypeError),
+                                (4, (1.0, 0.0), ValueError), (4, (0.0, np.nan), ValueError)]:
+        with pytest.raises(error):
+            hist._bins(bins, range_)
 
 
 def test_histogram_compares_in_numpys_bin_type():
