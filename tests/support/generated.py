@@ -53,6 +53,11 @@ def _cases():
     for name, kwargs in options.items():
         yield f"scan-int32-{name}", lambda k=kwargs: _scan_text(scangen.Scan("int32", **k))
     yield "scan-float16", lambda: _scan_text(scangen.Scan("float16"))
+    # runs in 16-byte words: 1-byte values packed four to a word (the default), and wider
+    # ones a value a register
+    yield "scan-uint8", lambda: _scan_text(scangen.Scan("uint8"))
+    yield "scan-float32-vector-runs", lambda: _scan_text(scangen.Scan(
+        "float32", mode="exclusive", tuning=scangen.Tuning(tile_vector_runs=True)))
     yield "scan-complex64", lambda: _scan_text(scangen.Scan("complex64"))
     for form in ("flags", "offsets", "keys"):
         yield (f"segmented-float32-{form}",
