@@ -29,7 +29,7 @@ def visible_device_name(ordinal: int = 0) -> str | None:
     asked of the driver, which initialises it (cuInit) as a first launch would; no context
     is made either way."""
     listed = listed_model(ordinal)
-    return listed if listed is not None else _name_from_driver(ordinal)
+    return listed if listed is not None else name_from_driver(ordinal)
 
 
 def listed_model(ordinal: int = 0, gpus: Path | None = None) -> str | None:
@@ -64,7 +64,7 @@ def _model_in(information: Path) -> str | None:
     return match.group(1) if match else None
 
 
-def _name_from_driver(ordinal: int) -> str | None:
+def name_from_driver(ordinal: int) -> str | None:
     """The CUDA driver's name of device ``ordinal``, after cuInit; None where it fails."""
     name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
     try:

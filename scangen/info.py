@@ -55,7 +55,7 @@ def gpu() -> str:
     listed = devices.listed_model()
     if listed is not None:
         return f"{listed} (from the driver's listing of GPUs; CUDA not initialised)"
-    name = devices.visible_device_name()
+    name = devices.name_from_driver(0)  # the listing could not tell: ask the driver
     if name is not None:
         return f"{name} (from the CUDA driver)"
     return "none seen (no NVIDIA driver, no GPU, or CUDA_VISIBLE_DEVICES hides them all)"

@@ -349,9 +349,9 @@ def test_info_says_what_scangen_sees(capsys, monkeypatch, tmp_path):
         assert rows[module] == (info.package_version(module) or "not installed")
 
     monkeypatch.setattr(devices, "listed_model", lambda ordinal=0: None)
-    monkeypatch.setattr(devices, "_name_from_driver", lambda ordinal: None)
+    monkeypatch.setattr(devices, "name_from_driver", lambda ordinal: None)
     monkeypatch.setattr(info.shutil, "which", lambda name: None)
     assert dict(info.report())["GPU 0"].startswith("none seen")
     assert dict(info.report())["nvcc"].startswith("not on PATH")
-    monkeypatch.setattr(devices, "_name_from_driver", lambda ordinal: "NVIDIA A100")
+    monkeypatch.setattr(devices, "name_from_driver", lambda ordinal: "NVIDIA A100")
     assert dict(info.report())["GPU 0"] == "NVIDIA A100 (from the CUDA driver)"

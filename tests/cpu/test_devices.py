@@ -67,7 +67,7 @@ def test_mixed_models_or_unreadable_listings_are_left_to_the_driver(tmp_path):
 
 def test_the_driver_is_asked_only_where_the_listing_cannot_tell(tmp_path, monkeypatch):
     asked = []
-    monkeypatch.setattr(devices, "_name_from_driver",
+    monkeypatch.setattr(devices, "name_from_driver",
                         lambda ordinal: asked.append(ordinal) or "NVIDIA H200")
     monkeypatch.setattr(devices, "PROC_GPUS", listing(tmp_path / "one", H100))
     assert devices.visible_device_name() == H100 and asked == []
