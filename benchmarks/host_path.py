@@ -68,7 +68,8 @@ def fake_gpu(monkeypatch) -> None:
     # the primitives' modules, their edges on the device, the device's size
     monkeypatch.setattr(compiler, "compile_module", _fake_compiled)
     # (the module: scangen.primitives.histogram is also the function's name)
-    monkeypatch.setattr(importlib.import_module("scangen.primitives.histogram"), "_gpuarray", lambda: types.SimpleNamespace(
+    histogram = importlib.import_module("scangen.primitives.histogram")
+    monkeypatch.setattr(histogram, "_gpuarray", lambda: types.SimpleNamespace(
         to_gpu=lambda a: types.SimpleNamespace(ptr=7 << 40, size=a.size)))
     monkeypatch.setattr(gpu, "multiprocessors", lambda: 132)
 

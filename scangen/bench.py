@@ -84,10 +84,16 @@ def check_result(got, want, dtype) -> None:
 
 
 class Timer:
-    """Events on the legacy default stream, where torch, cupy and pycuda all launch."""
+    """Events on the legacy default stream, where torch, cupy and pycuda all launch.
 
-    def __init__(self, driver, trials: int, warmup: int):
+    By default a timed batch starts on an idle GPU, as a user's call does, so the host's work
+    before a call's first kernel counts (at large n a batch is one call). ``queued``: one
+    untimed call is queued first, so the timed ones wait behind it and their host work
+    overlaps the kernels ahead: the GPU's time a call, wherever the host keeps up."""
+
+    def __init__(self, driver, trials: int, warmup: int, queued: bool = False):
         self.driver, self.trials, self.warmup = driver, trials, warmup
+        self.queued = queued
 
     def seconds_per_call(self, call, n_bytes: int) -> float:
         for _ in range(self.warmup):
@@ -98,6 +104,8 @@ class Timer:
         start, stop = self.driver.Event(), self.driver.Event()
         times = []
         for _ in range(self.trials):
+            if self.queued:
+                call()
             start.record()
             for _ in range(batch):
                 call()
@@ -196,11 +204,13 @@ def cub_program(source: Path, arch: str):
         yield binary
 
 
-def cub_rows(binary: Path, arguments, trials: int) -> list[dict]:
-    """Run a built CUB peer with CUB_TRIALS set: one dict per JSON line it prints."""
+def cub_rows(binary: Path, arguments, trials: int, queued: bool = False) -> list[dict]:
+    """Run a built CUB peer with CUB_TRIALS (and CUB_QUEUED, Timer's ``queued``) set: one
+    dict per JSON line it prints."""
     stdout = subprocess.run([str(binary), *map(str, arguments)], check=True,
                             stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "CUB_TRIALS": str(trials)}).stdout
+                            env={**os.environ, "CUB_TRIALS": str(trials),
+                                 "CUB_QUEUED": "1" if queued else "0"}).stdout
     return [json.loads(line) for line in stdout.splitlines()]
 
 
@@ -215,7 +225,8 @@ def cub_results(args, arch: str) -> list[Result]:
                 if dtype not in CUB_DTYPES or op_name not in CUB_OPS:
                     continue
                 _progress(f"{dtype} {op_name} cub.DeviceScan ...")
-                for r in cub_rows(binary, [dtype, op_name, *args.sizes], args.trials):
+                for r in cub_rows(binary, [dtype, op_name, *args.sizes], args.trials,
+                                  args.queued):
                     n_bytes = 2 * r["n"] * np.dtype(dtype).itemsize
                     results.append(Result(r["contender"], dtype, op_name, r["n"],
                                           r["seconds"], n_bytes / r["seconds"] / 1e9, False))
@@ -228,7 +239,7 @@ def run(args) -> list[Result]:
     from pycuda import gpuarray
 
     rng = np.random.default_rng(2026)
-    timer = Timer(driver, args.trials, args.warmup)
+    timer = Timer(driver, args.trials, args.warmup, args.queued)
     results = []
     for work in workloads(args):
         dtype, op_name = work.dtype, work.op_name
@@ -362,6 +373,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--primitives its primitives (scangen/cub/cub_primitives.cu)")
     parser.add_argument("--trials", type=int, default=7, help="timed trials (median is kept)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    parser.add_argument("--queued", action="store_true",
+                        help="queue an untimed call ahead of each timed batch (CUB's too), so "
+                             "the host's work a call hides behind the kernels: the GPU's "
+                             "time, where by default a batch starts on an idle GPU as a "
+                             "user's call does")
     parser.add_argument("--check-limit", type=int, default=1 << 22,
                         help="check scangen's output against the reference up to this n")
     parser.add_argument("--json", default="bench.json", help="where to write all results")
@@ -380,7 +396,8 @@ def main(args) -> int:
     print(table(results))
     with open(args.json, "w") as f:
         json.dump({"device": device, "date": time.strftime("%Y-%m-%d"),
-                   "method": __doc__.strip(), "results": [asdict(r) for r in results]},
+                   "method": __doc__.strip(), "queued": args.queued,
+                   "results": [asdict(r) for r in results]},
                   f, indent=1)
     print(f"\nwrote {args.json}", end="")
     if args.plot and plot(results, args.plot, title):

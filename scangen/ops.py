@@ -77,9 +77,10 @@ class Operator:
         Optional: the same combine of 1- and 2-byte integers packed in a 32-bit word, value
         by value: a C expression in ``unsigned`` words ``a`` and ``b`` (e.g. a SIMD
         intrinsic such as ``__vadd4(a, b)``), or a callable ``ElementType -> str | None``
-        that spells it per type (None for a type it has none for). The single pass then scans such values four or two at
-        a time (ScanModule.packed_combine). The built-ins have one; an operator that gives
-        one promises that it agrees with ``expression`` on every element.
+        that spells it per type (None for a type it has none for). The single pass then
+        scans such values four or two at a time (ScanModule.packed_combine). The built-ins
+        have one; an operator that gives one promises that it agrees with ``expression``
+        on every value of the word, with no carry between values.
 
     Examples
     --------

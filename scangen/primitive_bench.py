@@ -232,7 +232,7 @@ def cub_timings(args, driver) -> dict:
     with cub_program(CUB_SOURCE, f"sm_{major}{minor}") as binary:
         if binary is not None:
             _progress(f"{CUB_SOURCE.name} {' '.join(map(str, args.sizes))} ...")
-            for r in cub_rows(binary, args.sizes, args.trials):
+            for r in cub_rows(binary, args.sizes, args.trials, args.queued):
                 found.setdefault((r["primitive"], r["n"]), []).append((r["contender"],
                                                                        r["seconds"]))
     return found
@@ -314,7 +314,7 @@ def run(args) -> list[dict]:
 
     device = driver.Context.get_device().name()
     peers = {} if args.no_peers else _peers()
-    timer = Timer(driver, args.trials, args.warmup)
+    timer = Timer(driver, args.trials, args.warmup, args.queued)
     rng = np.random.default_rng(2026)
     cub = cub_timings(args, driver) if args.cub else {}
     results = []
@@ -368,7 +368,8 @@ def main(args) -> int:
     title = f"scangen primitives on {device}, {time.strftime('%Y-%m-%d')}"
     with open(args.json, "w") as f:
         json.dump({"device": device, "date": time.strftime("%Y-%m-%d"),
-                   "method": __doc__.strip(), "rows": rows}, f, indent=1)
+                   "method": __doc__.strip(), "queued": args.queued, "rows": rows}, f,
+                  indent=1)
     print(f"\nwrote {args.json}", end="")
     if args.plot and rows and plot(rows, args.plot, title):
         print(f" and {args.plot}", end="")

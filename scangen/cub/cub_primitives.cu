@@ -313,7 +313,8 @@ void segmented_scans(const Bench &b, std::mt19937_64 &rng)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: %s N [N ...]  (sizes; CUB_TRIALS, default 7)\n", argv[0]);
+        std::fprintf(stderr, "usage: %s N [N ...]  (sizes; CUB_TRIALS, default 7; "
+                             "CUB_QUEUED=1: a call queued ahead of each batch)\n", argv[0]);
         return 2;
     }
     const int trials = trials_from_env();

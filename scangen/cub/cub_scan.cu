@@ -110,7 +110,9 @@ int main(int argc, char **argv)
 {
     if (argc < 4) {
         std::fprintf(stderr, "usage: %s DTYPE OP N [N ...]  (DTYPE: float32 float64 int32 "
-                     "int64 uint32 uint64; OP: add last_nonzero affine_then (uint64))\n", argv[0]);
+                     "int64 uint32 uint64; OP: add last_nonzero affine_then (uint64); "
+                     "CUB_TRIALS, default 7; CUB_QUEUED=1: a call queued ahead of each "
+                     "batch)\n", argv[0]);
         return 2;
     }
     const int trials = trials_from_env(), warmup = 3;

@@ -52,7 +52,7 @@ def test_cub_rows_join_the_primitive_tables(tmp_path, monkeypatch):
     """bench --primitives --cub: the program's JSON lines grouped by (primitive, n), in
     order, from a run with the sizes and trials asked for (a stand-in program here)."""
     fake = tmp_path / "cub_primitives"
-    fake.write_text('#!/bin/sh\necho "$CUB_TRIALS $*" > "$0.args"\n'
+    fake.write_text('#!/bin/sh\necho "$CUB_TRIALS $CUB_QUEUED $*" > "$0.args"\n'
                     'echo \'{"primitive": "p", "contender": "cub A", "n": 16, "seconds": 1.5}\'\n'
                     'echo \'{"primitive": "p", "contender": "cub B", "n": 16, "seconds": 2}\'\n')
     fake.chmod(0o755)
@@ -69,12 +69,42 @@ def test_cub_rows_join_the_primitive_tables(tmp_path, monkeypatch):
 
     driver = SimpleNamespace(Context=SimpleNamespace(get_device=Device))
     monkeypatch.setattr(primitives, "cub_program", built)
-    args = SimpleNamespace(sizes=[16, 32], trials=5)
+    args = SimpleNamespace(sizes=[16, 32], trials=5, queued=False)
     assert primitives.cub_timings(args, driver) == {("p", 16): [("cub A", 1.5), ("cub B", 2)]}
-    assert (tmp_path / "cub_primitives.args").read_text() == "5 16 32\n"
+    assert (tmp_path / "cub_primitives.args").read_text() == "5 0 16 32\n"
+    primitives.cub_timings(SimpleNamespace(sizes=[16], trials=3, queued=True), driver)
+    assert (tmp_path / "cub_primitives.args").read_text() == "3 1 16\n"  # --queued
     rows = [("copy", 1), ("scangen.A", 2), ("scangen.B", 3), ("torch.a", 4)]
     assert primitives.after_scangen(rows, [("cub A", 5)]) == [
         ("copy", 1), ("scangen.A", 2), ("scangen.B", 3), ("cub A", 5), ("torch.a", 4)]
+
+
+@pytest.mark.parametrize("queued", [False, True])
+def test_a_queued_batch_waits_behind_an_untimed_call(queued):
+    """Timer times a batch started on an idle GPU, as a user's call; with ``queued`` one
+    untimed call goes ahead of each batch, so the events time the batch's GPU work alone."""
+    log, names = [], iter(["start", "stop"])  # the order Timer makes its two events
+
+    class Event:
+        def __init__(self):
+            self.name = next(names)
+
+        def record(self):
+            log.append(self.name)
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, start):
+            return 2.0  # ms
+
+    driver = SimpleNamespace(Event=Event, Context=SimpleNamespace(synchronize=lambda: None))
+    timer = bench.Timer(driver, trials=2, warmup=1, queued=queued)
+    seconds = timer.seconds_per_call(lambda: log.append("call"), 1 << 30)  # one a batch
+    assert seconds == 2e-3
+    ahead = ["call"] if queued else []
+    assert log == ["call", *ahead, "start", "call", "stop", *ahead, "start", "call", "stop"]
+    assert bench_arguments("--queued").queued and not bench_arguments().queued
 
 
 def bench_arguments(*argv):
