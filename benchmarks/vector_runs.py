@@ -5,7 +5,9 @@ Times a plain Scan (add) whose single pass moves data warp by warp (tile_vector_
 and one whose lanes move their runs in 16-byte words (True), each against a device-to-device
 copy of the bytes the scan reads and writes, in the same run. Each result is checked against
 the expected sums on its first 2^20 elements. Used to choose tile_vector_runs in
-scangen/tuning.py, e.g. ``python benchmarks/vector_runs.py --sizes 2^24 2^26``.
+scangen/tuning.py, e.g. ``python benchmarks/vector_runs.py --sizes 2^24 2^26``. At these
+sizes a timed batch is one call started on an idle GPU, so the host's work before the kernel
+counts; ``--queued`` times the GPU's work alone.
 """
 import argparse
 import sys
@@ -26,6 +28,9 @@ def main(argv=None):
     parser.add_argument("--exclusive-at", type=parse_size, default=1 << 26,
                         help="also time the exclusive scan at this size (default 2^26)")
     parser.add_argument("--trials", type=int, default=7, help="timed trials (median)")
+    parser.add_argument("--queued", action="store_true",
+                        help="an untimed call queued ahead of each timed batch: the GPU's "
+                             "time, the host's work a call hidden (scangen.bench.Timer)")
     args = parser.parse_args(argv)
 
     import pycuda.autoinit  # noqa: F401
@@ -35,10 +40,11 @@ def main(argv=None):
     import scangen
     from scangen import bench
 
-    timer = bench.Timer(drv, args.trials, 3)
+    timer = bench.Timer(drv, args.trials, 3, args.queued)
     variants = [("warp runs", scangen.Tuning(tile_vector_runs=False)),
                 ("vector runs", scangen.Tuning(tile_vector_runs=True))]
-    print(f"# {drv.Device(0).name()}: plain Scan (add), us and % of a copy of the same bytes")
+    print(f"# {drv.Device(0).name()}: plain Scan (add), us and % of a copy of the same bytes"
+          + (", each batch queued behind a call" if args.queued else ""))
     for n in args.sizes:
         for source, result in CASES:
             for mode in ("inclusive", "exclusive"):

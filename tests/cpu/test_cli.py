@@ -246,6 +246,7 @@ def test_python_dash_m_scangen():
                                            ("tune_single_pass.py", "--shapes"),
                                            ("per_call_overhead.py", "--calls"),
                                            ("vector_runs.py", "--exclusive-at"),
+                                           ("vector_runs.py", "--queued"),
                                            ("first_call.py", "--runs"),
                                            ("single_call.py", "--log2n"),
                                            ("primitives.py", "--cub"),
