@@ -177,36 +177,60 @@ def _check_kind(entry, parameter: Argument, value) -> None:
             raise ValueError(f"{what}: {value} does not fit {dtype}")
 
 
-def pack_arguments(entry, args, buffers: dict, runtime: dict | None = None) -> tuple:
-    """The values of a launch in ``entry``'s parameter order, from ``args`` by name
-    (checked again: named_arguments): a buffer's device address from ``buffers`` (name ->
-    address as an int, or an array with ``ptr`` and ``size``; an empty one, or None, is
-    NULL) plus its offset, NULL as 0, a RuntimeArg from ``runtime``, a number as the numpy
-    scalar of the parameter's C type."""
-    parameters = entry.parameters
-    # A plan's record is checked when built and frozen: in order already, it is not
-    # checked again on every call.
-    if not (isinstance(args, tuple) and len(args) == len(parameters) and
-            all(p.name == pair[0] for p, pair in zip(parameters, args))):
-        args = named_arguments(entry, args)
-    values = []
-    for parameter, (name, value) in zip(parameters, args):
-        if isinstance(value, BufferArg):
-            if value.name not in buffers:
-                raise KeyError(f"{entry.name}: argument {name!r} names buffer "
-                               f"{value.name!r}, which the call does not bind")
-            address = address_of(buffers[value.name])
-            values.append(address + value.offset if address else 0)
-        elif value is NULL:
-            values.append(0)
-        elif isinstance(value, RuntimeArg):
-            if runtime is None or value.name not in runtime:
-                raise KeyError(f"{entry.name}: argument {name!r} takes <{value.name}>, "
+class ArgumentSlots:
+    """A launch's arguments in ``entry``'s parameter order, from ``args`` by name (checked
+    again: named_arguments), sorted once into what the plan fixes and what each call
+    gives: ``values`` holds the plan's numbers (as the numpy scalars of their C types) and
+    0 for NULL and for every slot a call fills; ``buffers`` says where each buffer's address
+    goes ((index, parameter, buffer name, byte offset)) and ``call_values`` where each of the
+    call's values (RuntimeArg) goes ((index, parameter, parameter's Argument, value name))."""
+
+    def __init__(self, entry, args):
+        self.entry = entry
+        parameters = entry.parameters
+        # A plan's record is checked when built and frozen: in order already, it is not
+        # checked again.
+        if not (isinstance(args, tuple) and len(args) == len(parameters) and
+                all(p.name == pair[0] for p, pair in zip(parameters, args))):
+            args = named_arguments(entry, args)
+        self.values, self.buffers, self.call_values = [], [], []
+        for index, (parameter, (name, value)) in enumerate(zip(parameters, args)):
+            if isinstance(value, BufferArg):
+                self.buffers.append((index, name, value.name, value.offset))
+                value = 0
+            elif value is NULL:
+                value = 0
+            elif isinstance(value, RuntimeArg):
+                self.call_values.append((index, name, parameter, value.name))
+                value = 0
+            else:
+                value = c_scalar(parameter, value)
+            self.values.append(value)
+
+    def fill(self, buffers: dict, runtime: dict | None, convert) -> list:
+        """The values of one call: each buffer's device address from ``buffers`` (name ->
+        address as an int, or an array with ``ptr`` and ``size``; an empty one, or None, is
+        NULL) plus its offset, each RuntimeArg's value from ``runtime`` as
+        ``convert(parameter's Argument, value)`` makes it."""
+        values = list(self.values)
+        for index, name, buffer, offset in self.buffers:
+            if buffer not in buffers:
+                raise KeyError(f"{self.entry.name}: argument {name!r} names buffer "
+                               f"{buffer!r}, which the call does not bind")
+            address = address_of(buffers[buffer])
+            values[index] = address + offset if address else 0
+        for index, name, parameter, value_name in self.call_values:
+            if runtime is None or value_name not in runtime:
+                raise KeyError(f"{self.entry.name}: argument {name!r} takes <{value_name}>, "
                                f"which the call does not supply")
-            values.append(c_scalar(parameter, runtime[value.name]))
-        else:
-            values.append(c_scalar(parameter, value))
-    return tuple(values)
+            values[index] = convert(parameter, runtime[value_name])
+        return values
+
+
+def pack_arguments(entry, args, buffers: dict, runtime: dict | None = None) -> tuple:
+    """The values of a launch in ``entry``'s parameter order (ArgumentSlots, filled from
+    ``buffers`` and ``runtime``), every number as the numpy scalar of its C type."""
+    return tuple(ArgumentSlots(entry, args).fill(buffers, runtime, c_scalar))
 
 
 def address_of(bound) -> int:

@@ -8,15 +8,12 @@ import threading
 import numpy as np
 
 from ..args import C_SCALARS
-from ..modules import (Checkpoint, ScanCall, address_of, c_scalar, named_arguments,
-                       pack_arguments)
-from ..strategies.base import NULL, BufferArg, RuntimeArg
+from ..modules import ArgumentSlots, Checkpoint, ScanCall, address_of, pack_arguments
 from .contexts import release_at_exit, stream_key
 from .gpu import gpuarray as _gpuarray, wave_grid
 from .launcher import launch_function
-from .streams import RawStream
 from .scratch import StreamScratch
-from .streams import StreamEvent, memset_d8_async
+from .streams import RawStream, StreamEvent, memset_d8_async
 
 #: The values the single-pass state gives each launch that takes them.
 _SINGLE_PASS = ("ticket_base", "epoch")
@@ -24,20 +21,20 @@ _SINGLE_PASS = ("ticket_base", "epoch")
 _MAX_BOUND_LAUNCHES = 64
 
 
-def _python_number(parameter):
-    """How a call's value for ``parameter`` is passed: as a Python float or int (the launch
-    packs it by the kernel's format; a numpy scalar would cost more), or as given for a
-    type that is no C number."""
+def _python_number(parameter, value):
+    """A call's value for ``parameter`` as a Python float or int (the launch packs it by the
+    kernel's format; a numpy scalar would cost more), or as given for a type that is no C
+    number."""
     dtype = C_SCALARS.get(parameter.c_type)
     if dtype is None:
-        return lambda value: value
-    return float if dtype.kind == "f" else int
+        return value
+    return float(value) if dtype.kind == "f" else int(value)
 
 
 class BoundLaunch:
     """A module launch made ready for one stream of the current context, once: its kernel's
-    launch function, its grid (a wave where it walks tiles) and its arguments in order, the
-    plan's numbers packed. A call fills in only its buffers' addresses and its own values
+    launch function, its grid (a wave where it walks tiles) and its arguments sorted
+    (ArgumentSlots). A call fills in only its buffers' addresses and its own values
     (RuntimeArg), so a small call costs little more than the driver's launch."""
 
     def __init__(self, launch, stream):
@@ -48,46 +45,18 @@ class BoundLaunch:
         self.grid, self.block = (grid, 1, 1), (launch.block, 1, 1)
         self.function = launch_function(entry.module.compiled(), entry.name, stream,
                                         launch.dynamic_shared_bytes)
-        #: the arguments with the plan's numbers in place; what the call gives is filled in
-        self.values = []
-        self.buffers = []  # (index, parameter, buffer name, byte offset)
-        self.call_values = []  # (index, parameter, value name, conversion)
-        for index, (parameter, (name, value)) in enumerate(
-                zip(entry.parameters, named_arguments(entry, launch.args))):
-            if isinstance(value, BufferArg):
-                self.buffers.append((index, name, value.name, value.offset))
-                value = 0
-            elif value is NULL:
-                value = 0
-            elif isinstance(value, RuntimeArg):
-                self.call_values.append((index, name, value.name, _python_number(parameter)))
-                value = 0
-            else:
-                value = c_scalar(parameter, value)
-            self.values.append(value)
+        self.arguments = ArgumentSlots(entry, launch.args)
         #: each launch takes its own tickets and epoch
-        self.single_pass = any(value in _SINGLE_PASS for _, _, value, _ in self.call_values)
+        self.single_pass = any(value in _SINGLE_PASS
+                               for *_, value in self.arguments.call_values)
 
     def __call__(self, buffers: dict, values: dict, scratch, stream) -> None:
-        args = list(self.values)
-        for index, parameter, name, offset in self.buffers:
-            try:
-                address = address_of(buffers[name])
-            except KeyError:
-                raise KeyError(f"{self.launch.kernel.name}: argument {parameter!r} names "
-                               f"buffer {name!r}, which the call does not bind") from None
-            args[index] = address + offset if address else 0
         if self.single_pass:
             ticket_base, epoch = scratch.status.next_single_pass_call(
                 self.launch.tickets(self.grid[0]), stream)
             values = {**values, "ticket_base": ticket_base, "epoch": epoch}
-        for index, parameter, name, kind in self.call_values:
-            try:
-                args[index] = kind(values[name])
-            except KeyError:
-                raise KeyError(f"{self.launch.kernel.name}: argument {parameter!r} takes "
-                               f"<{name}>, which the call does not supply") from None
-        self.function(self.grid, self.block, stream, *args)
+        self.function(self.grid, self.block, stream,
+                      *self.arguments.fill(buffers, values, _python_number))
 
 
 class ModuleScratch:
