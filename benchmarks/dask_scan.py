@@ -4,12 +4,15 @@ For each GPU count, a local cluster with one worker per GPU (scangen.dask.gpu_cl
 dask-cuda's LocalCUDACluster where it is installed, otherwise one Nanny per GPU with
 CUDA_VISIBLE_DEVICES set), an array of 2^log2n elements in chunks spread over the workers,
 created and persisted on the GPUs before timing; then the best of ``--repeat`` runs of
-``inclusive_scan(x).persist()`` until every chunk is done: compute only, no data creation,
+``inclusive_scan(x).persist()`` until every chunk is done (its task returned, its GPU idle): compute only, no data creation,
 no gathering. ``--check`` first compares, at 2^26, the k-GPU result of a non-commutative
-scan (last non-zero) with the CPU reference. Run on the GPU host:
+scan (last non-zero) with the CPU reference. ``--breakdown`` says where the time goes: the
+same kernels on the same chunks without Dask (one GPU, in this process), the same graph
+whose tasks do no work (Dask's own time), and one more run's task stream by kind of task and
+by worker. Run on the GPU host:
 
     python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
-                                   [--task-stream]
+                                   [--breakdown]
 """
 import argparse
 import sys
@@ -62,33 +65,106 @@ def check(client, chunk):
 
 
 def print_task_stream(client, x, op):
-    """Where one more run's time goes: for each kind of task (Dask's key prefix), how many
-    ran, their summed and longest compute and transfer times, from Dask's task stream."""
+    """Where one more run's time goes, from Dask's task stream: for each kind of task (Dask's
+    key prefix), how many ran, their summed and longest compute and transfer times; for each
+    worker, its busy time and when its first task started and its last ended, after the
+    graph was submitted."""
     import collections
 
     import scangen.dask as sd
     from distributed import get_task_stream, wait
 
     with get_task_stream(client) as stream:
-        start = time.time()
+        submitted = time.time()
         wait(sd.inclusive_scan(x, op).persist())
-        wall = time.time() - start
-    rows = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # count, compute, max, transfer
+        wall = time.time() - submitted
+    kinds = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # count, compute, max, transfer
+    workers = collections.defaultdict(lambda: [0.0, float("inf"), 0.0])  # busy, first, last
     for task in stream.data:
         key = task["key"][0] if isinstance(task["key"], tuple) else task["key"]
-        row = rows[str(key).rsplit("-", 1)[0]]
+        row = kinds[str(key).rsplit("-", 1)[0]]
+        worker = workers[task.get("worker", "?")]
         row[0] += 1
         for span in task["startstops"]:
             seconds = span["stop"] - span["start"]
+            worker[0] += seconds
+            worker[1] = min(worker[1], span["start"] - submitted)
+            worker[2] = max(worker[2], span["stop"] - submitted)
             if span["action"] == "compute":
                 row[1] += seconds
                 row[2] = max(row[2], seconds)
             elif span["action"] == "transfer":
                 row[3] += seconds
     print(f"  task stream of one run ({wall * 1e3:.1f} ms wall):")
-    for name, (count, compute, longest, transfer) in sorted(rows.items(), key=lambda r: -r[1][1]):
+    for name, (count, compute, longest, transfer) in sorted(kinds.items(), key=lambda r: -r[1][1]):
         print(f"    {name:40} {count:4} tasks  compute {compute * 1e3:8.2f} ms "
               f"(longest {longest * 1e3:6.2f})  transfer {transfer * 1e3:7.2f} ms")
+    for name, (busy, first, last) in sorted(workers.items()):
+        print(f"    worker {name}: busy {busy * 1e3:7.2f} ms, first task from "
+              f"{first * 1e3:6.1f} ms, last until {last * 1e3:6.1f} ms after submitting")
+
+
+class NoWork:
+    """A backend whose tasks do nothing (a total of zeros, a scan that returns its chunk):
+    the same graph, so its time is Dask's own."""
+
+    def total(self, chunk, op):
+        return np.zeros(1, chunk.dtype)
+
+    def scan(self, chunk, op, mode, carry=None):
+        return chunk
+
+
+def _synchronize():
+    import cupy
+
+    cupy.cuda.runtime.deviceSynchronize()
+
+
+def timed(client, x, op, repeat, backend=None, what="run"):
+    """The best of ``repeat`` runs of ``inclusive_scan(x).persist()`` until every chunk's
+    task has returned and every worker's GPU has finished (a task returns once its kernels
+    are queued), after one more that compiles."""
+    import scangen.dask as sd
+    from distributed import wait
+
+    best = float("inf")
+    for run in range(repeat + 1):
+        start = time.perf_counter()
+        result = sd.inclusive_scan(x, op, backend=backend).persist()
+        wait(result)
+        client.run(_synchronize)
+        seconds = time.perf_counter() - start
+        progress(f"{what} {run}: {seconds:.3f} s" + (" (compiles)" if run == 0 else ""))
+        best = min(best, seconds)
+        del result
+    return best
+
+
+def without_dask(n, chunk, op, repeat):
+    """Seconds of the same kernels on the same chunks with no Dask: every chunk's total, the
+    carries, every chunk's scan with its carry, on one GPU, until the GPU is done (best of
+    ``repeat``)."""
+    import cupy
+
+    import scangen.dask as sd
+    from scangen.chunked import GPUBackend, operator_of
+
+    x = cupy.random.default_rng(0).random(n, dtype=np.float32)
+    backend, op = GPUBackend(), operator_of(op)
+    chunks = [x[start:start + chunk] for start in range(0, n, chunk)]
+    best = float("inf")
+    for run in range(repeat + 1):
+        cupy.cuda.runtime.deviceSynchronize()
+        start = time.perf_counter()
+        carries = sd._carries([backend.total(c, op) for c in chunks], backend, op)
+        scanned = [backend.scan(c, op, "inclusive", carry) for c, carry in zip(chunks, carries)]
+        cupy.cuda.runtime.deviceSynchronize()
+        best = min(best, time.perf_counter() - start) if run else best
+        del scanned
+    del x, chunks
+    cupy.get_default_memory_pool().free_all_blocks()
+    return best
 
 
 _START = time.perf_counter()
@@ -107,15 +183,18 @@ def main(argv=None):
     parser.add_argument("--operator", default="add", choices=["add", "last_nonzero"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--task-stream", action="store_true",
-                        help="after the timings, one more run with Dask's task stream: "
-                             "compute and transfer time per kind of task")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="where the time goes: the kernels without Dask, the graph with "
+                             "no work in its tasks, and one more run's task stream")
     args = parser.parse_args(argv)
 
     import scangen.dask as sd
-    from distributed import wait
 
     n, chunk = 1 << args.log2n, 1 << args.chunk_log2
+    op = operator(args.operator)
+    if args.breakdown:
+        floor = without_dask(n, chunk, op, args.repeat)
+        print(f"the same kernels without Dask, one GPU: {floor * 1e3:.1f} ms", flush=True)
     rows, base = [], None
     for gpus in [int(g) for g in args.gpus.split(",")]:
         with sd.gpu_cluster(gpus) as client:
@@ -125,17 +204,11 @@ def main(argv=None):
             progress("cluster up" + (", check done" if args.check else ""))
             x = on_gpus(client, n, chunk, args.operator)
             progress(f"2^{args.log2n} elements made on the GPU(s)")
-            best = float("inf")
-            for run in range(args.repeat + 1):  # one more: the first compiles on every worker
-                start = time.perf_counter()
-                result = sd.inclusive_scan(x, operator(args.operator)).persist()
-                wait(result)
-                seconds = time.perf_counter() - start
-                progress(f"run {run}: {seconds:.3f} s" + (" (compiles)" if run == 0 else ""))
-                best = min(best, seconds)
-                del result
-            if args.task_stream:
-                print_task_stream(client, x, operator(args.operator))
+            best = timed(client, x, op, args.repeat)
+            if args.breakdown:
+                idle = timed(client, x, op, args.repeat, NoWork(), "no work")
+                print(f"  the same graph, no work in its tasks: {idle * 1e3:.1f} ms", flush=True)
+                print_task_stream(client, x, op)
             del x
             base = base or best
             rows.append((gpus, best, base / best))
