@@ -4,10 +4,12 @@ through the same path.
 A host array of ``--gib`` GiB is scanned under a device budget of ``--budget-gib`` GiB, in
 place (so the host holds the array once). The same pipeline is then run with the scan
 replaced by a device-to-device copy: the same host staging copies, pinned buffers, streams
-and waits, so the difference is what the scan costs on top of moving the data. A third line
-is a plain loop of synchronous copies of each chunk to the GPU and back, from and to the
-(pageable) host array. A fourth is the bare pinned transfer rate for context: ``--gib`` of
-uploads and as much of downloads, on two streams at once, without host staging copies.
+and waits, so the difference is what the scan costs on top of moving the data. Both run
+again with the array pinned in place (``pin_in_place=True``: cuMemHostRegister for the
+call, no staging), and pinning and unpinning the array alone is timed too. Then a plain
+loop of synchronous copies of each chunk to the GPU and back, from and to the (pageable)
+host array, and the bare pinned transfer rate for context: ``--gib`` of uploads and as
+much of downloads, on two streams at once, without host staging copies.
 Rates are GB/s of the array (each byte goes up and comes back). Data creation is not timed.
 Run on the GPU host:
 
@@ -82,15 +84,19 @@ def main(argv=None):
     x[:] = 1  # touches every page, outside the timings
     gb = x.nbytes / 1e9
 
-    def scan():
+    def scan(pin_in_place=False):
         ooc.inclusive_scan(x, args.operator, out=x, max_device_bytes=budget,
-                           slots=args.slots)
+                           slots=args.slots, pin_in_place=pin_in_place)
 
     def copy(src, dst, carry_in, carry_out, count, stream):
         cuda.memcpy_dtod_async(dst, src, count * dtype.itemsize, stream)
 
-    def copy_through_pipeline():
-        ooc.pipeline(x, x, copy, chunk_elements=chunk, slots=args.slots)
+    def copy_through_pipeline(pin_in_place=False):
+        ooc.pipeline(x, x, copy, chunk_elements=chunk, slots=args.slots,
+                     pin_in_place=pin_in_place)
+
+    def pin_and_unpin():
+        cuda.register_host_memory(x).base.unregister()
 
     device = cuda.Context.get_device()
     print(f"{device.name()}: {args.gib:g} GiB {dtype} host array, device budget "
@@ -98,6 +104,10 @@ def main(argv=None):
           f"{args.slots} slots, operator {args.operator}")
     results = [("scan", timed(scan, args.repeat)),
                ("copy through the same pipeline", timed(copy_through_pipeline, args.repeat)),
+               ("scan, array pinned in place", timed(lambda: scan(True), args.repeat)),
+               ("copy through the pipeline, array pinned in place",
+                timed(lambda: copy_through_pipeline(True), args.repeat)),
+               ("pinning and unpinning the array alone", timed(pin_and_unpin, args.repeat)),
                ("plain copies up and back (pageable, synchronous)",
                 timed(lambda: plain_copies(x, chunk), args.repeat)),
                ("bare pinned transfers (no host staging)",

@@ -9,7 +9,9 @@ previous one out. Uploads and downloads have a stream each: PCIe is full duplex 
 has a copy engine per direction. The carry stays on the device: chunk k's scan
 (scangen.chunked.CarryScan) reads it and writes chunk k+1's, in two alternating slots (a
 kernel may not read and write one place, see CarryScan), and the compute stream keeps the
-scans in chunk order: no trip to the host between chunks.
+scans in chunk order: no trip to the host between chunks. With ``pin_in_place=True`` the
+host arrays themselves are page-locked for the call (cuMemHostRegister), and chunks go
+between them and the device with no pinned buffer or host copy in between.
 
 The plan (which step waits for which) is pure Python, apart from the CUDA calls:
 :func:`schedule` lists the steps, :func:`run` hands them to an executor; the CUDA executor
@@ -70,10 +72,13 @@ def chunk_bounds(n, chunk_elements):
     return [(start, min(start + chunk_elements, n)) for start in range(0, n, chunk_elements)]
 
 
-def schedule(n, chunk_elements, slots=2, outputs=True):
+def schedule(n, chunk_elements, slots=2, outputs=True, staged_in=True, staged_out=True):
     """The steps that stream n elements through the GPU in chunks, in the order the host
     issues them: each chunk staged, uploaded, computed (scanned with its carry, or
     counted) and, with ``outputs``, downloaded and drained into the output.
+    ``staged_in=False``: no staging, chunks are uploaded from the host array itself (pinned
+    in place); ``staged_out=False``: downloaded into the output itself, the drain only waits
+    for the download (the pinned buffers those steps would use do not exist).
 
     Chunk k uses buffer slot k % slots, last used by chunk k - slots: each step waits for
     the step that last read the buffer it writes (and for the one that wrote what it reads);
@@ -95,13 +100,19 @@ def schedule(n, chunk_elements, slots=2, outputs=True):
     bounds = chunk_bounds(n, chunk_elements)
     for k in range(len(bounds)):
         before = k - slots  # the chunk that used this slot's buffers last
-        add("stage", k, ("upload", before))                     # pinned in: uploaded
-        add("upload", k, ("stage", k), ("compute", before))     # device in: computed
+        if staged_in:
+            add("stage", k, ("upload", before))                 # pinned in: uploaded
+            add("upload", k, ("stage", k), ("compute", before))  # device in: computed
+        else:
+            add("upload", k, ("compute", before))
         if not outputs:
             add("compute", k, ("upload", k), ("compute", k - 1))  # in order (a carry, a sum)
             continue
         add("compute", k, ("upload", k), ("compute", k - 1), ("download", before))  # out
-        add("download", k, ("compute", k), ("drain", before))   # pinned out: drained
+        if staged_out:
+            add("download", k, ("compute", k), ("drain", before))  # pinned out: drained
+        else:
+            add("download", k, ("compute", k))
         if k >= lag:
             add("drain", k - lag, ("download", k - lag))
     for k in range(max(0, len(bounds) - lag), len(bounds)) if outputs else ():
@@ -159,12 +170,29 @@ class _HostCopies:
         self._pool.shutdown()
 
 
+def _pinned_in_place(cuda, array, name):
+    """``array`` page-locked where it is (cuMemHostRegister) until ``.base.unregister()``,
+    or a clear error."""
+    if not array.flags.c_contiguous:
+        raise ValueError(f"pin_in_place=True pins {name} where it is, which needs it "
+                         "contiguous: pass a contiguous array, or pin_in_place=False")
+    try:
+        return cuda.register_host_memory(array)
+    except Exception as error:  # pycuda's errors name the driver's
+        raise RuntimeError(f"could not pin {name} in place ({error}); the driver may refuse "
+                           "file-backed memory (an np.memmap) or more than it can lock: "
+                           "pin_in_place=False copies through pinned buffers") from error
+
+
 class _CUDAExecutor:
     """The steps as CUDA calls: pinned and device buffers per slot (for the input, and for
     the output where there is one), three streams, one event per (op, slot) recorded after
-    each stream step and waited on by the steps after it."""
+    each stream step and waited on by the steps after it. Where the host arrays are pinned
+    in place (``direct_in``, ``direct_out``), chunks move between them and the device
+    directly, with no pinned buffers on that side."""
 
-    def __init__(self, x, out, compute, chunk_elements, slots, first_carry, kept=None):
+    def __init__(self, x, out, compute, chunk_elements, slots, first_carry, kept=None,
+                 direct_in=False, direct_out=False):
         import pycuda.driver as cuda
         from pycuda import gpuarray
 
@@ -173,8 +201,10 @@ class _CUDAExecutor:
         self.landed = 0  # elements of out written so far
         dtype = x.dtype
         sides = ("in", "out") if out is not None else ("in",)
+        staged = [side for side, direct in (("in", direct_in), ("out", direct_out))
+                  if side in sides and not direct]
         self.pinned = {side: [cuda.pagelocked_empty(chunk_elements, dtype)
-                              for _ in range(slots)] for side in sides}
+                              for _ in range(slots)] for side in staged}
         self.device = {side: [cuda.mem_alloc(chunk_elements * dtype.itemsize)
                               for _ in range(slots)] for side in sides}
         self.carries = gpuarray.to_gpu(np.array([first_carry, first_carry], dtype))
@@ -184,6 +214,21 @@ class _CUDAExecutor:
                        for op, stream in STREAMS.items() if stream for slot in range(slots)}
         self.slots = slots
         self.copy = _HostCopies()
+        # Pinned last, so that nothing after it can fail: pipeline() unpins in close().
+        self.registered = []
+        try:
+            if direct_in:
+                self.x = self._pin(x, "x")
+            if direct_out:
+                self.out = self.x if out is x else self._pin(out, "out")
+        except BaseException:
+            self._unpin()
+            raise
+
+    def _pin(self, array, name):
+        pinned = _pinned_in_place(self._cuda, array, name)
+        self.registered.append(pinned)
+        return pinned
 
     def _stream_after(self, step):
         """The step's stream, made to wait for the stream steps it comes after (host steps
@@ -209,9 +254,9 @@ class _CUDAExecutor:
 
     def upload(self, step):
         stream = self._stream_after(step)
-        self._cuda.memcpy_htod_async(self.device["in"][step.slot],
-                                     self.pinned["in"][step.slot][:step.stop - step.start],
-                                     stream)
+        source = self.pinned["in"][step.slot][:step.stop - step.start] \
+            if "in" in self.pinned else self.x[step.start:step.stop]
+        self._cuda.memcpy_htod_async(self.device["in"][step.slot], source, stream)
         self._record(step, stream)
 
     def compute(self, step):
@@ -226,25 +271,32 @@ class _CUDAExecutor:
 
     def download(self, step):
         stream = self._stream_after(step)
-        self._cuda.memcpy_dtoh_async(self.pinned["out"][step.slot][:step.stop - step.start],
-                                     self.device["out"][step.slot], stream)
+        target = self.pinned["out"][step.slot][:step.stop - step.start] \
+            if "out" in self.pinned else self.out[step.start:step.stop]
+        self._cuda.memcpy_dtoh_async(target, self.device["out"][step.slot], stream)
         self._record(step, stream)
 
     def drain(self, step):
         self._host_after(step)
         count = step.stop - step.start if self.kept is None else self.kept(step.chunk)
-        self.copy(self.out[self.landed:self.landed + count],
-                  self.pinned["out"][step.slot][:count])
+        if "out" in self.pinned:
+            self.copy(self.out[self.landed:self.landed + count],
+                      self.pinned["out"][step.slot][:count])
         self.landed += count
 
     def close(self):
         self.copy.close()
         for stream in self.streams.values():
             stream.synchronize()
+        self._unpin()
+
+    def _unpin(self):
+        while self.registered:
+            self.registered.pop().base.unregister()
 
 
 def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progress=None,
-             kept=None):
+             kept=None, pin_in_place=False):
     """Stream x through the GPU into out, chunk by chunk, with ``compute(in_ptr, out_ptr,
     carry_in_ptr, carry_out_ptr, n, stream)`` on each chunk (device addresses; a pycuda
     stream), in chunk order on one stream. The scans below pass CarryScan.launch;
@@ -253,14 +305,20 @@ def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progres
     counts. ``kept(chunk)``: how many leading outputs of that chunk to keep (a compaction,
     read once the chunk is downloaded), each chunk's landing right after the previous
     one's; None: all of them, in place. Returns how many elements of out were written.
-    ``progress``: True for StderrProgress, a function, or None."""
+    ``progress``: True for StderrProgress, a function, or None. ``pin_in_place``: x, and
+    out where every chunk lands whole in its place (``kept`` None), are pinned where they
+    are for the call, so chunks go between them and the device without host copies."""
     current_context()
     if progress is True:
         progress = StderrProgress(x.dtype.itemsize)
-    executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry, kept)
+    direct_in = bool(pin_in_place)
+    direct_out = direct_in and out is not None and kept is None
+    executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry, kept,
+                             direct_in, direct_out)
     try:
-        run(schedule(len(x), chunk_elements, slots, outputs=out is not None), executor,
-            progress or None)
+        run(schedule(len(x), chunk_elements, slots, outputs=out is not None,
+                     staged_in=not direct_in, staged_out=not direct_out),
+            executor, progress or None)
     finally:
         executor.close()
     return executor.landed
@@ -316,7 +374,7 @@ def _checked_out(x, out):
 
 
 def _scan(mode, x, operator, identity, max_device_bytes, out, chunk_elements, initial,
-          progress, slots, options):
+          progress, slots, pin_in_place, options):
     _check_host_array(x, "scans", "scangen.inclusive_scan")
     op = operator_of(operator, identity)
     op.check_dtype(x.dtype)
@@ -332,7 +390,7 @@ def _scan(mode, x, operator, identity, max_device_bytes, out, chunk_elements, in
         kernel.launch((x, y, carry_in, carry_out), n, stream)
 
     pipeline(x, out, scan, chunk_elements=chunk_elements, slots=slots, first_carry=first,
-             progress=progress)
+             progress=progress, pin_in_place=pin_in_place)
     return out
 
 
@@ -364,21 +422,30 @@ _DOC = """The {mode} scan of a host array too large for the GPU: chunks streamed
         called (in elements) as chunks land in ``out``.
     slots:
         Chunks in flight (buffers per direction); 2 is double buffering.
+    pin_in_place:
+        Pin x and out where they are for the call (cuMemHostRegister), so chunks go
+        between them and the GPU directly, with no pinned buffers and no host copies.
+        Pinning locks every page of both first, which takes time of its own, and the driver
+        may refuse it (file-backed memory such as an np.memmap, more than it can lock): a
+        RuntimeError then says so. Default False: chunks are copied through pinned buffers
+        by 8 host threads.
     **options:
         algorithm, section_size, ... as for scangen.Scan.
     """
 
 
 def inclusive_scan(x, operator="add", *, identity=None, max_device_bytes=None, out=None,
-                   chunk_elements=None, initial=None, progress=None, slots=2, **options):
+                   chunk_elements=None, initial=None, progress=None, slots=2,
+                   pin_in_place=False, **options):
     return _scan("inclusive", x, operator, identity, max_device_bytes, out, chunk_elements,
-                 initial, progress, slots, options)
+                 initial, progress, slots, pin_in_place, options)
 
 
 def exclusive_scan(x, operator="add", *, identity=None, max_device_bytes=None, out=None,
-                   chunk_elements=None, initial=None, progress=None, slots=2, **options):
+                   chunk_elements=None, initial=None, progress=None, slots=2,
+                   pin_in_place=False, **options):
     return _scan("exclusive", x, operator, identity, max_device_bytes, out, chunk_elements,
-                 initial, progress, slots, options)
+                 initial, progress, slots, pin_in_place, options)
 
 
 inclusive_scan.__doc__ = _DOC.format(mode="inclusive")
@@ -386,14 +453,15 @@ exclusive_scan.__doc__ = _DOC.format(mode="exclusive")
 
 
 def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, progress=None,
-              slots=2):
+              slots=2, pin_in_place=False):
     """``(counts, edges)`` of ``bins`` equal-width bins over ``range`` for a host array too
     large for the GPU, as numpy.histogram(x, bins, range) gives them (int64 counts, numpy's
     edges; values outside the range and NaN are not counted): chunks streamed through
     pinned buffers and counted on the device (scangen.Histogram), uploads overlapping the
     counting, and only each chunk's counts kept (summed at the end). ``x``, the budget,
-    ``chunk_elements``, ``progress`` and ``slots`` as for inclusive_scan (only input
-    buffers are needed, so chunks are twice the scan's for one budget)."""
+    ``chunk_elements``, ``progress``, ``slots`` and ``pin_in_place`` (x) as for
+    inclusive_scan (only input buffers are needed, so chunks are twice the scan's for one
+    budget)."""
     _check_host_array(x, "counts", "scangen.histogram")
     hist = Histogram(x.dtype)  # refuses a dtype it cannot count, before any GPU work
     outer_edges(bins, range)
@@ -409,21 +477,23 @@ def histogram(x, bins, range, *, max_device_bytes=None, chunk_elements=None, pro
         partial.append(counts)
         edges[:] = [chunk_edges]
 
-    pipeline(x, None, count, chunk_elements=chunk_elements, slots=slots, progress=progress)
+    pipeline(x, None, count, chunk_elements=chunk_elements, slots=slots, progress=progress,
+             pin_in_place=pin_in_place)
     return sum(counts.get() for counts in partial).astype(np.int64), edges[0]
 
 
 def select(x, predicate, *, max_device_bytes=None, out=None, chunk_elements=None,
-           progress=None, slots=2):
+           progress=None, slots=2, pin_in_place=False):
     """The elements of a host array too large for the GPU for which ``predicate`` (a C
     expression in ``x`` and ``i``, as for scangen.select; ``i`` counts within a chunk) holds,
     in order: chunks streamed through pinned buffers, each compacted on the device
     (scangen.Select), its count copied back with it, and only its kept elements copied into
     the output, right after the previous chunk's. Returns ``out[:kept]``: a view of ``out``
     (default: a new array of x's size in memory; an np.memmap opened with mode 'w+' holds
-    results larger than RAM). ``x``, the budget, ``chunk_elements``, ``progress``
-    and ``slots`` as for inclusive_scan; each chunk comes back whole over PCIe (the count
-    is not known on the host before the download is queued)."""
+    results larger than RAM). ``x``, the budget, ``chunk_elements``, ``progress``, ``slots``
+    and ``pin_in_place`` (x only: a chunk's kept elements land after the previous chunk's,
+    through a pinned buffer) as for inclusive_scan; each chunk comes back whole over PCIe
+    (the count is not known on the host before the download is queued)."""
     _check_host_array(x, "selects from", "scangen.select")
     kernel = Select(x.dtype, predicate)  # refuses a bad predicate before any GPU work
     out = _checked_out(x, out)
@@ -444,5 +514,6 @@ def select(x, predicate, *, max_device_bytes=None, out=None, chunk_elements=None
         cuda.memcpy_dtoh_async(counts[chunk:chunk + 1], count.gpudata, stream)
 
     landed = pipeline(x, out, compact, chunk_elements=chunk_elements, slots=slots,
-                      progress=progress, kept=lambda chunk: int(counts[chunk]))
+                      progress=progress, kept=lambda chunk: int(counts[chunk]),
+                      pin_in_place=pin_in_place)
     return out[:landed]

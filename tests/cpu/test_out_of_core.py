@@ -18,10 +18,12 @@ class CPUExecutor:
     """The steps on numpy buffers, one per slot and place, executed in issue order: wrong
     slots or a carry taken from the wrong chunk show up in the result."""
 
-    def __init__(self, x, out, chunk_elements, slots, mode, op, first_carry):
-        self.x, self.out, self.mode, self.op = x, out, mode, op
+    def __init__(self, x, out, chunk_elements, slots, mode, op, first_carry, direct=False):
+        self.x, self.out, self.mode, self.op, self.direct = x, out, mode, op, direct
+        places = ("device_in", "device_out") if direct else \
+            ("pinned_in", "device_in", "device_out", "pinned_out")
         self.buffers = {place: [np.empty(chunk_elements, x.dtype) for _ in range(slots)]
-                        for place in ("pinned_in", "device_in", "device_out", "pinned_out")}
+                        for place in places}
         self.carries = np.array([first_carry, first_carry], x.dtype)
         self.order = []
 
@@ -34,7 +36,11 @@ class CPUExecutor:
             self.x[step.start:step.stop]
 
     def upload(self, step):
-        self._move(step, "pinned_in", "device_in")
+        if self.direct:  # from the host array, pinned in place
+            self.buffers["device_in"][step.slot][:step.stop - step.start] = \
+                self.x[step.start:step.stop]
+        else:
+            self._move(step, "pinned_in", "device_in")
 
     def compute(self, step):
         self.order.append(step.chunk)
@@ -47,24 +53,31 @@ class CPUExecutor:
             chunk, self.op, "inclusive", carry)[-1]
 
     def download(self, step):
-        self._move(step, "device_out", "pinned_out")
+        if self.direct:  # into the host array, pinned in place
+            self.out[step.start:step.stop] = \
+                self.buffers["device_out"][step.slot][:step.stop - step.start]
+        else:
+            self._move(step, "device_out", "pinned_out")
 
     def drain(self, step):
-        self.out[step.start:step.stop] = \
-            self.buffers["pinned_out"][step.slot][:step.stop - step.start]
+        if not self.direct:
+            self.out[step.start:step.stop] = \
+                self.buffers["pinned_out"][step.slot][:step.stop - step.start]
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["staged", "pinned_in_place"])
 @pytest.mark.parametrize("slots", [2, 3])
 @pytest.mark.parametrize("mode", scangen.MODES)
-def test_schedule_scans_chunk_by_chunk_with_the_carry(rng, mode, slots):
+def test_schedule_scans_chunk_by_chunk_with_the_carry(rng, mode, slots, direct):
     n = int(rng.integers(100, 2000))
     chunk = int(rng.integers(1, n // 3))
     x = random_input(rng, "uint64", "affine_then", n)
     initial = random_input(rng, "uint64", "affine_then", 1)[0]
     out = np.full_like(x, 7)
-    executor = CPUExecutor(x, out, chunk, slots, mode, AFFINE, initial)
+    executor = CPUExecutor(x, out, chunk, slots, mode, AFFINE, initial, direct)
     seen = []
-    ooc.run(ooc.schedule(n, chunk, slots), executor, lambda done, total: seen.append(done))
+    steps = ooc.schedule(n, chunk, slots, staged_in=not direct, staged_out=not direct)
+    ooc.run(steps, executor, lambda done, total: seen.append(done))
     np.testing.assert_array_equal(out, scan_reference(x, AFFINE, mode, initial=initial))
     chunks = -(-n // chunk)
     assert executor.order == list(range(chunks))
@@ -120,6 +133,23 @@ def test_schedule_waits_for_every_buffer_reuse(slots):
         for op in ooc.STREAMS:  # every element passes every step once, in order
             covered = [(s.start, s.stop) for s in steps if s.op == op]
             assert covered == ooc.chunk_bounds(n, chunk)
+
+
+@pytest.mark.parametrize("slots", [2, 3, 4])
+def test_schedules_of_arrays_pinned_in_place_wait_for_every_buffer_reuse(slots):
+    """No staging (uploads from x pinned in place), no pinned output buffers (downloads into
+    out pinned in place; the drain only waits), or both: the device buffers' reuse is still
+    waited for, and the steps left cover every element once, in order."""
+    for staged_in, staged_out in ((False, True), (True, False), (False, False)):
+        used = [name for name in BUFFERS if (staged_in or name != "pinned in")
+                and (staged_out or name != "pinned out")]
+        for n, chunk in ((10, 1), (10, 3), (12, 4), (5, 5), (1, 7)):
+            steps = ooc.schedule(n, chunk, slots, staged_in=staged_in, staged_out=staged_out)
+            assert hazards(steps, slots, buffers=used) == []
+            assert ("stage" in {s.op for s in steps}) == staged_in
+            for op in {s.op for s in steps}:
+                covered = [(s.start, s.stop) for s in steps if s.op == op]
+                assert covered == ooc.chunk_bounds(n, chunk)
 
 
 @pytest.mark.parametrize("slots", [2, 3])
@@ -212,8 +242,28 @@ class FakeDriver:
     class Allocation(int):
         pass
 
+    class Registration:
+        """pycuda's RegisteredHostMemory: the array pinned, until unregister()."""
+
+        def __init__(self, array, driver):
+            self.array, self.driver = array, driver
+            self.__array_interface__ = array.__array_interface__
+
+        def unregister(self):
+            self.driver.registered.remove(self.array.ctypes.data)
+
     def __init__(self, free=1 << 34):
         self.memory, self.next, self.allocated, self.free = {}, 1 << 32, 0, free
+        self.registered, self.pinned_buffers, self.refuse_registration = [], 0, None
+
+    def register_host_memory(self, array, flags=0):
+        if self.refuse_registration:
+            raise RuntimeError(self.refuse_registration)
+        address = array.ctypes.data
+        if address in self.registered:
+            raise RuntimeError("cuMemHostRegister failed: host memory already registered")
+        self.registered.append(address)
+        return np.asarray(self.Registration(array, self))
 
     def mem_get_info(self):
         return self.free, self.free
@@ -230,8 +280,8 @@ class FakeDriver:
         offset = address - base
         return self.memory[base][offset:offset + count * np.dtype(dtype).itemsize].view(dtype)
 
-    @staticmethod
-    def pagelocked_empty(shape, dtype):
+    def pagelocked_empty(self, shape, dtype):
+        self.pinned_buffers += 1
         return np.empty(shape, dtype)
 
     def memcpy_htod_async(self, dest, src, stream=None):
@@ -288,6 +338,35 @@ def test_cuda_executor_on_a_fake_driver(fake_driver, rng, mode, slots, capsys):
     assert "(100%)" in err and err.endswith("GB/s\n")
 
 
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_arrays_pinned_in_place_need_no_pinned_buffers(fake_driver, rng, mode, in_place):
+    """pin_in_place=True: x and out registered for the call (once where out is x), chunks
+    uploaded from and downloaded into them, no pinned buffers, every registration undone."""
+    n = 30_001
+    x = random_input(rng, "uint64", "affine_then", n)
+    want = scan_reference(x, AFFINE, mode)
+    out = x if in_place else np.full_like(x, 7)
+    scan = ooc.inclusive_scan if mode == "inclusive" else ooc.exclusive_scan
+    got = scan(x, AFFINE, out=out, max_device_bytes=64 * 1024, pin_in_place=True)
+    assert got is out
+    np.testing.assert_array_equal(got, want)
+    assert fake_driver.pinned_buffers == 0 and fake_driver.registered == []
+
+
+def test_pinning_in_place_refused_says_what_to_do(fake_driver, rng):
+    x = random_input(rng, "int32", "last_nonzero", 1000)
+    fake_driver.refuse_registration = "cuMemHostRegister failed: operation not permitted"
+    with pytest.raises(RuntimeError, match="could not pin x in place.*pin_in_place=False"):
+        ooc.inclusive_scan(x, scangen.LAST_NONZERO, pin_in_place=True)
+    fake_driver.refuse_registration = None
+    with pytest.raises(ValueError, match="contiguous"):
+        ooc.inclusive_scan(x[::2], scangen.LAST_NONZERO, pin_in_place=True)
+    with pytest.raises(RuntimeError, match="could not pin out in place"):
+        ooc.inclusive_scan(x, scangen.LAST_NONZERO, out=x[::-1][::-1], pin_in_place=True)
+    assert fake_driver.registered == []  # x, pinned before out was refused, is unpinned
+
+
 def test_default_budget_is_the_free_memory_less_a_margin(fake_driver, rng):
     fake_driver.free = 1 << 20
     x = random_input(rng, "int32", "last_nonzero", 100_000)
@@ -296,9 +375,10 @@ def test_default_budget_is_the_free_memory_less_a_margin(fake_driver, rng):
     assert fake_driver.allocated <= 0.9 * (1 << 20) + 2 * 4
 
 
+@pytest.mark.parametrize("pin_in_place", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "int32"])
 def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch, rng,
-                                                        dtype, capsys):
+                                                        dtype, pin_in_place, capsys):
     """Only input buffers on the device, one count per chunk summed: numpy.histogram of the
     whole array, NaN and values on and past the edges included."""
     class NumpyHistogram:
@@ -318,7 +398,10 @@ def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch
     if x.dtype.kind == "f":
         x[10::997] = np.nan
     budget = 16 * 1024  # bytes: chunks of 2 K elements in two slots
-    counts, edges = ooc.histogram(x, 40, (-100, 100), max_device_bytes=budget, progress=True)
+    counts, edges = ooc.histogram(x, 40, (-100, 100), max_device_bytes=budget, progress=True,
+                                  pin_in_place=pin_in_place)
+    assert fake_driver.pinned_buffers == (0 if pin_in_place else 2)
+    assert fake_driver.registered == []
     want, want_edges = np.histogram(x, 40, (-100, 100))
     np.testing.assert_array_equal(counts, want)
     np.testing.assert_array_equal(edges, want_edges)
@@ -331,9 +414,10 @@ def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch
         ooc.histogram(list(x), 4, (0, 1))
 
 
+@pytest.mark.parametrize("pin_in_place", [False, True])
 @pytest.mark.parametrize("slots", [2, 3])
 def test_select_keeps_each_chunks_kept_elements_in_order(fake_driver, monkeypatch, rng, slots,
-                                                         capsys):
+                                                         pin_in_place, capsys):
     """Each chunk compacted on the device, its count copied back with it, and only its kept
     elements landing in the output right after the previous chunk's: x[x > 0] of the whole
     array, chunks keeping all, some and none of theirs."""
@@ -357,8 +441,13 @@ def test_select_keeps_each_chunks_kept_elements_in_order(fake_driver, monkeypatc
     x[:5000] = np.abs(x[:5000]) + 1  # whole chunks kept, and whole chunks dropped
     x[5000:9000] = -1
     budget = 16 * 1024  # bytes: chunks of 1 K float32 in two directions, many of them
-    got = ooc.select(x, "x > 0", max_device_bytes=budget, slots=slots, progress=True)
+    got = ooc.select(x, "x > 0", max_device_bytes=budget, slots=slots, progress=True,
+                     pin_in_place=pin_in_place)
     np.testing.assert_array_equal(got, x[x > 0])
+    # pinned in place, x needs no staging; the kept elements still land through buffers
+    # (and one more holds the chunks' counts)
+    assert fake_driver.pinned_buffers == (1 if pin_in_place else 2) * slots + 1
+    assert fake_driver.registered == []
     assert "(100%)" in capsys.readouterr().err
     out = np.full(x.size, -7, np.float32)
     view = ooc.select(x, "x > 0", out=out, chunk_elements=3000)

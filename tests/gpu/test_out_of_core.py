@@ -77,3 +77,47 @@ def test_select_under_a_small_budget_equals_numpys(gpu, rng, dtype, predicate, s
     got = ooc.select(x, predicate, max_device_bytes=1 << 20, out=out, slots=slots)
     np.testing.assert_array_equal(got, x[keep])
     assert got.base is out and (out[got.size:] == 5).all()
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_arrays_pinned_in_place(gpu, rng, mode, in_place):
+    """pin_in_place=True: chunks go between the registered host arrays and the device
+    directly; a non-commutative scan, x and out apart or one array, a poisoned out; then a
+    histogram and a select of x pinned the same way. The arrays are unpinned after each
+    call: pinning x again does not fail."""
+    n = 5_000_011
+    x = random_input(rng, "uint64", "affine_then", n)
+    want = scan_reference(x, AFFINE, mode)
+    out = x if in_place else np.full_like(x, 0xDEAD)
+    scan = ooc.inclusive_scan if mode == "inclusive" else ooc.exclusive_scan
+    got = scan(x, AFFINE, out=out, max_device_bytes=8 << 20, pin_in_place=True)
+    assert got is out
+    np.testing.assert_array_equal(got, want)
+    values = rng.normal(size=n).astype(np.float32) * 60
+    counts, _ = ooc.histogram(values, 50, (-100, 100), max_device_bytes=4 << 20,
+                              pin_in_place=True)
+    np.testing.assert_array_equal(counts, np.histogram(values, 50, (-100, 100))[0])
+    got = ooc.select(values, "x > 0.5f", max_device_bytes=4 << 20, pin_in_place=True)
+    np.testing.assert_array_equal(got, values[values > 0.5])
+
+
+def test_a_memmap_pinned_in_place_is_scanned_or_refused_clearly(gpu, rng, tmp_path):
+    """The driver may refuse to pin file-backed memory: the scan is then refused with a
+    RuntimeError saying what to do, before any chunk moves; where it pins, the result is
+    right."""
+    n = 1_000_003
+    values = random_input(rng, "int32", "last_nonzero", n)
+    path = tmp_path / "x.bin"
+    values.tofile(path)
+    x = np.memmap(path, np.int32, mode="r+", shape=(n,))
+    try:
+        ooc.inclusive_scan(x, scangen.LAST_NONZERO, out=x, chunk_elements=100_003,
+                           pin_in_place=True)
+    except RuntimeError as error:
+        assert "pin_in_place=False" in str(error)
+        np.testing.assert_array_equal(np.fromfile(path, np.int32), values)  # untouched
+        return
+    x.flush()
+    np.testing.assert_array_equal(np.fromfile(path, np.int32),
+                                  scan_reference(values, scangen.LAST_NONZERO, "inclusive"))
