@@ -1,18 +1,20 @@
-"""A scan of a Dask array of CuPy chunks on 1 and on k GPUs of one host (scangen.dask).
+"""A scan (or, with --sort, a sort) of a Dask array of CuPy chunks on 1 and on k GPUs of one
+host (scangen.dask).
 
 For each GPU count, a local cluster with one worker per GPU (scangen.dask.gpu_cluster:
 dask-cuda's LocalCUDACluster where it is installed, otherwise one Nanny per GPU with
 CUDA_VISIBLE_DEVICES set), an array of 2^log2n elements in chunks spread over the workers,
 created and persisted on the GPUs before timing; then the best of ``--repeat`` runs of
 ``inclusive_scan(x).persist()`` until every chunk is done (its task returned, its GPU idle): compute only, no data creation,
-no gathering. ``--check`` first compares, at 2^26, the k-GPU result of a non-commutative
+no gathering. ``--check`` first compares, at 2^26 in 8 chunks, the k-GPU result of a non-commutative
 scan (last non-zero) with the CPU reference. ``--breakdown`` says where the time goes: the
 same kernels on the same chunks without Dask (one GPU, in this process), the same graph
 whose tasks do no work (Dask's own time), and one more run's task stream by kind of task and
-by worker. Run on the GPU host:
+by worker. ``--sort`` times ``scangen.dask.sort(x).persist()`` of random uint32 keys instead
+(``--check`` then compares a sort of 2^26 keys with numpy's). Run on the GPU host:
 
     python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
-                                   [--breakdown]
+                                   [--breakdown] [--sort]
 """
 import argparse
 import sys
@@ -27,6 +29,8 @@ def _to_gpu(block, op_name, block_id=None):
     import cupy
 
     rng = cupy.random.default_rng(block_id[0])  # chunks differ: a carry from the wrong one shows
+    if op_name == "sort":
+        return (rng.random(len(block), dtype=np.float64) * 2.0 ** 32).astype(np.uint32)
     values = rng.random(len(block), dtype=np.float32)
     if op_name == "last_nonzero":
         values = cupy.where(values < 0.7, 0, (values * 1000).astype(np.int32)).astype(np.int32)
@@ -39,7 +43,7 @@ def on_gpus(client, n, chunk, op_name):
     import dask.array as da
     from distributed import wait
 
-    dtype = np.int32 if op_name == "last_nonzero" else np.float32
+    dtype = {"last_nonzero": np.int32, "sort": np.uint32}.get(op_name, np.float32)
     x = da.empty(n, chunks=chunk, dtype=np.uint8).map_blocks(
         _to_gpu, op_name, dtype=dtype, meta=cupy.empty(0, dtype))
     x = client.persist(x)
@@ -51,16 +55,29 @@ def operator(op_name):
     return scangen.LAST_NONZERO if op_name == "last_nonzero" else op_name
 
 
-def check(client, chunk):
+def check(client):
     import scangen.dask as sd
 
     n = 1 << 26
-    x = on_gpus(client, n, chunk, "last_nonzero")
+    x = on_gpus(client, n, n // 8, "last_nonzero")  # chunks on every worker
     got = sd.inclusive_scan(x, scangen.LAST_NONZERO).map_blocks(
         lambda b: b.get(), meta=np.empty(0, np.int32)).compute()
     host = x.map_blocks(lambda b: b.get(), meta=np.empty(0, np.int32)).compute()
     same = np.array_equal(got, scangen.reference_scan(host, scangen.LAST_NONZERO))
     print(f"  check: last non-zero over 2^26 int32 equals the CPU reference: {same}", flush=True)
+    return same
+
+
+def check_sort(client):
+    import scangen.dask as sd
+
+    n = 1 << 26
+    x = on_gpus(client, n, n // 8, "sort")  # chunks on every worker
+    on_host = dict(meta=np.empty(0, np.uint32))
+    got = sd.sort(x).map_blocks(lambda b: b.get(), **on_host).compute()
+    host = x.map_blocks(lambda b: b.get(), **on_host).compute()
+    same = np.array_equal(got, np.sort(host))
+    print(f"  check: the sort of 2^26 uint32 keys equals numpy's: {same}", flush=True)
     return same
 
 
@@ -121,17 +138,16 @@ def _synchronize():
     cupy.cuda.runtime.deviceSynchronize()
 
 
-def timed(client, x, op, repeat, backend=None, what="run"):
-    """The best of ``repeat`` runs of ``inclusive_scan(x).persist()`` until every chunk's
-    task has returned and every worker's GPU has finished (a task returns once its kernels
-    are queued), after one more that compiles."""
-    import scangen.dask as sd
+def timed(client, work, repeat, what="run"):
+    """The best of ``repeat`` runs of ``work().persist()`` (``work``: the lazy result)
+    until every chunk's task has returned and every worker's GPU has finished (a task
+    returns once its kernels are queued), after one more that compiles."""
     from distributed import wait
 
     best = float("inf")
     for run in range(repeat + 1):
         start = time.perf_counter()
-        result = sd.inclusive_scan(x, op, backend=backend).persist()
+        result = work().persist()
         wait(result)
         client.run(_synchronize)
         seconds = time.perf_counter() - start
@@ -183,6 +199,8 @@ def main(argv=None):
     parser.add_argument("--operator", default="add", choices=["add", "last_nonzero"])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--sort", action="store_true",
+                        help="time scangen.dask.sort of uint32 keys instead of the scan")
     parser.add_argument("--breakdown", action="store_true",
                         help="where the time goes: the kernels without Dask, the graph with "
                              "no work in its tasks, and one more run's task stream")
@@ -192,6 +210,9 @@ def main(argv=None):
 
     n, chunk = 1 << args.log2n, 1 << args.chunk_log2
     op = operator(args.operator)
+    what = "sort" if args.sort else args.operator
+    if args.breakdown and args.sort:
+        raise SystemExit("--breakdown takes a scan apart: leave out --sort")
     if args.breakdown:
         floor = without_dask(n, chunk, op, args.repeat)
         print(f"the same kernels without Dask, one GPU: {floor * 1e3:.1f} ms", flush=True)
@@ -199,22 +220,24 @@ def main(argv=None):
     for gpus in [int(g) for g in args.gpus.split(",")]:
         with sd.gpu_cluster(gpus) as client:
             print(f"{gpus} GPU(s): {len(client.scheduler_info()['workers'])} workers", flush=True)
-            if args.check and not check(client, chunk):
-                raise SystemExit("the multi-GPU scan differs from the reference")
+            if args.check and not (check_sort if args.sort else check)(client):
+                raise SystemExit(f"the multi-GPU {what} differs from the reference")
             progress("cluster up" + (", check done" if args.check else ""))
-            x = on_gpus(client, n, chunk, args.operator)
+            x = on_gpus(client, n, chunk, what)
             progress(f"2^{args.log2n} elements made on the GPU(s)")
-            best = timed(client, x, op, args.repeat)
+            best = timed(client, (lambda x=x: sd.sort(x)) if args.sort else
+                         (lambda x=x: sd.inclusive_scan(x, op)), args.repeat)
             if args.breakdown:
-                idle = timed(client, x, op, args.repeat, NoWork(), "no work")
+                idle = timed(client, lambda x=x: sd.inclusive_scan(x, op, backend=NoWork()),
+                             args.repeat, "no work")
                 print(f"  the same graph, no work in its tasks: {idle * 1e3:.1f} ms", flush=True)
                 print_task_stream(client, x, op)
             del x
             base = base or best
             rows.append((gpus, best, base / best))
     itemsize = 4
-    print(f"\n2^{args.log2n} elements ({args.operator}), chunks of 2^{args.chunk_log2}:")
-    print("| GPUs | seconds | GB/s (read + write) | speedup |")
+    print(f"\n2^{args.log2n} elements ({what}), chunks of 2^{args.chunk_log2}:")
+    print("| GPUs | seconds | GB/s (read + write once) | speedup |")
     print("| --- | --- | --- | --- |")
     for gpus, seconds, speedup in rows:
         print(f"| {gpus} | {seconds:.3f} | {2 * n * itemsize / seconds / 1e9:.0f} | "
