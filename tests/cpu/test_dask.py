@@ -44,6 +44,19 @@ def test_chunked_scan_equals_whole_array_scan(rng, scheduler, mode, dtype, op_na
                       dtype, n)
 
 
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_many_chunks_share_one_carries_task(rng, mode):
+    """Past DIRECT_CARRIES_MAX_CHUNKS one task makes every carry: a non-commutative scan
+    through it, empty chunks among the others."""
+    chunks = [int(c) for c in rng.integers(0, 9, sd.DIRECT_CARRIES_MAX_CHUNKS + 7)]
+    chunks[:3] = [0, 5, 0]
+    x = random_input(rng, "uint64", "affine_then", sum(chunks))
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    got = _compute(scan(da.from_array(x, chunks=(tuple(chunks),)), AFFINE,
+                        backend=ReferenceBackend()), "threads")
+    np.testing.assert_array_equal(got, scan_reference(x, AFFINE, mode))
+
+
 @pytest.mark.parametrize("chunks", [(0,), (0, 0, 0), (1,), (1, 1, 1, 1, 1), (0, 5, 0)])
 def test_edge_chunkings(rng, chunks):
     x = random_input(rng, "uint64", "affine_then", sum(chunks))
@@ -405,7 +418,12 @@ def test_gpu_backend_runs_every_call_on_one_thread_of_its_own(fake_gpu, rng, sch
                                       scan_reference(x, AFFINE, mode))
     gpu = gpu_thread._thread_ident
     assert gpu != main
-    assert len(fake_gpu.calls) == 2 * (2 * sum(1 for c in chunks if c) + 1)
+    # per scan: a total of each non-empty chunk but the last (whose total no carry needs),
+    # a scan of each, and a fold of the totals before it for each that has more than one
+    full = [bool(c) for c in chunks]
+    folds = sum(1 for k, f in enumerate(full) if f and sum(full[:k]) > 1)
+    calls = sum(full[:-1]) + sum(full) + folds
+    assert len(fake_gpu.calls) == 2 * calls
     assert {thread for _, thread, _ in fake_gpu.calls} == {gpu}
     assert fake_gpu.threads() == {gpu} and fake_gpu.arrays
     # each call in the context of the thread that asked: the main thread's own where it
@@ -468,26 +486,30 @@ def test_device_chunks_go_on_the_callers_stream(fake_gpu, monkeypatch):
         assert (None if stream is None else stream.handle) == expected
 
 
-def test_a_scan_is_two_tasks_a_chunk_and_one_and_makes_each_chunk_once():
-    """A total per chunk, one task for every carry, a scan per chunk; the work that made the
-    input chunks runs once each (fused into the scans and the totals alike, it would run
-    twice)."""
+@pytest.mark.parametrize("blocks", [10, sd.DIRECT_CARRIES_MAX_CHUNKS,
+                                    sd.DIRECT_CARRIES_MAX_CHUNKS + 1])
+def test_a_scan_is_two_tasks_a_chunk_and_makes_each_chunk_once(blocks):
+    """A total per chunk but the last (no carry needs its total) and a scan per chunk that
+    folds the totals before it; past DIRECT_CARRIES_MAX_CHUNKS, every chunk's total and one
+    more task that makes every carry. The work that made the input chunks runs once each
+    (fused into the scans and the totals alike, it would run twice)."""
     made = []
 
     def make(block, block_id=None):
         made.append(block_id[0])
         return np.arange(len(block), dtype=np.float64) + block_id[0]
 
-    x = da.empty(10_000, chunks=1000, dtype=np.float64).map_blocks(make, dtype=np.float64)
+    x = da.empty(100 * blocks, chunks=100, dtype=np.float64).map_blocks(make, dtype=np.float64)
     y = sd.inclusive_scan(x, "add", backend=ReferenceBackend())
     (optimized,) = dask.optimize(y)
     scangen_tasks = [k for k in dict(optimized.__dask_graph__())
                      if str(k[0] if isinstance(k, tuple) else k).startswith("scangen-")]
-    assert len(scangen_tasks) == 2 * x.numblocks[0] + 1
+    carries_task = blocks > sd.DIRECT_CARRIES_MAX_CHUNKS
+    assert len(scangen_tasks) == 2 * blocks + (1 if carries_task else -1)
     got = y.compute(scheduler="sync")
-    assert sorted(made) == list(range(10))
+    assert sorted(made) == list(range(blocks))
     np.testing.assert_array_equal(got, np.cumsum(np.concatenate(
-        [np.arange(1000, dtype=np.float64) + k for k in range(10)])))
+        [np.arange(100, dtype=np.float64) + k for k in range(blocks)])))
 
 
 @pytest.mark.parametrize("function", ["argsort", "sort", "histogram"])
