@@ -129,31 +129,43 @@ def _scan(mode, darr, operator, identity, backend, options):
     sizes = _chunk_sizes(darr, "the carries need each chunk's place")
     op = operator_of(operator, identity)
     op.check_dtype(darr.dtype)
-    # Tasks: a total per chunk, then a scan per chunk that folds the totals before it into
-    # its carry (2K tasks for K chunks), or, past DIRECT_CARRIES_MAX_CHUNKS, one task that
-    # scans every total into the carries and a scan per chunk that takes its own carry from
-    # that task's list (2K + 1 tasks, with no splitting or joining of the totals in
-    # between). The totals are a blockwise layer, and the scans either that or a layer of
-    # their own: so Dask sees two layers read each chunk, and fuses the work that makes a
-    # chunk into neither (it would then run twice).
-    import functools
-
-    from dask.array import Array
-    from dask.base import tokenize
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
-
+    # A total per chunk, then a scan per chunk. The totals are a blockwise layer, and the
+    # scans either that or a layer of their own: so Dask sees two layers read each chunk,
+    # and fuses the work that makes a chunk into neither (it would then run twice).
     one_each = (tuple(1 if size else 0 for size in sizes),)
     totals = darr.map_blocks(_total, backend, op, chunks=one_each, dtype=darr.dtype,
                              meta=darr._meta, token="scangen-chunk-total")
     if len(sizes) <= DIRECT_CARRIES_MAX_CHUNKS:
-        name = f"scangen-{mode}-scan-{tokenize(darr.name, totals.name, mode)}"
-        # the backend, operator and mode bound, so that no argument is read as a key
-        scan = functools.partial(_scan_after, backend=backend, op=op, mode=mode)
-        layer = {(name, k): (scan, (darr.name, k), *[(totals.name, j) for j in range(k)])
-                 for k in range(len(sizes))}
-        graph = HighLevelGraph.from_collections(name, layer, dependencies=[darr, totals])
-        return Array(graph, name, darr.chunks, dtype=darr.dtype, meta=darr._meta)
+        return _scans_folding_totals(darr, totals, backend, op, mode)
+    return _scans_after_a_carries_task(darr, totals, backend, op, mode)
+
+
+def _scans_folding_totals(darr, totals, backend, op, mode):
+    """A scan per chunk that takes the totals before it and folds its own carry (2K tasks
+    for K chunks with the totals; the last chunk's total, which no task takes, is never
+    computed)."""
+    import functools
+
+    from dask.array import Array
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    name = f"scangen-{mode}-scan-{tokenize(darr.name, totals.name, mode)}"
+    # the backend, operator and mode bound, so that no argument is read as a key
+    scan = functools.partial(_scan_after, backend=backend, op=op, mode=mode)
+    layer = {(name, k): (scan, (darr.name, k), *[(totals.name, j) for j in range(k)])
+             for k in range(darr.numblocks[0])}
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[darr, totals])
+    return Array(graph, name, darr.chunks, dtype=darr.dtype, meta=darr._meta)
+
+
+def _scans_after_a_carries_task(darr, totals, backend, op, mode):
+    """One task that scans every total into the carries, and a scan per chunk that takes
+    its own carry from that task's list (2K + 1 tasks for K chunks with the totals, with no
+    splitting or joining of the totals in between)."""
+    from dask.delayed import Delayed
+    from dask.highlevelgraph import HighLevelGraph
+
     name = f"scangen-carries-{totals.name}"
     task = (_carries, [(totals.name, k) for k in range(totals.numblocks[0])], backend, op)
     carries = Delayed(name, HighLevelGraph.from_collections(name, {name: task},
