@@ -11,10 +11,11 @@ scan (last non-zero) with the CPU reference. ``--breakdown`` says where the time
 same kernels on the same chunks without Dask (one GPU, in this process), the same graph
 whose tasks do no work (Dask's own time), and one more run's task stream by kind of task and
 by worker. ``--sort`` times ``scangen.dask.sort(x).persist()`` of random uint32 keys instead
-(``--check`` then compares a sort of 2^26 keys with numpy's). Run on the GPU host:
+(``--check`` then compares a sort of 2^26 keys with numpy's; ``--partitions`` sets its
+output partitions). Run on the GPU host:
 
     python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
-                                   [--breakdown] [--sort]
+                                   [--breakdown] [--sort [--partitions P]]
 """
 import argparse
 import sys
@@ -201,6 +202,8 @@ def main(argv=None):
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--sort", action="store_true",
                         help="time scangen.dask.sort of uint32 keys instead of the scan")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="--sort's output partitions (default: one per chunk)")
     parser.add_argument("--breakdown", action="store_true",
                         help="where the time goes: the kernels without Dask, the graph with "
                              "no work in its tasks, and one more run's task stream")
@@ -211,6 +214,8 @@ def main(argv=None):
     n, chunk = 1 << args.log2n, 1 << args.chunk_log2
     op = operator(args.operator)
     what = "sort" if args.sort else args.operator
+    if args.partitions is not None and not args.sort:
+        raise SystemExit("--partitions is --sort's")
     if args.breakdown and args.sort:
         raise SystemExit("--breakdown takes a scan apart: leave out --sort")
     if args.breakdown:
@@ -225,7 +230,8 @@ def main(argv=None):
             progress("cluster up" + (", check done" if args.check else ""))
             x = on_gpus(client, n, chunk, what)
             progress(f"2^{args.log2n} elements made on the GPU(s)")
-            best = timed(client, (lambda x=x: sd.sort(x)) if args.sort else
+            best = timed(client, (lambda x=x: sd.sort(x, partitions=args.partitions))
+                         if args.sort else
                          (lambda x=x: sd.inclusive_scan(x, op)), args.repeat)
             if args.breakdown:
                 idle = timed(client, lambda x=x: sd.inclusive_scan(x, op, backend=NoWork()),

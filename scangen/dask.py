@@ -330,9 +330,10 @@ def _delayed_chunks(array) -> list:
     return array.to_delayed(optimize_graph=False).ravel().tolist()
 
 
-def _sample_sort(darr, values, backend, options):
+def _sample_sort(darr, values, backend, partitions, options):
     """The output partitions of a sample sort of ``darr`` (values carried along): a list of
-    dask.delayed ``(keys, values)``, in order. Each chunk is sorted where it lives; samples
+    ``partitions`` (None: one per non-empty chunk) dask.delayed ``(keys, values)``, in
+    order. Each chunk is sorted where it lives; samples
     of them give splitters; each sorted chunk is cut by the splitters; partition j gathers
     piece j of every chunk and sorts it. Only pieces move between workers."""
     import dask
@@ -349,7 +350,12 @@ def _sample_sort(darr, values, backend, options):
         carried = _delayed_chunks(values.rechunk(darr.chunks))
     delayed = dask.delayed
     chunks = [delayed(_sorted)(k, v, backend) for k, v in zip(keys, carried)]
-    partitions = max(1, sum(1 for size in sizes if size))
+    if partitions is None:
+        partitions = max(1, sum(1 for size in sizes if size))
+    partitions = as_int("partitions", partitions)
+    if partitions < 1:
+        raise ValueError(f"partitions={partitions}: give a positive number of output "
+                         "partitions")
     total = max(1, sum(sizes))
     counts = [min(size, -(-size * partitions * SAMPLES_PER_PARTITION // total))
               for size in sizes]
@@ -368,32 +374,37 @@ def _gathered(parts, index, like):
                                            meta=like._meta) for part in parts])
 
 
-def sort(darr, values=None, *, backend=None):
+def sort(darr, values=None, *, partitions=None, backend=None):
     """The keys of a 1-D dask.array sorted stably across its chunks, as
     ``numpy.sort(kind="stable")`` (NaN last), and ``values`` (a dask.array of the keys'
-    shape) carried along: ``keys`` or ``(keys, values)``, lazy dask.arrays of one
-    partition per non-empty input chunk, of sizes known once computed.
+    shape) carried along: ``keys`` or ``(keys, values)``, lazy dask.arrays of
+    ``partitions`` output partitions (default: one per non-empty input chunk), of sizes
+    known once computed.
 
     A sample sort: each chunk is sorted where it lives (scangen.radix_sort on its GPU, for
     CuPy chunks and for numpy chunks copied there), splitters are drawn from samples of the
     sorted chunks, and output partition j gathers the keys between splitters j - 1 and j
     from every chunk and sorts them; equal keys never split, so the sort is stable. Keys:
-    the dtypes of scangen.radix_sort. ``backend`` as for scangen.dask.inclusive_scan.
+    the dtypes of scangen.radix_sort. Each (chunk, partition) pair is a task of its own
+    (the piece of the chunk that goes there): fewer partitions than chunks (a few per
+    worker) make far fewer tasks, and larger partitions. ``backend`` as for
+    scangen.dask.inclusive_scan.
     """
-    parts = _sample_sort(darr, values, backend, {})
+    parts = _sample_sort(darr, values, backend, partitions, {})
     keys = _gathered(parts, 0, darr)
     return keys if values is None else (keys, _gathered(parts, 1, values))
 
 
-def argsort(darr, *, backend=None):
+def argsort(darr, *, partitions=None, backend=None):
     """The int64 positions that sort a 1-D dask.array stably across its chunks, as
-    ``numpy.argsort(kind="stable")`` (NaN last): a lazy dask.array (see sort)."""
+    ``numpy.argsort(kind="stable")`` (NaN last): a lazy dask.array (see sort, and its
+    ``partitions``)."""
     darr, _ = _checked(darr, backend, {})
     sizes = _chunk_sizes(darr, "each position counts from its chunk's start")
     starts = tuple(int(start) for start in np.cumsum((0,) + sizes[:-1]))
     positions = darr.map_blocks(_chunk_positions, starts, dtype=np.int64,
                                 meta=darr._meta.astype(np.int64), token="scangen-positions")
-    return sort(darr, positions, backend=backend)[1]
+    return sort(darr, positions, partitions=partitions, backend=backend)[1]
 
 
 def _chunk_positions(chunk, starts, block_info=None):

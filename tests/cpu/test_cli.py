@@ -252,6 +252,7 @@ def test_python_dash_m_scangen():
                                            ("primitives.py", "--cub"),
                                            ("dask_scan.py", "--breakdown"),
                                            ("dask_scan.py", "--sort"),
+                                           ("dask_scan.py", "--partitions"),
                                            ("out_of_core.py", "--budget-gib")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),

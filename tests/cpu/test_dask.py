@@ -180,6 +180,29 @@ def test_sort_partitions_are_balanced_for_distinct_keys(rng):
     np.testing.assert_array_equal(result.compute(), np.sort(keys))
 
 
+@pytest.mark.parametrize("partitions", [1, 3, 9])
+def test_sort_into_a_number_of_partitions(rng, partitions):
+    """partitions=: fewer or more output partitions than chunks, each within twice its
+    even share for distinct keys; values and argsort the same way; ties in array order."""
+    keys = rng.permutation(30_000).astype(np.uint32)
+    chunks = (0, 10_000, 5_000, 0, 15_000)
+    darr = da.from_array(keys, chunks=(chunks,))
+    result = sd.sort(darr, partitions=partitions, backend=ReferenceBackend())
+    assert result.numblocks == (partitions,)
+    sizes = result.compute_chunk_sizes().chunks[0]
+    assert sum(sizes) == keys.size and max(sizes) <= 2 * keys.size / partitions
+    np.testing.assert_array_equal(result.compute(), np.sort(keys))
+    ties = keys % 7  # many equal keys: a run never splits, so stability shows
+    order = np.argsort(ties, kind="stable")
+    tied = da.from_array(ties, chunks=(chunks,))
+    got = sd.argsort(tied, partitions=partitions, backend=ReferenceBackend()).compute()
+    np.testing.assert_array_equal(got, order)
+    values = rng.normal(size=keys.size)
+    _, carried = sd.sort(tied, da.from_array(values, chunks=7_000), partitions=partitions,
+                         backend=ReferenceBackend())
+    np.testing.assert_array_equal(carried.compute(), values[order])
+
+
 def test_sort_refusals(rng):
     darr = da.from_array(rng.normal(size=100), chunks=10)
     with pytest.raises(ValueError, match="compute_chunk_sizes"):
@@ -190,6 +213,9 @@ def test_sort_refusals(rng):
         sd.sort(darr, da.ones(99, chunks=10), backend=ReferenceBackend())
     with pytest.raises(TypeError, match="dask.array"):
         sd.sort(np.arange(4))
+    for bad, error in ((0, ValueError), (-2, ValueError), (2.5, TypeError)):
+        with pytest.raises(error, match="partitions"):
+            sd.sort(darr, partitions=bad, backend=ReferenceBackend())
 
 
 def test_refusals(rng):
