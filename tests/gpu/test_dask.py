@@ -110,6 +110,9 @@ def test_sort_and_argsort_on_device_and_host_chunks(gpu, rng, chunk_kind, dtype)
     np.testing.assert_array_equal(cp.asnumpy(got_values), values[order])
     positions = sd.argsort(dask_array(keys)).compute(scheduler="threads")
     np.testing.assert_array_equal(cp.asnumpy(positions), order)
+    # into three partitions, whatever the chunks
+    positions = sd.argsort(dask_array(keys), partitions=3).compute(scheduler="threads")
+    np.testing.assert_array_equal(cp.asnumpy(positions), order)
 
 
 @pytest.mark.parametrize("mode", scangen.MODES)
