@@ -250,7 +250,12 @@ def histogram(darr, bins, range, *, backend=None):
                            chunks=((1,) * darr.numblocks[0], (bins,)), dtype=np.int64,
                            meta=darr._meta.astype(np.int64).reshape(0, 0),
                            token="scangen-histogram")
-    return rows.sum(axis=0, dtype=np.int64), edges
+    return rows.sum(axis=0, dtype=np.int64, split_every=ROWS_SUMMED_AT_ONCE), edges
+
+
+#: Rows of histogram counts one task sums: Dask's default (4) would make a tree of
+#: partial sums with a layer, and a round of scheduling, for each factor of 4 in the chunks.
+ROWS_SUMMED_AT_ONCE = 64
 
 
 #: Samples of the keys drawn for each output partition of a sort: the splitters are every

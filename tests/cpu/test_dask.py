@@ -125,6 +125,20 @@ def test_histogram_equals_numpys_across_chunks(rng, dtype):
         assert edges.dtype == want_edges.dtype
 
 
+@pytest.mark.parametrize("blocks", [16, sd.ROWS_SUMMED_AT_ONCE + 1])
+def test_histogram_sums_its_rows_of_counts_in_one_task(rng, blocks):
+    """Up to ROWS_SUMMED_AT_ONCE chunks, one task sums every chunk's counts (no layer of
+    partial sums); past it, a layer of partial sums, each of that many rows."""
+    x = rng.normal(size=blocks * 50)
+    counts, _ = sd.histogram(da.from_array(x, chunks=50), 9, (-2, 2),
+                             backend=ReferenceBackend())
+    (optimized,) = dask.optimize(counts)
+    partial = [k for k in dict(optimized.__dask_graph__())
+               if str(k[0] if isinstance(k, tuple) else k).startswith("sum-partial")]
+    assert len(partial) == (0 if blocks <= sd.ROWS_SUMMED_AT_ONCE else 2)
+    np.testing.assert_array_equal(counts.compute(), np.histogram(x, 9, (-2, 2))[0])
+
+
 def test_histogram_refusals(rng):
     x = da.from_array(rng.normal(size=100), chunks=10)
     with pytest.raises(TypeError, match="range=.*required"):
