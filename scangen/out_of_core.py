@@ -179,9 +179,11 @@ def _pinned_in_place(cuda, array, name):
     try:
         return cuda.register_host_memory(array)
     except Exception as error:  # pycuda's errors name the driver's
-        raise RuntimeError(f"could not pin {name} in place ({error}); the driver may refuse "
-                           "file-backed memory (an np.memmap) or more than it can lock: "
-                           "pin_in_place=False copies through pinned buffers") from error
+        raise RuntimeError(f"could not pin {name} in place ({error}); the driver refuses "
+                           "memory pinned already (out a view of x's memory: pass out=x), "
+                           "and may refuse file-backed memory (an np.memmap) or more than it "
+                           "can lock: pin_in_place=False copies through pinned buffers") \
+            from error
 
 
 class _CUDAExecutor:
