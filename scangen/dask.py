@@ -25,6 +25,7 @@ Dask is imported when a function here is called; install it with ``pip install
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -144,8 +145,6 @@ def _scans_folding_totals(darr, totals, backend, op, mode):
     """A scan per chunk that takes the totals before it and folds its own carry (2K tasks
     for K chunks with the totals; the last chunk's total, which no task takes, is never
     computed)."""
-    import functools
-
     from dask.array import Array
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
