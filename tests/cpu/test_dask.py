@@ -573,3 +573,28 @@ def test_sorts_and_histograms_make_each_input_chunk_once(function):
         want = getattr(np, function)(whole, kind="stable")
     np.testing.assert_array_equal(got, want)
     assert sorted(made) == list(range(10))
+
+
+def test_a_cluster_of_worker_processes_talking_tcp(rng):
+    """Worker processes that talk TCP, as separate hosts would: the scans in both layouts
+    of tasks (a non-commutative operator), a sort into partitions, a histogram and a select
+    computed there equal the references (the backend, operator and tasks travel pickled)."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  protocol="tcp", dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        backend = ReferenceBackend()
+        for blocks in (9, sd.DIRECT_CARRIES_MAX_CHUNKS + 3):
+            x = random_input(rng, "uint64", "affine_then", blocks * 40)
+            got = client.compute(sd.exclusive_scan(da.from_array(x, chunks=40), AFFINE,
+                                                   backend=backend)).result()
+            np.testing.assert_array_equal(got, scan_reference(x, AFFINE, "exclusive"))
+        keys = rng.integers(0, 50, 6000).astype(np.int64)
+        darr = da.from_array(keys, chunks=700)
+        got = client.compute(sd.argsort(darr, partitions=3, backend=backend)).result()
+        np.testing.assert_array_equal(got, np.argsort(keys, kind="stable"))
+        counts, _ = sd.histogram(darr, 7, (0, 50), backend=backend)
+        np.testing.assert_array_equal(client.compute(counts).result(),
+                                      np.histogram(keys, 7, (0, 50))[0])
+        kept = client.compute(sd.select(darr, lambda c: c % 3 == 0, backend=backend))
+        np.testing.assert_array_equal(kept.result(), keys[keys % 3 == 0])
