@@ -78,8 +78,8 @@ def _chunk_sizes(darr, why: str) -> tuple:
 
 
 def _total(chunk, backend, op):
-    # An empty chunk has no total to give (the identity is not assumed): None, which
-    # _carries skips.
+    # An empty chunk has no total to give (the identity is not assumed): None, which the
+    # carries skip.
     return None if len(chunk) == 0 else backend.total(chunk, op)
 
 
@@ -118,8 +118,8 @@ def _scan_after(chunk, *earlier, backend, op, mode):
 
 #: Chunks up to which each chunk's scan task takes the totals before it itself and folds
 #: its own carry: 2K tasks in two layers, one round of scheduling fewer than with a task
-#: that makes every carry (2K + 1 tasks in three layers; about 20-40 ms less a scan on a
-#: local cluster, each task doing nothing). A scan task then has k totals as inputs, so
+#: that makes every carry (2K + 1 tasks in three layers; 16-36 ms less a scan, median, on
+#: a local cluster of 16 chunks whose tasks did nothing; docs/design/decisions.md). A scan task then has k totals as inputs, so
 #: past this many chunks the graph's edges (K^2 / 2) would outgrow its tasks, and one task
 #: makes the carries instead.
 DIRECT_CARRIES_MAX_CHUNKS = 64
