@@ -302,19 +302,19 @@ def _splitters(samples, partitions) -> np.ndarray:
     return pooled[np.arange(1, partitions) * len(pooled) // partitions]
 
 
-def _cuts(chunk, splitters) -> np.ndarray:
-    """The bounds of a sorted chunk's pieces, one piece per output partition: piece j holds
-    the keys from splitter j - 1 (inclusive) to splitter j (exclusive), so equal keys stay
-    in one piece and keep their order."""
-    keys = chunk[0]
-    xp = _array_module(keys)
-    inner = _on_host(xp.searchsorted(keys, xp.asarray(splitters, keys.dtype), side="left"))
-    return np.concatenate([[0], inner, [len(keys)]]).astype(np.int64)
-
-
-def _piece(chunk, cuts, j):
+def _piece(chunk, splitters, j):
+    """Piece j of a sorted chunk, the part that goes to output partition j: its keys from
+    splitter j - 1 (inclusive; the first piece from the start) to splitter j (exclusive;
+    the last piece to the end), so equal keys stay in one piece and keep their order. Found
+    by a search of the chunk's own library for the two bounds at once."""
     keys, values = chunk
-    low, high = cuts[j], cuts[j + 1]
+    if len(splitters) == 0:  # one partition: the whole chunk
+        return keys, values
+    xp = _array_module(keys)
+    bounds = splitters[max(0, j - 1):j + 1]
+    found = _on_host(xp.searchsorted(keys, xp.asarray(bounds, keys.dtype), side="left"))
+    low = 0 if j == 0 else int(found[0])
+    high = len(keys) if j == len(splitters) else int(found[-1])
     return keys[low:high], None if values is None else values[low:high]
 
 
@@ -365,9 +365,9 @@ def _sample_sort(darr, values, backend, partitions, options):
               for size in sizes]
     splitters = delayed(_splitters)([delayed(_samples)(c, k) for c, k in zip(chunks, counts)],
                                     partitions)
-    cuts = [delayed(_cuts)(chunk, splitters) for chunk in chunks]
-    return [delayed(_partition)([delayed(_piece)(chunk, cut, j)
-                                 for chunk, cut in zip(chunks, cuts)], backend)
+    # each piece finds its own bounds: no layer of tasks that cut each chunk first
+    return [delayed(_partition)([delayed(_piece)(chunk, splitters, j) for chunk in chunks],
+                                backend)
             for j in range(partitions)]
 
 
