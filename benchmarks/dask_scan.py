@@ -5,9 +5,10 @@ For each GPU count, a local cluster with one worker per GPU (scangen.dask.gpu_cl
 dask-cuda's LocalCUDACluster where it is installed, otherwise one Nanny per GPU with
 CUDA_VISIBLE_DEVICES set), an array of 2^log2n elements in chunks spread over the workers,
 created and persisted on the GPUs before timing; then the best of ``--repeat`` runs of
-``inclusive_scan(x).persist()`` until every chunk is done (its task returned, its GPU idle): compute only, no data creation,
-no gathering. ``--check`` first compares, at 2^26 in 8 chunks, the k-GPU result of a non-commutative
-scan (last non-zero) with the CPU reference. ``--breakdown`` says where the time goes: the
+``inclusive_scan(x).persist()`` until every chunk is done (its task returned, its GPU
+idle): compute only, no data creation, no gathering. ``--check`` first compares, at 2^26
+in 8 chunks, the k-GPU result of a non-commutative scan (last non-zero) with the CPU
+reference. ``--breakdown`` says where the time goes: the
 same kernels on the same chunks without Dask (one GPU, in this process), the same graph
 whose tasks do no work (Dask's own time), and one more run's task stream by kind of task and
 by worker. ``--sort`` times ``scangen.dask.sort(x).persist()`` of random uint32 keys instead
@@ -159,9 +160,10 @@ def timed(client, work, repeat, what="run"):
 
 
 def without_dask(n, chunk, op, repeat):
-    """Seconds of the same kernels on the same chunks with no Dask: every chunk's total, the
-    carries, every chunk's scan with its carry, on one GPU, until the GPU is done (best of
-    ``repeat``)."""
+    """Seconds of the same work on the same chunks with no Dask, on one GPU, until the GPU
+    is done (best of ``repeat``): what the tasks of a scan of up to
+    scangen.dask.DIRECT_CARRIES_MAX_CHUNKS chunks do, every chunk's total but the last,
+    then each chunk's scan with the totals before it folded into its carry."""
     import cupy
 
     import scangen.dask as sd
@@ -174,8 +176,9 @@ def without_dask(n, chunk, op, repeat):
     for run in range(repeat + 1):
         cupy.cuda.runtime.deviceSynchronize()
         start = time.perf_counter()
-        carries = sd._carries([backend.total(c, op) for c in chunks], backend, op)
-        scanned = [backend.scan(c, op, "inclusive", carry) for c, carry in zip(chunks, carries)]
+        totals = [backend.total(c, op) for c in chunks[:-1]]
+        scanned = [sd._scan_after(c, *totals[:k], backend=backend, op=op, mode="inclusive")
+                   for k, c in enumerate(chunks)]
         cupy.cuda.runtime.deviceSynchronize()
         best = min(best, time.perf_counter() - start) if run else best
         del scanned

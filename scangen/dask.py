@@ -119,9 +119,9 @@ def _scan_after(chunk, *earlier, backend, op, mode):
 #: Chunks up to which each chunk's scan task takes the totals before it itself and folds
 #: its own carry: 2K tasks in two layers, one round of scheduling fewer than with a task
 #: that makes every carry (2K + 1 tasks in three layers; 16-36 ms less a scan, median, on
-#: a local cluster of 16 chunks whose tasks did nothing; docs/design/decisions.md). A scan task then has k totals as inputs, so
-#: past this many chunks the graph's edges (K^2 / 2) would outgrow its tasks, and one task
-#: makes the carries instead.
+#: a local cluster of 16 chunks whose tasks did nothing; docs/design/decisions.md). A scan
+#: task then has k totals as inputs, so past this many chunks the graph's edges (K^2 / 2)
+#: would outgrow its tasks, and one task makes the carries instead.
 DIRECT_CARRIES_MAX_CHUNKS = 64
 
 
@@ -337,9 +337,9 @@ def _delayed_chunks(array) -> list:
 def _sample_sort(darr, values, backend, partitions, options):
     """The output partitions of a sample sort of ``darr`` (values carried along): a list of
     ``partitions`` (None: one per non-empty chunk) dask.delayed ``(keys, values)``, in
-    order. Each chunk is sorted where it lives; samples
-    of them give splitters; each sorted chunk is cut by the splitters; partition j gathers
-    piece j of every chunk and sorts it. Only pieces move between workers."""
+    order. Each chunk is sorted where it lives; samples of them give splitters; piece j of
+    each sorted chunk lies between splitters j - 1 and j; partition j gathers piece j of
+    every chunk and sorts it. Only pieces move between workers."""
     import dask
 
     darr, backend = _checked(darr, backend, options)
