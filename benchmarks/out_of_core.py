@@ -22,6 +22,7 @@ import numpy as np
 
 import scangen
 from scangen import out_of_core as ooc
+from scangen.runtime.streams import pin_host_memory, unpin_host_memory
 
 
 def timed(run, repeat):
@@ -96,7 +97,8 @@ def main(argv=None):
                      pin_in_place=pin_in_place)
 
     def pin_and_unpin():
-        cuda.register_host_memory(x).base.unregister()
+        pin_host_memory(x.ctypes.data, x.nbytes)
+        unpin_host_memory(x.ctypes.data)
 
     device = cuda.Context.get_device()
     print(f"{device.name()}: {args.gib:g} GiB {dtype} host array, device budget "

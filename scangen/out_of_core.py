@@ -31,6 +31,7 @@ from .interop import DevicePointer
 from .primitives.compaction import Select
 from .primitives.histogram import Histogram, outer_edges
 from .runtime.contexts import current_context
+from .runtime.streams import pin_host_memory, unpin_host_memory
 from .types import element_type
 
 __all__ = ["inclusive_scan", "exclusive_scan", "histogram", "select", "Step", "schedule", "run",
@@ -170,15 +171,15 @@ class _HostCopies:
         self._pool.shutdown()
 
 
-def _pinned_in_place(cuda, array, name):
-    """``array`` page-locked where it is (cuMemHostRegister) until ``.base.unregister()``,
-    or a clear error."""
+def _pin_in_place(array, name):
+    """Page-lock ``array`` where it is (cuMemHostRegister) until unpin_host_memory of its
+    address, or a clear error."""
     if not array.flags.c_contiguous:
         raise ValueError(f"pin_in_place=True pins {name} where it is, which needs it "
                          "contiguous: pass a contiguous array, or pin_in_place=False")
     try:
-        return cuda.register_host_memory(array)
-    except Exception as error:  # pycuda's errors name the driver's
+        pin_host_memory(array.ctypes.data, array.nbytes)
+    except Exception as error:  # the message names the driver's error
         raise RuntimeError(f"could not pin {name} in place ({error}); the driver refuses "
                            "memory pinned already (out a view of x's memory: pass out=x), "
                            "and may refuse file-backed memory (an np.memmap) or more than it "
@@ -217,20 +218,19 @@ class _CUDAExecutor:
         self.slots = slots
         self.copy = _HostCopies()
         # Pinned last, so that nothing after it can fail: pipeline() unpins in close().
-        self.registered = []
+        self.pinned_addresses = []
         try:
             if direct_in:
-                self.x = self._pin(x, "x")
-            if direct_out:
-                self.out = self.x if out is x else self._pin(out, "out")
+                self._pin(x, "x")
+            if direct_out and out is not x:
+                self._pin(out, "out")
         except BaseException:
             self._unpin()
             raise
 
     def _pin(self, array, name):
-        pinned = _pinned_in_place(self._cuda, array, name)
-        self.registered.append(pinned)
-        return pinned
+        _pin_in_place(array, name)
+        self.pinned_addresses.append(array.ctypes.data)
 
     def _stream_after(self, step):
         """The step's stream, made to wait for the stream steps it comes after (host steps
@@ -293,8 +293,8 @@ class _CUDAExecutor:
         self._unpin()
 
     def _unpin(self):
-        while self.registered:
-            self.registered.pop().base.unregister()
+        while self.pinned_addresses:
+            unpin_host_memory(self.pinned_addresses.pop())
 
 
 def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progress=None,

@@ -11,8 +11,9 @@ PyCUDA launches, sets and synchronises only on its own ``Stream`` objects: it ca
 foreign handle, and it exposes neither a module's nor a function's CUfunction handle. So
 for a RawStream this module calls the CUDA driver itself, through ctypes: it loads the
 module's cubin a second time (cuModuleLoadData) to get CUfunction handles, and launches
-with cuLaunchKernel on the handle, with the same packed parameter buffer pycuda builds.
-Everything else keeps going through pycuda. This module is the only one that calls libcuda
+with cuLaunchKernel on the handle, with the same packed parameter buffer pycuda builds. It
+also pins host arrays in place (cuMemHostRegister), which pycuda's register_host_memory cannot
+do under numpy 2. Everything else keeps going through pycuda. This module is the only one that calls libcuda
 on the GPU's work (scangen.devices only asks which GPU there is); it imports nothing from
 pycuda.
 """
@@ -74,6 +75,8 @@ _SIGNATURES = {
     "cuEventRecord": [_VOID_P, _VOID_P],
     "cuEventSynchronize": [_VOID_P],
     "cuEventDestroy_v2": [_VOID_P],
+    "cuMemHostRegister_v2": [_VOID_P, _SIZE_T, _UINT],
+    "cuMemHostUnregister": [_VOID_P],
 }
 #: CU_EVENT_DISABLE_TIMING: an event without timing is cheaper to record and wait on.
 _EVENT_DISABLE_TIMING = 2
@@ -108,6 +111,20 @@ def _check(result: int, call: str) -> None:
         name = ctypes.c_char_p()
         _lib().cuGetErrorName(result, ctypes.byref(name))
         raise CUDADriverError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
+
+
+def pin_host_memory(address: int, nbytes: int) -> None:
+    """Page-lock ``nbytes`` of host memory at ``address`` where it is, for the current
+    context, until :func:`unpin_host_memory`: copies between it and the device then run
+    asynchronously with no staging buffer. (pycuda's register_host_memory pins, then fails
+    under numpy 2 giving its result array a second base.)"""
+    _check(_lib().cuMemHostRegister_v2(ctypes.c_void_p(address), nbytes, 0),
+           "cuMemHostRegister")
+
+
+def unpin_host_memory(address: int) -> None:
+    """Undo :func:`pin_host_memory` of the memory starting at ``address``."""
+    _check(_lib().cuMemHostUnregister(ctypes.c_void_p(address)), "cuMemHostUnregister")
 
 
 def memset_d8_async(address: int, value: int, nbytes: int, stream) -> None:

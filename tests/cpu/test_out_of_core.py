@@ -248,28 +248,20 @@ class FakeDriver:
     class Allocation(int):
         pass
 
-    class Registration:
-        """pycuda's RegisteredHostMemory: the array pinned, until unregister()."""
-
-        def __init__(self, array, driver):
-            self.array, self.driver = array, driver
-            self.__array_interface__ = array.__array_interface__
-
-        def unregister(self):
-            self.driver.registered.remove(self.array.ctypes.data)
-
     def __init__(self, free=1 << 34):
         self.memory, self.next, self.allocated, self.free = {}, 1 << 32, 0, free
         self.registered, self.pinned_buffers, self.refuse_registration = [], 0, None
 
-    def register_host_memory(self, array, flags=0):
+    def pin_host_memory(self, address, nbytes):
+        """scangen.runtime.streams.pin_host_memory (cuMemHostRegister)."""
         if self.refuse_registration:
             raise RuntimeError(self.refuse_registration)
-        address = array.ctypes.data
         if address in self.registered:
             raise RuntimeError("cuMemHostRegister failed: host memory already registered")
         self.registered.append(address)
-        return np.asarray(self.Registration(array, self))
+
+    def unpin_host_memory(self, address):
+        self.registered.remove(address)
 
     def mem_get_info(self):
         return self.free, self.free
@@ -312,6 +304,8 @@ def fake_driver(monkeypatch):
                          ("pycuda.gpuarray", pycuda.gpuarray)):
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(ooc, "current_context", lambda: None)
+    monkeypatch.setattr(ooc, "pin_host_memory", driver.pin_host_memory)
+    monkeypatch.setattr(ooc, "unpin_host_memory", driver.unpin_host_memory)
 
     class NumpyCarryScan:
         """CarryScan's contract on the fake device memory."""
