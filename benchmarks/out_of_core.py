@@ -6,8 +6,9 @@ place (so the host holds the array once). The same pipeline is then run with the
 replaced by a device-to-device copy: the same host staging copies, pinned buffers, streams
 and waits, so the difference is what the scan costs on top of moving the data. Both run
 again with the array pinned in place (``pin_in_place=True``: cuMemHostRegister for the
-call, no staging), and pinning and unpinning the array alone is timed too. Then a plain
-loop of synchronous copies of each chunk to the GPU and back, from and to the (pageable)
+call, no staging); pinning and unpinning the array alone is timed too, and the scan of the
+array pinned beforehand (as an array allocated pinned is: no staging, no pinning). Then a
+plain loop of synchronous copies of each chunk to the GPU and back, from and to the (pageable)
 host array, and the bare pinned transfer rate for context: ``--gib`` of uploads and as
 much of downloads, on two streams at once, without host staging copies.
 Rates are GB/s of the array (each byte goes up and comes back). Data creation is not timed.
@@ -100,6 +101,15 @@ def main(argv=None):
         pin_host_memory(x.ctypes.data, x.nbytes)
         unpin_host_memory(x.ctypes.data)
 
+    def scan_pinned_beforehand():
+        """The scan of an array the caller pinned (as one allocated pinned): no staging
+        and no pinning in the call."""
+        pin_host_memory(x.ctypes.data, x.nbytes)
+        try:
+            return timed(scan, args.repeat)
+        finally:
+            unpin_host_memory(x.ctypes.data)
+
     device = cuda.Context.get_device()
     print(f"{device.name()}: {args.gib:g} GiB {dtype} host array, device budget "
           f"{args.budget_gib:g} GiB, chunks of {chunk * dtype.itemsize / (1 << 20):.0f} MiB, "
@@ -110,6 +120,7 @@ def main(argv=None):
                ("copy through the pipeline, array pinned in place",
                 timed(lambda: copy_through_pipeline(True), args.repeat)),
                ("pinning and unpinning the array alone", timed(pin_and_unpin, args.repeat)),
+               ("scan, array pinned by the caller beforehand", scan_pinned_beforehand()),
                ("plain copies up and back (pageable, synchronous)",
                 timed(lambda: plain_copies(x, chunk), args.repeat)),
                ("bare pinned transfers (no host staging)",

@@ -9,8 +9,9 @@ previous one out. Uploads and downloads have a stream each: PCIe is full duplex 
 has a copy engine per direction. The carry stays on the device: chunk k's scan
 (scangen.chunked.CarryScan) reads it and writes chunk k+1's, in two alternating slots (a
 kernel may not read and write one place, see CarryScan), and the compute stream keeps the
-scans in chunk order: no trip to the host between chunks. With ``pin_in_place=True`` the
-host arrays themselves are page-locked for the call (cuMemHostRegister), and chunks go
+scans in chunk order: no trip to the host between chunks. Host arrays that are page-locked
+already (allocated pinned, or registered by the caller), and with ``pin_in_place=True``
+any host array, page-locked for the call (cuMemHostRegister), are not staged: chunks go
 between them and the device with no pinned buffer or host copy in between.
 
 The plan (which step waits for which) is pure Python, apart from the CUDA calls:
@@ -31,7 +32,7 @@ from .interop import DevicePointer
 from .primitives.compaction import Select
 from .primitives.histogram import Histogram, outer_edges
 from .runtime.contexts import current_context
-from .runtime.streams import pin_host_memory, unpin_host_memory
+from .runtime.streams import is_pinned_host_memory, pin_host_memory, unpin_host_memory
 from .types import element_type
 
 __all__ = ["inclusive_scan", "exclusive_scan", "histogram", "select", "Step", "schedule", "run",
@@ -171,6 +172,15 @@ class _HostCopies:
         self._pool.shutdown()
 
 
+def _pinned_already(array) -> bool:
+    """Whether a contiguous host array is page-locked already, first byte to last (the
+    caller allocated it pinned, or registered it)."""
+    if not array.flags.c_contiguous or array.nbytes == 0:
+        return False
+    start = array.ctypes.data
+    return is_pinned_host_memory(start) and is_pinned_host_memory(start + array.nbytes - 1)
+
+
 def _pin_in_place(array, name):
     """Page-lock ``array`` where it is (cuMemHostRegister) until unpin_host_memory of its
     address, or a clear error."""
@@ -191,11 +201,12 @@ class _CUDAExecutor:
     """The steps as CUDA calls: pinned and device buffers per slot (for the input, and for
     the output where there is one), three streams, one event per (op, slot) recorded after
     each stream step and waited on by the steps after it. Where the host arrays are pinned
-    in place (``direct_in``, ``direct_out``), chunks move between them and the device
-    directly, with no pinned buffers on that side."""
+    already or for the call (``direct_in``, ``direct_out``), chunks move between them and
+    the device directly, with no pinned buffers on that side; ``to_pin``, the (array, name)
+    pairs to pin for the call, are pinned last and unpinned in close()."""
 
     def __init__(self, x, out, compute, chunk_elements, slots, first_carry, kept=None,
-                 direct_in=False, direct_out=False):
+                 direct_in=False, direct_out=False, to_pin=()):
         import pycuda.driver as cuda
         from pycuda import gpuarray
 
@@ -220,10 +231,8 @@ class _CUDAExecutor:
         # Pinned last, so that nothing after it can fail: pipeline() unpins in close().
         self.pinned_addresses = []
         try:
-            if direct_in:
-                self._pin(x, "x")
-            if direct_out and out is not x:
-                self._pin(out, "out")
+            for array, name in to_pin:
+                self._pin(array, name)
         except BaseException:
             self._unpin()
             raise
@@ -307,16 +316,22 @@ def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progres
     counts. ``kept(chunk)``: how many leading outputs of that chunk to keep (a compaction,
     read once the chunk is downloaded), each chunk's landing right after the previous
     one's; None: all of them, in place. Returns how many elements of out were written.
-    ``progress``: True for StderrProgress, a function, or None. ``pin_in_place``: x, and
-    out where every chunk lands whole in its place (``kept`` None), are pinned where they
-    are for the call, so chunks go between them and the device without host copies."""
+    ``progress``: True for StderrProgress, a function, or None. x, and out where every
+    chunk lands whole in its place (``kept`` None), go between the host and the device
+    without host copies where they are pinned already, or with ``pin_in_place`` pinned where
+    they are for the call."""
     current_context()
     if progress is True:
         progress = StderrProgress(x.dtype.itemsize)
-    direct_in = bool(pin_in_place)
-    direct_out = direct_in and out is not None and kept is None
+    x_pinned = _pinned_already(x)
+    out_pinned = out is not None and (x_pinned if out is x else _pinned_already(out))
+    direct_in = bool(pin_in_place) or x_pinned
+    direct_out = out is not None and kept is None and (bool(pin_in_place) or out_pinned)
+    to_pin = [(array, name) for array, name, direct, pinned in
+              ((x, "x", direct_in, x_pinned), (out, "out", direct_out, out_pinned))
+              if direct and not pinned and not (name == "out" and out is x)]
     executor = _CUDAExecutor(x, out, compute, chunk_elements, slots, first_carry, kept,
-                             direct_in, direct_out)
+                             direct_in, direct_out, to_pin)
     try:
         run(schedule(len(x), chunk_elements, slots, outputs=out is not None,
                      staged_in=not direct_in, staged_out=not direct_out),
@@ -430,7 +445,9 @@ _DOC = """The {mode} scan of a host array too large for the GPU: chunks streamed
         Pinning locks every page of both first, which takes time of its own, and the driver
         may refuse it (file-backed memory such as an np.memmap, more than it can lock): a
         RuntimeError then says so. Default False: chunks are copied through pinned buffers
-        by 8 host threads.
+        by 8 host threads, except to and from arrays that are pinned already (allocated
+        pinned, as by cupyx.empty_pinned or pycuda.driver.pagelocked_empty, or registered
+        by the caller), which go between the host and the GPU directly either way.
     **options:
         algorithm, section_size, ... as for scangen.Scan.
     """

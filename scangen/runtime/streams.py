@@ -12,10 +12,10 @@ foreign handle, and it exposes neither a module's nor a function's CUfunction ha
 for a RawStream this module calls the CUDA driver itself, through ctypes: it loads the
 module's cubin a second time (cuModuleLoadData) to get CUfunction handles, and launches
 with cuLaunchKernel on the handle, with the same packed parameter buffer pycuda builds. It
-also pins host arrays in place (cuMemHostRegister), which pycuda's register_host_memory cannot
-do under numpy 2. Everything else keeps going through pycuda. This module is the only one that calls libcuda
-on the GPU's work (scangen.devices only asks which GPU there is); it imports nothing from
-pycuda.
+also pins host arrays in place (cuMemHostRegister), which pycuda's register_host_memory
+cannot do under numpy 2, and asks whether host memory is pinned. Everything else keeps
+going through pycuda. This module is the only one that calls libcuda on the GPU's work
+(scangen.devices only asks which GPU there is); it imports nothing from pycuda.
 """
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ _SIGNATURES = {
     "cuEventDestroy_v2": [_VOID_P],
     "cuMemHostRegister_v2": [_VOID_P, _SIZE_T, _UINT],
     "cuMemHostUnregister": [_VOID_P],
+    "cuMemHostGetFlags": [ctypes.POINTER(_UINT), _VOID_P],
 }
 #: CU_EVENT_DISABLE_TIMING: an event without timing is cheaper to record and wait on.
 _EVENT_DISABLE_TIMING = 2
@@ -125,6 +126,14 @@ def pin_host_memory(address: int, nbytes: int) -> None:
 def unpin_host_memory(address: int) -> None:
     """Undo :func:`pin_host_memory` of the memory starting at ``address``."""
     _check(_lib().cuMemHostUnregister(ctypes.c_void_p(address)), "cuMemHostUnregister")
+
+
+def is_pinned_host_memory(address: int) -> bool:
+    """Whether the host memory at ``address`` is page-locked for the current context
+    (allocated pinned, as by cupyx.empty_pinned or pycuda's pagelocked_empty, or
+    registered); the driver answers for pinned memory only."""
+    flags = _UINT()
+    return _lib().cuMemHostGetFlags(ctypes.byref(flags), ctypes.c_void_p(address)) == 0
 
 
 def memset_d8_async(address: int, value: int, nbytes: int, stream) -> None:

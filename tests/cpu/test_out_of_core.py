@@ -251,17 +251,24 @@ class FakeDriver:
     def __init__(self, free=1 << 34):
         self.memory, self.next, self.allocated, self.free = {}, 1 << 32, 0, free
         self.registered, self.pinned_buffers, self.refuse_registration = [], 0, None
+        self.pinned_ranges = {}  # address -> bytes, of host memory registered
 
     def pin_host_memory(self, address, nbytes):
         """scangen.runtime.streams.pin_host_memory (cuMemHostRegister)."""
         if self.refuse_registration:
             raise RuntimeError(self.refuse_registration)
-        if address in self.registered:
+        if address in self.registered or self.is_pinned_host_memory(address):
             raise RuntimeError("cuMemHostRegister failed: host memory already registered")
         self.registered.append(address)
+        self.pinned_ranges[address] = nbytes
 
     def unpin_host_memory(self, address):
         self.registered.remove(address)
+        del self.pinned_ranges[address]
+
+    def is_pinned_host_memory(self, address):
+        return any(start <= address < start + nbytes
+                   for start, nbytes in self.pinned_ranges.items())
 
     def mem_get_info(self):
         return self.free, self.free
@@ -306,6 +313,7 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(ooc, "current_context", lambda: None)
     monkeypatch.setattr(ooc, "pin_host_memory", driver.pin_host_memory)
     monkeypatch.setattr(ooc, "unpin_host_memory", driver.unpin_host_memory)
+    monkeypatch.setattr(ooc, "is_pinned_host_memory", driver.is_pinned_host_memory)
 
     class NumpyCarryScan:
         """CarryScan's contract on the fake device memory."""
@@ -352,6 +360,31 @@ def test_arrays_pinned_in_place_need_no_pinned_buffers(fake_driver, rng, mode, i
     assert got is out
     np.testing.assert_array_equal(got, want)
     assert fake_driver.pinned_buffers == 0 and fake_driver.registered == []
+
+
+@pytest.mark.parametrize("pinned", ["x", "out", "both", "x as out"])
+@pytest.mark.parametrize("pin_in_place", [False, True])
+def test_arrays_pinned_by_the_caller_go_direct_and_stay_pinned(fake_driver, rng, pinned,
+                                                               pin_in_place):
+    """Arrays the caller pinned (allocated pinned, or registered) are not staged, whatever
+    pin_in_place says, and are neither pinned again nor unpinned; a pageable one beside
+    them is staged, or pinned for the call with pin_in_place."""
+    n = 30_001
+    x = random_input(rng, "uint64", "affine_then", n)
+    want = scan_reference(x, AFFINE, "inclusive")
+    out = x if pinned == "x as out" else np.full_like(x, 7)
+    by_caller = [a for a, name in ((x, "x"), (out, "out"))
+                 if pinned in (name, "both", "x as out")]
+    for array in by_caller[:1] if out is x else by_caller:
+        fake_driver.pin_host_memory(array.ctypes.data, array.nbytes)
+    callers = list(fake_driver.registered)
+    got = ooc.inclusive_scan(x, AFFINE, out=out, max_device_bytes=64 * 1024,
+                             pin_in_place=pin_in_place)
+    assert got is out
+    np.testing.assert_array_equal(got, want)
+    staged = 0 if pin_in_place else 2 * (2 - len(by_caller) if out is not x else 0)
+    assert fake_driver.pinned_buffers == staged
+    assert fake_driver.registered == callers  # the caller's pinning, and only it, is left
 
 
 def test_pinning_in_place_refused_says_what_to_do(fake_driver, rng):

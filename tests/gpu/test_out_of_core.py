@@ -7,6 +7,7 @@ import pytest
 
 import scangen
 from scangen import out_of_core as ooc
+from scangen.runtime.streams import is_pinned_host_memory
 from tests.support import AFFINE, random_input, scan_reference
 
 
@@ -100,6 +101,30 @@ def test_arrays_pinned_in_place(gpu, rng, mode, in_place):
     np.testing.assert_array_equal(counts, np.histogram(values, 50, (-100, 100))[0])
     got = ooc.select(values, "x > 0.5f", max_device_bytes=4 << 20, pin_in_place=True)
     np.testing.assert_array_equal(got, values[values > 0.5])
+
+
+def test_arrays_allocated_pinned_are_scanned_in_place_of_staging(gpu, rng):
+    """x allocated pinned (pycuda's pagelocked_empty) is seen as pinned, pageable memory is
+    not; the scan of the pinned array, out a second pinned array or x itself, with and
+    without pin_in_place (which then pins nothing), equals the reference."""
+    import pycuda.driver as cuda
+
+    n = 2_000_003
+    values = random_input(rng, "uint64", "affine_then", n)
+    assert not is_pinned_host_memory(values.ctypes.data)
+    for pin_in_place in (False, True):
+        x = cuda.pagelocked_empty(n, np.uint64)
+        x[:] = values
+        assert is_pinned_host_memory(x.ctypes.data)
+        assert is_pinned_host_memory(x.ctypes.data + x.nbytes - 1)
+        out = cuda.pagelocked_empty(n, np.uint64)
+        out[:] = 0xDEAD
+        got = ooc.inclusive_scan(x, AFFINE, out=out, max_device_bytes=4 << 20,
+                                 pin_in_place=pin_in_place)
+        np.testing.assert_array_equal(got, scan_reference(values, AFFINE, "inclusive"))
+        ooc.exclusive_scan(x, AFFINE, out=x, max_device_bytes=4 << 20,
+                           pin_in_place=pin_in_place)
+        np.testing.assert_array_equal(x, scan_reference(values, AFFINE, "exclusive"))
 
 
 def test_a_memmap_pinned_in_place_is_scanned_or_refused_clearly(gpu, rng, tmp_path):
