@@ -13,6 +13,7 @@ import gc
 import threading
 import weakref
 
+from . import streams
 from .gpu import GPUUnavailableError, require_pycuda
 
 _driver = None
@@ -94,8 +95,22 @@ def in_a_borrowed_thread():
 
 
 def context_of_this_thread():
-    """The pycuda context current in this thread, or None; makes none current."""
-    return _initialised_driver().Context.get_current()
+    """The pycuda context current in this thread, or None; makes none current. Refused
+    where the driver has another context current here: the program's arrays then live and
+    are ordered in that one, and work done in pycuda's would race with them."""
+    context = _initialised_driver().Context.get_current()
+    if context is not None:
+        current = streams.driver_context()
+        if current != context.handle:
+            raise RuntimeError(
+                f"PyCUDA's current context in this thread ({context.handle:#x}) is not the "
+                f"one the CUDA driver has current here ({current:#x}): another library "
+                "changed it (CuPy's ndarray.get() and torch call cudaSetDevice, which makes "
+                "the device's primary context current), so scangen's work would not be "
+                "ordered with that library's. Use the primary context: pycuda.autoprimaryctx "
+                "instead of pycuda.autoinit, or no PyCUDA context of your own (scangen then "
+                "uses the primary context)")
+    return context
 
 
 def context_key(context=None) -> tuple:

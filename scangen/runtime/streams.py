@@ -78,6 +78,7 @@ _SIGNATURES = {
     "cuMemHostRegister_v2": [_VOID_P, _SIZE_T, _UINT],
     "cuMemHostUnregister": [_VOID_P],
     "cuMemHostGetFlags": [ctypes.POINTER(_UINT), _VOID_P],
+    "cuCtxGetCurrent": [ctypes.POINTER(_VOID_P)],
 }
 #: CU_EVENT_DISABLE_TIMING: an event without timing is cheaper to record and wait on.
 _EVENT_DISABLE_TIMING = 2
@@ -126,6 +127,15 @@ def pin_host_memory(address: int, nbytes: int) -> None:
 def unpin_host_memory(address: int) -> None:
     """Undo :func:`pin_host_memory` of the memory starting at ``address``."""
     _check(_lib().cuMemHostUnregister(ctypes.c_void_p(address)), "cuMemHostUnregister")
+
+
+def driver_context() -> int:
+    """The CUcontext the driver has current in this thread (0: none). Libraries of the CUDA
+    runtime change it behind pycuda's back (cudaSetDevice makes a device's primary context
+    current), so it can differ from the context on pycuda's stack."""
+    handle = _VOID_P()
+    _check(_lib().cuCtxGetCurrent(ctypes.byref(handle)), "cuCtxGetCurrent")
+    return handle.value or 0
 
 
 def is_pinned_host_memory(address: int) -> bool:

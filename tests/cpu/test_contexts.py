@@ -216,3 +216,19 @@ def test_a_borrowed_thread_pushes_for_the_block_only(driver, monkeypatch):
     with cuda_contexts.in_a_borrowed_thread():
         assert driver.stack == [programs]
     assert driver.stack == [programs]
+
+
+def test_a_context_the_driver_no_longer_has_current_is_refused(driver, monkeypatch):
+    """pycuda.autoinit's context on PyCUDA's stack while another library made the primary
+    context the driver's current one (CuPy's ndarray.get() calls cudaSetDevice): the call
+    is refused with what to do, where running in PyCUDA's would race with the library's
+    work; where the two agree, or PyCUDA has none, the context (or None) is given."""
+    programs = driver.context(0xA0)
+    programs.push()
+    monkeypatch.setattr(cuda_contexts.streams, "driver_context", lambda: 0xA0)
+    assert cuda_contexts.context_of_this_thread() is programs
+    monkeypatch.setattr(cuda_contexts.streams, "driver_context", lambda: 0xC0)
+    with pytest.raises(RuntimeError, match="pycuda.autoprimaryctx"):
+        cuda_contexts.context_of_this_thread()
+    programs.pop()
+    assert cuda_contexts.context_of_this_thread() is None
