@@ -13,12 +13,16 @@ same kernels on the same chunks without Dask (one GPU, in this process), the sam
 whose tasks do no work (Dask's own time), and one more run's task stream by kind of task and
 by worker. ``--sort`` times ``scangen.dask.sort(x).persist()`` of random uint32 keys instead
 (``--check`` then compares a sort of 2^26 keys with numpy's; ``--partitions`` sets its
-output partitions). Run on the GPU host:
+output partitions). ``--dask-config KEY=VALUE`` sets a Dask setting for the clusters and
+the runs, to weigh one (Dask's scheduling is most of the time at these sizes). Run on the
+GPU host:
 
     python benchmarks/dask_scan.py [--log2n 31] [--gpus 1,2] [--chunk-log2 27] [--check]
                                    [--breakdown] [--sort [--partitions P]]
+                                   [--dask-config KEY=VALUE ...]
 """
 import argparse
+import ast
 import sys
 import time
 
@@ -195,6 +199,15 @@ def progress(what):
     print(f"[{time.perf_counter() - _START:7.1f} s] {what}", file=sys.stderr, flush=True)
 
 
+def _setting_value(text):
+    """A --dask-config value as Dask takes it: a number or a boolean where it reads as one
+    (1.5, False), else the text ("inf", "10ms")."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log2n", type=int, default=31)
@@ -210,7 +223,14 @@ def main(argv=None):
     parser.add_argument("--breakdown", action="store_true",
                         help="where the time goes: the kernels without Dask, the graph with "
                              "no work in its tasks, and one more run's task stream")
+    parser.add_argument("--dask-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Dask setting for the cluster and the runs (repeatable), "
+                             "e.g. distributed.scheduler.worker-saturation=inf")
     args = parser.parse_args(argv)
+    settings = {key: _setting_value(value)
+                for key, value in (setting.split("=", 1) for setting in args.dask_config)}
+
+    import dask
 
     import scangen.dask as sd
 
@@ -226,7 +246,7 @@ def main(argv=None):
         print(f"the same kernels without Dask, one GPU: {floor * 1e3:.1f} ms", flush=True)
     rows, base = [], None
     for gpus in [int(g) for g in args.gpus.split(",")]:
-        with sd.gpu_cluster(gpus) as client:
+        with dask.config.set(settings), sd.gpu_cluster(gpus) as client:
             print(f"{gpus} GPU(s): {len(client.scheduler_info()['workers'])} workers", flush=True)
             if args.check and not (check_sort if args.sort else check)(client):
                 raise SystemExit(f"the multi-GPU {what} differs from the reference")

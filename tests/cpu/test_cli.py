@@ -253,6 +253,7 @@ def test_python_dash_m_scangen():
                                            ("dask_scan.py", "--breakdown"),
                                            ("dask_scan.py", "--sort"),
                                            ("dask_scan.py", "--partitions"),
+                                           ("dask_scan.py", "--dask-config"),
                                            ("out_of_core.py", "--budget-gib")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
