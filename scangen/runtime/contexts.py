@@ -100,17 +100,30 @@ def context_of_this_thread():
     are ordered in that one, and work done in pycuda's would race with them."""
     context = _initialised_driver().Context.get_current()
     if context is not None:
-        current = streams.driver_context()
-        if current != context.handle:
-            raise RuntimeError(
-                f"PyCUDA's current context in this thread ({context.handle:#x}) is not the "
-                f"one the CUDA driver has current here ({current:#x}): another library "
-                "changed it (CuPy's ndarray.get() and torch call cudaSetDevice, which makes "
-                "the device's primary context current), so scangen's work would not be "
-                "ordered with that library's. Use the primary context: pycuda.autoprimaryctx "
-                "instead of pycuda.autoinit, or no PyCUDA context of your own (scangen then "
-                "uses the primary context)")
+        _refuse_a_switched_context(context)
     return context
+
+
+def check_context_not_switched(error: Exception) -> None:
+    """After a failed launch (``error``): raise what to do instead where the cause is a
+    context switched behind PyCUDA's back in this thread (the kernel was loaded in
+    PyCUDA's context, and is launched in the driver's; "invalid resource handle")."""
+    context = _initialised_driver().Context.get_current()
+    if context is not None:
+        _refuse_a_switched_context(context, error)
+
+
+def _refuse_a_switched_context(context, cause=None) -> None:
+    current = streams.driver_context()
+    if current != context.handle:
+        raise RuntimeError(
+            f"PyCUDA's current context in this thread ({context.handle:#x}) is not the one "
+            f"the CUDA driver has current here ({current:#x}): another library changed it "
+            "(CuPy's ndarray.get() and torch call cudaSetDevice, which makes the device's "
+            "primary context current), so scangen's work would not be ordered with that "
+            "library's. Use the primary context: pycuda.autoprimaryctx instead of "
+            "pycuda.autoinit, or no PyCUDA context of your own (scangen then uses the "
+            "primary context)") from cause
 
 
 def context_key(context=None) -> tuple:

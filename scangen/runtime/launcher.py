@@ -12,7 +12,7 @@ from ..compile import compile_module
 from ..interop import convert_arguments
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from ..strategies.tile_state import TileState
-from .contexts import release_at_exit, stream_key
+from .contexts import check_context_not_switched, release_at_exit, stream_key
 from .gpu import check_shared_memory, resident_grid
 from .scratch import StreamScratch
 from .streams import RawLaunch, RawStream
@@ -107,7 +107,11 @@ def _prepared_launch(function, shared_bytes: int = 0):
     arg_format = function.arg_format
 
     def launch(grid, block, stream, *args):
-        launch_kernel(grid, block, pack(arg_format, *args), shared_bytes, stream)
+        try:
+            launch_kernel(grid, block, pack(arg_format, *args), shared_bytes, stream)
+        except Exception as error:
+            check_context_not_switched(error)
+            raise
 
     return launch
 

@@ -232,3 +232,19 @@ def test_a_context_the_driver_no_longer_has_current_is_refused(driver, monkeypat
         cuda_contexts.context_of_this_thread()
     programs.pop()
     assert cuda_contexts.context_of_this_thread() is None
+
+
+def test_a_launch_failed_in_a_switched_context_says_why(driver, monkeypatch):
+    """A launch that failed while the driver had another context current than PyCUDA's (the
+    kernel was loaded in PyCUDA's: "invalid resource handle") is explained, the driver's
+    error as its cause; any other failure is left to its own error."""
+    programs = driver.context(0xA0)
+    programs.push()
+    failure = ValueError("cuLaunchKernel failed: invalid resource handle")
+    monkeypatch.setattr(cuda_contexts.streams, "driver_context", lambda: 0xA0)
+    assert cuda_contexts.check_context_not_switched(failure) is None
+    monkeypatch.setattr(cuda_contexts.streams, "driver_context", lambda: 0xC0)
+    with pytest.raises(RuntimeError, match="pycuda.autoprimaryctx") as raised:
+        cuda_contexts.check_context_not_switched(failure)
+    assert raised.value.__cause__ is failure
+    programs.pop()

@@ -338,13 +338,15 @@ def test_every_scheduler_in_a_fresh_process(gpu, children, scheduler, chunks, pr
 #: A program whose main thread has pycuda.autoinit's context on PyCUDA's stack and brings a
 #: CuPy array back (ndarray.get()), then scans CuPy arrays through GPUBackend: prints
 #: "switched" or "same" (is the driver's current context still PyCUDA's?), then "refused"
-#: or the scans' results checked against numpy.
+#: or the scans' results checked against numpy, then the same for one-shot calls made in
+#: that thread ("direct-...").
 SWITCHED = '''
 import numpy as np
 import pycuda.autoinit  # noqa: F401
 import pycuda.driver as driver
 import cupy
 
+import scangen
 from scangen.chunked import GPUBackend, operator_of
 from scangen.runtime.streams import driver_context
 
@@ -360,13 +362,23 @@ except RuntimeError as error:
     print("refused")
 else:
     print("scanned")
+try:  # in this thread: where the launch fails for the switch, it says so
+    for _ in range(50):
+        got = scangen.inclusive_scan(cupy.asarray(x)).get()
+        assert got.tolist() == np.cumsum(x).tolist()
+except RuntimeError as error:
+    assert "pycuda.autoprimaryctx" in str(error), error
+    print("direct-refused")
+else:
+    print("direct-scanned")
 '''
 
 
 def test_a_context_switched_behind_pycuda_is_refused_where_it_would_race(gpu, tmp_path):
     """Where CuPy made the primary context the driver's current one behind PyCUDA's back,
     GPUBackend refuses with what to do (scangen's work in PyCUDA's context would not be
-    ordered with CuPy's); where it did not, the scans are right."""
+    ordered with CuPy's); where it did not, the scans are right. One-shot calls in that
+    thread give right results or the same refusal, never wrong results."""
     require_module("cupy")
     import subprocess
     import sys
@@ -377,4 +389,5 @@ def test_a_context_switched_behind_pycuda_is_refused_where_it_would_race(gpu, tm
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
     seen = done.stdout.split()
-    assert seen in (["switched", "refused"], ["same", "scanned"]), done.stdout
+    assert seen[:2] in (["switched", "refused"], ["same", "scanned"]), done.stdout
+    assert seen[2] in ("direct-refused", "direct-scanned"), done.stdout
