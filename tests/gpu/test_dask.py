@@ -353,24 +353,22 @@ from scangen.runtime.streams import driver_context
 x = np.random.default_rng(1).integers(1, 9, 3000).astype(np.int32)
 assert cupy.asarray(x).get().tolist() == x.tolist()
 print("switched" if driver_context() != driver.Context.get_current().handle else "same")
-try:
-    for _ in range(50):
-        got = GPUBackend().scan(cupy.asarray(x), operator_of("add"), "inclusive").get()
-        assert got.tolist() == np.cumsum(x).tolist()
-except RuntimeError as error:
-    assert "pycuda.autoprimaryctx" in str(error), error
-    print("refused")
-else:
-    print("scanned")
-try:  # in this thread: where the launch fails for the switch, it says so
-    for _ in range(50):
-        got = scangen.inclusive_scan(cupy.asarray(x)).get()
-        assert got.tolist() == np.cumsum(x).tolist()
-except RuntimeError as error:
-    assert "pycuda.autoprimaryctx" in str(error), error
-    print("direct-refused")
-else:
-    print("direct-scanned")
+
+
+def scanned(scan, name):
+    try:
+        for _ in range(50):
+            assert scan(cupy.asarray(x)).get().tolist() == np.cumsum(x).tolist()
+    except RuntimeError as error:
+        assert "pycuda.autoprimaryctx" in str(error), error
+        print(name + "refused")
+    else:
+        print(name + "scanned")
+
+
+scanned(lambda d: GPUBackend().scan(d, operator_of("add"), "inclusive"), "")
+# in this thread: where the launch fails for the switch, it says so
+scanned(scangen.inclusive_scan, "direct-")
 '''
 
 
