@@ -173,20 +173,26 @@ class GPUBackend:
     def __init__(self, **options):
         self.options = tuple(sorted(options.items()))
 
-    def total(self, chunk, op):
-        """A one-element array (of the chunk's kind) holding the chunk's total."""
+    def total(self, chunk, op, axis=0):
+        """The chunk's total along ``axis``: an array of its kind, of its shape with one
+        element along ``axis`` (a one-element array for a 1-D chunk)."""
+        if chunk.ndim > 1:
+            return last_along(self.scan(chunk, op, "inclusive", axis=axis), axis).copy()
         kernel = _chunk_total(np.dtype(chunk.dtype), op, self.options)
         return _on_gpu(chunk, lambda stream: host_round_trip(
             lambda x: kernel(x, stream=stream), {"x": chunk}, stream))
 
-    def scan(self, chunk, op, mode, carry=None):
-        """The scan of the chunk, ``carry`` (a one-element array of its kind) combined
-        first; None: no carry (the identity)."""
+    def scan(self, chunk, op, mode, carry=None, axis=0):
+        """The scan of the chunk along ``axis``, ``carry`` (an array of its kind, of its
+        shape with one element along ``axis``: a total) combined first; None: no carry
+        (the identity)."""
         check_mode(mode)
         if carry is None:
             one_shot = inclusive_scan if mode == "inclusive" else exclusive_scan
-            return _on_gpu(chunk, lambda stream: one_shot(chunk, op, stream=stream,
+            return _on_gpu(chunk, lambda stream: one_shot(chunk, op, axis=axis, stream=stream,
                                                           **dict(self.options)))
+        if chunk.ndim > 1:
+            return scan_after_carry(self, chunk, op, mode, carry, axis)
         kernel = _carry_scan(np.dtype(chunk.dtype), op, mode, self.options)
         # No carry out: the next chunk's carry comes from the totals.
         return _on_gpu(chunk, lambda stream: host_round_trip(
@@ -209,23 +215,44 @@ class GPUBackend:
         return _on_gpu(keys, lambda stream: primitives.radix_sort(keys, values, stream=stream))
 
 
+def last_along(array, axis):
+    """The last element of each line along ``axis``: a view of ``array``'s shape with one
+    element along ``axis``."""
+    return array[(slice(None),) * axis + (slice(-1, None),)]
+
+
+def scan_after_carry(backend, chunk, op, mode, carry, axis):
+    """The scan of ``chunk`` along ``axis`` with ``carry`` (its shape, one element along
+    ``axis``) combined first, from a plain scan: the carry is one more element before the
+    first of each line, so the inclusive scan of the two joined, less its first element
+    (inclusive) or its last (exclusive), is the answer, for any associative operator. Joins
+    and slices with the chunk's own library (np.concatenate hands CuPy arrays to CuPy)."""
+    joined = np.concatenate([carry, chunk], axis=axis)
+    scanned = backend.scan(joined, op, "inclusive", axis=axis)
+    kept = slice(1, None) if mode == "inclusive" else slice(None, -1)
+    return scanned[(slice(None),) * axis + (kept,)].copy()
+
+
 class ReferenceBackend:
     """The same results on the CPU, from scangen.reference_scan (the operator's numpy twin,
     applied in operand order): for tests of the chunk and carry logic without a GPU."""
 
-    def total(self, chunk, op):
-        if len(chunk) == 0:
+    def total(self, chunk, op, axis=0):
+        if chunk.shape[axis] == 0:
             raise ValueError("the total of an empty chunk is the identity; chunked scans "
                              "skip empty chunks")
-        return reference_scan(chunk, op)[-1:]
+        return last_along(self.scan(chunk, op, "inclusive", axis=axis), axis).copy()
 
-    def scan(self, chunk, op, mode, carry=None):
+    def scan(self, chunk, op, mode, carry=None, axis=0):
         check_mode(mode)
-        if carry is None:
-            return reference_scan(chunk, op, mode)
-        # The carry is one more element before the first.
-        full = reference_scan(np.concatenate([np.asarray(carry, chunk.dtype), chunk]), op)
-        return full[1:] if mode == "inclusive" else full[:-1]
+        if carry is not None:
+            return scan_after_carry(self, np.asarray(chunk), op, mode,
+                                    np.asarray(carry, chunk.dtype), axis)
+        lines = np.moveaxis(np.asarray(chunk), axis, -1)
+        scanned = np.empty_like(lines)
+        for index in np.ndindex(lines.shape[:-1]):
+            scanned[index] = reference_scan(lines[index], op, mode)
+        return np.ascontiguousarray(np.moveaxis(scanned, -1, axis))
 
     def select(self, chunk, predicate):
         """``predicate`` is a numpy function of the chunk here (the C one cannot run)."""

@@ -1,6 +1,8 @@
-"""Scans, select, histogram and sort of Dask arrays: 1-D dask.arrays whose chunks are CuPy
+"""Scans, select, histogram and sort of Dask arrays: dask.arrays whose chunks are CuPy
 arrays (one GPU per worker with dask-cuda) or host numpy arrays (each chunk copied to its
-worker's GPU and back). The sort is a sample sort (see ``sort``); the rest follows.
+worker's GPU and back); 1-D, or N-D for the scans, along any axis (each line of chunks along
+it composed as below, every line on its own). The sort is a sample sort (see ``sort``); the
+rest follows.
 
 The composition (Dask schedules it; scangen scans each chunk where it lives):
 
@@ -32,7 +34,7 @@ import sys
 
 import numpy as np
 
-from .chunked import GPUBackend, operator_of
+from .chunked import GPUBackend, last_along, operator_of
 from .primitives.histogram import outer_edges
 from .runtime.gpu import require_pycuda
 from .spec import as_int
@@ -51,14 +53,16 @@ def _dask_array():
     return dask.array
 
 
-def _checked(darr, backend, options):
-    """darr as a 1-D dask.array with known chunk sizes, and the backend to use."""
+def _checked(darr, backend, options, any_dimension=False):
+    """darr as a dask.array (1-D unless ``any_dimension``), and the backend to use."""
     da = _dask_array()
     if not isinstance(darr, da.Array):
         raise TypeError(f"scangen.dask takes a dask.array.Array, not {type(darr).__name__}; "
                         "for one array on one GPU use scangen.inclusive_scan")
-    if darr.ndim != 1:
-        raise ValueError(f"scangen.dask scans 1-D arrays, got {darr.ndim}-D")
+    if darr.ndim != 1 and not (any_dimension and darr.ndim > 1):
+        raise ValueError(f"scangen.dask {'scans' if any_dimension else 'takes'} 1-D arrays"
+                         f"{' or N-D ones along an axis' if any_dimension else ''}, got a "
+                         f"{darr.ndim}-D array")
     if backend is None:
         return darr, GPUBackend(**options)
     if options:
@@ -67,125 +71,167 @@ def _checked(darr, backend, options):
     return darr, backend
 
 
-def _chunk_sizes(darr, why: str) -> tuple:
-    """The chunk sizes of ``darr``, or a ValueError where some are unknown (after a select,
-    say), saying ``why`` they are needed."""
-    sizes = darr.chunks[0]
-    if any(math.isnan(size) for size in sizes):
+def _chunk_sizes(darr, why: str, axis=0) -> tuple:
+    """The chunk sizes of ``darr`` along ``axis``, or a ValueError where some are unknown
+    (after a select, say), saying ``why`` they are needed."""
+    if any(math.isnan(size) for sizes in darr.chunks for size in sizes):
         raise ValueError("the array has chunks of unknown size (after a select, say): call "
                          f".compute_chunk_sizes() first; {why}")
-    return sizes
+    return darr.chunks[axis]
 
 
-def _total(chunk, backend, op):
-    # An empty chunk has no total to give (the identity is not assumed): None, which the
-    # carries skip.
-    return None if len(chunk) == 0 else backend.total(chunk, op)
+def _axis(axis, ndim) -> int:
+    """``axis`` of an ``ndim``-D array, from 0 (numpy's rules: -1 is the last)."""
+    axis = as_int("axis", axis)
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis={axis} is out of range for a {ndim}-D array")
+    return axis % ndim
 
 
-def _carries(totals, backend, op):
-    """Each chunk's carry, in chunk order (None for an empty chunk): one exclusive scan of
-    the non-empty chunks' totals, earlier ones on the left."""
+def _at(index: tuple, axis: int, position: int) -> tuple:
+    """A block index with its ``axis`` entry set to ``position``."""
+    return index[:axis] + (position,) + index[axis + 1:]
+
+
+def _total(chunk, backend, op, axis):
+    # A chunk empty along the axis has no total to give (the identity is not assumed):
+    # None, which the carries skip. One empty across it only has an empty total.
+    if chunk.shape[axis] == 0:
+        return None
+    if chunk.size == 0:
+        return last_along(chunk, axis).copy()
+    return backend.total(chunk, op, axis=axis)
+
+
+def _fold(totals, backend, op, axis, mode):
+    """The scan (``mode``) of the totals of consecutive chunks (None: an empty chunk's,
+    skipped) along ``axis``, earlier ones on the left; None where every one is None."""
     present = [total for total in totals if total is not None]
     if not present:
-        return [None] * len(totals)
+        return None
     # np.concatenate hands CuPy totals to CuPy (NEP 18)
-    scanned = backend.scan(np.concatenate(present), op, "exclusive")
+    joined = present[0] if len(present) == 1 else np.concatenate(present, axis=axis)
+    if joined.size == 0 or (len(present) == 1 and mode == "inclusive"):
+        return joined
+    return backend.scan(joined, op, mode, axis=axis)
+
+
+def _carries(totals, backend, op, axis):
+    """Each chunk's carry, in chunk order along ``axis`` (None for an empty chunk): one
+    exclusive scan of the non-empty chunks' totals."""
+    scanned = _fold(totals, backend, op, axis, "exclusive")
     carries, slot = [], 0
     for total in totals:
-        carries.append(None if total is None else scanned[slot:slot + 1])
+        carries.append(None if total is None else
+                       scanned[(slice(None),) * axis + (slice(slot, slot + 1),)])
         slot += total is not None
     return carries
 
 
-def _scan_chunk(chunk, carries, backend, op, mode, block_id=None):
-    if len(chunk) == 0:
+def _scan_chunk(chunk, carries, position, backend, op, mode, axis):
+    if chunk.size == 0:
         return chunk.copy()
-    return backend.scan(chunk, op, mode, carries[block_id[0]])
+    return backend.scan(chunk, op, mode, carries[position], axis=axis)
 
 
-def _scan_after(chunk, *earlier, backend, op, mode):
-    """The scan of a chunk whose carry folds the totals of every chunk before it (None for
-    an empty one), earlier ones on the left."""
-    if len(chunk) == 0:
+def _scan_after(chunk, *earlier, backend, op, mode, axis=0):
+    """The scan of a chunk whose carry folds the totals of every chunk before it along
+    ``axis`` (None for an empty one), earlier ones on the left."""
+    if chunk.size == 0:
         return chunk.copy()
     present = [total for total in earlier if total is not None]
+    carry = present[0] if len(present) == 1 else None
     if len(present) > 1:
-        # np.concatenate hands CuPy totals to CuPy (NEP 18)
-        present = [backend.scan(np.concatenate(present), op, "inclusive")[-1:]]
-    return backend.scan(chunk, op, mode, present[0] if present else None)
+        carry = last_along(_fold(present, backend, op, axis, "inclusive"), axis)
+    return backend.scan(chunk, op, mode, carry, axis=axis)
 
 
-#: Chunks up to which each chunk's scan task takes the totals before it itself and folds
-#: its own carry: 2K tasks in two layers, one round of scheduling fewer than with a task
-#: that makes every carry (2K + 1 tasks in three layers; 16-36 ms less a scan, median, on
-#: a local cluster of 16 chunks whose tasks did nothing; docs/design/decisions.md). A scan
-#: task then has k totals as inputs, so past this many chunks the graph's edges (K^2 / 2)
-#: would outgrow its tasks, and one task makes the carries instead.
+#: Chunks along the axis up to which each chunk's scan task takes the totals before it
+#: itself and folds its own carry: 2K tasks in two layers, one round of scheduling fewer
+#: than with a task that makes every carry (2K + 1 tasks in three layers; 16-36 ms less a
+#: scan, median, on a local cluster of 16 chunks whose tasks did nothing;
+#: docs/design/decisions.md). A scan task then has k totals as inputs, so past this many
+#: chunks the graph's edges (K^2 / 2) would outgrow its tasks, and one task makes the
+#: carries instead (one per line of chunks along the axis).
 DIRECT_CARRIES_MAX_CHUNKS = 64
 
 
-def _scan(mode, darr, operator, identity, backend, options):
-    darr, backend = _checked(darr, backend, options)
-    sizes = _chunk_sizes(darr, "the carries need each chunk's place")
+def _scan(mode, darr, operator, identity, backend, options, axis):
+    darr, backend = _checked(darr, backend, options, any_dimension=True)
+    axis = _axis(axis, darr.ndim)
+    sizes = _chunk_sizes(darr, "the carries need each chunk's place", axis)
     op = operator_of(operator, identity)
     op.check_dtype(darr.dtype)
     # A total per chunk, then a scan per chunk. The totals are a blockwise layer, and the
     # scans either that or a layer of their own: so Dask sees two layers read each chunk,
     # and fuses the work that makes a chunk into neither (it would then run twice).
-    one_each = (tuple(1 if size else 0 for size in sizes),)
-    totals = darr.map_blocks(_total, backend, op, chunks=one_each, dtype=darr.dtype,
+    one_each = darr.chunks[:axis] + (tuple(1 if size else 0 for size in sizes),) + \
+        darr.chunks[axis + 1:]
+    totals = darr.map_blocks(_total, backend, op, axis, chunks=one_each, dtype=darr.dtype,
                              meta=darr._meta, token="scangen-chunk-total")
     if len(sizes) <= DIRECT_CARRIES_MAX_CHUNKS:
-        return _scans_folding_totals(darr, totals, backend, op, mode)
-    return _scans_after_a_carries_task(darr, totals, backend, op, mode)
+        return _scans_folding_totals(darr, totals, backend, op, mode, axis)
+    return _scans_after_carries_tasks(darr, totals, backend, op, mode, axis)
 
 
-def _scans_folding_totals(darr, totals, backend, op, mode):
-    """A scan per chunk that takes the totals before it and folds its own carry (2K tasks
-    for K chunks with the totals; the last chunk's total, which no task takes, is never
-    computed)."""
+def _scans_folding_totals(darr, totals, backend, op, mode, axis):
+    """A scan per chunk that takes the totals before it along the axis and folds its own
+    carry (2K tasks for K chunks with the totals; the totals of the last chunks along the
+    axis, which no task takes, are never computed)."""
     from dask.array import Array
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
-    name = f"scangen-{mode}-scan-{tokenize(darr.name, totals.name, mode)}"
-    # the backend, operator and mode bound, so that no argument is read as a key
-    scan = functools.partial(_scan_after, backend=backend, op=op, mode=mode)
-    layer = {(name, k): (scan, (darr.name, k), *[(totals.name, j) for j in range(k)])
-             for k in range(darr.numblocks[0])}
+    name = f"scangen-{mode}-scan-{tokenize(darr.name, totals.name, mode, axis)}"
+    # the backend, operator, mode and axis bound, so that no argument is read as a key
+    scan = functools.partial(_scan_after, backend=backend, op=op, mode=mode, axis=axis)
+    layer = {(name, *index): (scan, (darr.name, *index),
+                              *[(totals.name, *_at(index, axis, j)) for j in range(index[axis])])
+             for index in np.ndindex(darr.numblocks)}
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[darr, totals])
     return Array(graph, name, darr.chunks, dtype=darr.dtype, meta=darr._meta)
 
 
-def _scans_after_a_carries_task(darr, totals, backend, op, mode):
-    """One task that scans every total into the carries, and a scan per chunk that takes
-    its own carry from that task's list (2K + 1 tasks for K chunks with the totals, with no
-    splitting or joining of the totals in between)."""
-    from dask.delayed import Delayed
+def _scans_after_carries_tasks(darr, totals, backend, op, mode, axis):
+    """For each line of chunks along the axis, one task that scans their totals into their
+    carries, and a scan per chunk that takes its own carry from that task's list (2K + 1
+    tasks for K chunks in a line, with no splitting or joining of the totals in between)."""
+    from dask.array import Array
+    from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
-    name = f"scangen-carries-{totals.name}"
-    task = (_carries, [(totals.name, k) for k in range(totals.numblocks[0])], backend, op)
-    carries = Delayed(name, HighLevelGraph.from_collections(name, {name: task},
-                                                            dependencies=[totals]))
-    return darr.map_blocks(_scan_chunk, carries, backend, op, mode, dtype=darr.dtype,
-                           meta=darr._meta, token=f"scangen-{mode}-scan")
+    token = tokenize(darr.name, totals.name, mode, axis)
+    carries, name = f"scangen-carries-{token}", f"scangen-{mode}-scan-{token}"
+    lines = darr.numblocks[:axis] + (1,) + darr.numblocks[axis + 1:]
+    layer = {(carries, *line): (_carries, [(totals.name, *_at(line, axis, j))
+                                           for j in range(darr.numblocks[axis])],
+                                backend, op, axis)
+             for line in np.ndindex(lines)}
+    layer.update({(name, *index): (_scan_chunk, (darr.name, *index),
+                                   (carries, *_at(index, axis, 0)), index[axis], backend, op,
+                                   mode, axis)
+                  for index in np.ndindex(darr.numblocks)})
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=[darr, totals])
+    return Array(graph, name, darr.chunks, dtype=darr.dtype, meta=darr._meta)
 
 
-_DOC = """The {mode} scan of a 1-D dask.array ``darr`` with ``operator``: a dask.array with
-    the same chunks (lazy: nothing runs before ``.compute()``/``.persist()``).
+_DOC = """The {mode} scan of a dask.array ``darr`` along ``axis`` with ``operator``: a
+    dask.array with the same chunks (lazy: nothing runs before ``.compute()``/``.persist()``).
 
     Parameters
     ----------
     darr:
-        A 1-D dask.array of known chunk sizes whose chunks are CuPy arrays (scanned on the
-        GPU of the worker that holds them) or numpy arrays (copied to that GPU and back).
+        A dask.array of known chunk sizes whose chunks are CuPy arrays (scanned on the GPU
+        of the worker that holds them) or numpy arrays (copied to that GPU and back).
     operator, identity:
         As for scangen.{mode}_scan: a built-in name, a scangen.Operator, or a C expression
         in ``a`` (the earlier operand) and ``b`` with ``identity=``. Associative; it need
         not be commutative (chunk carries are combined on the left). Real scalar or struct
         types; floating-point results depend on the chunking in the last bits.
+    axis:
+        The axis scanned (default: the last), every line along it on its own, as for
+        scangen.{mode}_scan. 1-D chunks are scanned with their carry in one kernel; N-D
+        chunks after a carry are scanned joined to it (a copy of the chunk more).
     backend:
         Who scans each chunk: scangen.chunked.GPUBackend() (the default) or
         scangen.chunked.ReferenceBackend() (numpy on the CPU: for tests).
@@ -194,12 +240,12 @@ _DOC = """The {mode} scan of a 1-D dask.array ``darr`` with ``operator``: a dask
     """
 
 
-def inclusive_scan(darr, operator="add", *, identity=None, backend=None, **options):
-    return _scan("inclusive", darr, operator, identity, backend, options)
+def inclusive_scan(darr, operator="add", *, axis=-1, identity=None, backend=None, **options):
+    return _scan("inclusive", darr, operator, identity, backend, options, axis)
 
 
-def exclusive_scan(darr, operator="add", *, identity=None, backend=None, **options):
-    return _scan("exclusive", darr, operator, identity, backend, options)
+def exclusive_scan(darr, operator="add", *, axis=-1, identity=None, backend=None, **options):
+    return _scan("exclusive", darr, operator, identity, backend, options, axis)
 
 
 inclusive_scan.__doc__ = _DOC.format(mode="inclusive")

@@ -4,6 +4,7 @@ one-element chunks; and the two chunk kernels rendering (and compiling, with nvc
 import contextlib
 import gc
 import importlib.util
+import math
 import threading
 import types
 
@@ -12,8 +13,8 @@ import pytest
 
 import scangen
 from scangen.chunked import CarryScan, ChunkTotal, ReferenceBackend
-from tests.support import (AFFINE, assert_scan_equal, operator, random_chunks, random_input,
-                           scan_reference, twin)
+from tests.support import (AFFINE, assert_scan_equal, axis_reference, operator,
+                           random_chunks, random_input, scan_reference, twin)
 from tests.support import needs_nvcc
 
 dask = pytest.importorskip("dask")
@@ -64,6 +65,41 @@ def test_edge_chunkings(rng, chunks):
         got = _compute(scan(da.from_array(x, chunks=(chunks,)), AFFINE,
                             backend=ReferenceBackend()), "synchronous")
         np.testing.assert_array_equal(got, scan_reference(x, AFFINE, mode))
+
+
+@pytest.mark.parametrize("scheduler", ["synchronous", "threads"])
+@pytest.mark.parametrize("mode", scangen.MODES)
+@pytest.mark.parametrize("shape,axis", [((37, 50), 0), ((37, 50), -1), ((6, 41, 5), 1),
+                                        ((6, 41, 5), 0), ((6, 41, 5), -1)])
+def test_n_d_arrays_scan_along_any_axis(rng, scheduler, mode, shape, axis):
+    """Every line along the axis scanned on its own across its chunks, by a
+    non-commutative operator, with random chunks (empty ones among them) on every axis."""
+    x = random_input(rng, "uint64", "affine_then", math.prod(shape)).reshape(shape)
+    chunks = tuple(random_chunks(rng, size) for size in shape)
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    result = scan(da.from_array(x, chunks=chunks), AFFINE, axis=axis,
+                  backend=ReferenceBackend())
+    assert result.chunks == chunks and result.dtype == x.dtype
+    np.testing.assert_array_equal(_compute(result, scheduler),
+                                  axis_reference(x, AFFINE, mode, axis))
+
+
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_many_chunks_along_an_axis_share_a_carries_task_per_line(rng, mode):
+    """Past DIRECT_CARRIES_MAX_CHUNKS chunks along the axis, one task per line of chunks
+    makes its carries: a non-commutative scan of a 2-D array through them."""
+    along = [int(c) for c in rng.integers(0, 4, sd.DIRECT_CARRIES_MAX_CHUNKS + 5)]
+    along[:3] = [0, 3, 0]
+    chunks = ((4, 0, 7), tuple(along))
+    x = random_input(rng, "uint64", "affine_then", 11 * sum(along)).reshape(11, sum(along))
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    result = scan(da.from_array(x, chunks=chunks), AFFINE, backend=ReferenceBackend())
+    (optimized,) = dask.optimize(result)
+    carries = [k for k in dict(optimized.__dask_graph__())
+               if isinstance(k, tuple) and str(k[0]).startswith("scangen-carries-")]
+    assert len(carries) == 3  # a task per line of chunks along the axis
+    np.testing.assert_array_equal(_compute(result, "threads"),
+                                  axis_reference(x, AFFINE, mode, 1))
 
 
 def test_c_expression_operator_with_identity(rng):
@@ -236,8 +272,12 @@ def test_refusals(rng):
     x = da.from_array(random_input(rng, "int32", "last_nonzero", 100), chunks=10)
     with pytest.raises(TypeError, match="dask.array"):
         sd.inclusive_scan(np.arange(4))
-    with pytest.raises(ValueError, match="1-D"):
-        sd.inclusive_scan(x.reshape(10, 10))
+    with pytest.raises(ValueError, match="got a 0-D array"):
+        sd.inclusive_scan(da.from_array(np.int32(5)))
+    with pytest.raises(ValueError, match="axis=2 is out of range for a 2-D array"):
+        sd.inclusive_scan(x.reshape(10, 10), axis=2)
+    with pytest.raises(ValueError, match="takes 1-D arrays, got a 2-D array"):
+        sd.select(x.reshape(10, 10), "x > 0")
     with pytest.raises(TypeError, match="GPUBackend"):
         sd.inclusive_scan(x, backend=ReferenceBackend(), algorithm="brent_kung")
     with pytest.raises(ValueError, match="compute_chunk_sizes"):
@@ -393,10 +433,11 @@ class FakeGPU:
             return run
 
         def one_shot(mode):
-            def run(x, op, stream=None):
+            def run(x, op, stream=None, axis=-1):
                 return interop.host_round_trip(
                     lambda x: gpu.record("scan", stream) or
-                    device(ReferenceBackend().scan(x.host, op, mode)), {"x": x}, stream)
+                    device(ReferenceBackend().scan(x.host, op, mode, axis=axis % len(x.shape))),
+                    {"x": x}, stream)
             return run
 
         monkeypatch.setattr(chunked, "_chunk_total", total)

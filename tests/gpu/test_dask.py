@@ -10,8 +10,8 @@ import pytest
 
 import scangen
 from scangen.chunked import CarryScan, ChunkTotal, GPUBackend
-from tests.support import (AFFINE, assert_scan_equal, operator, random_chunks, random_input,
-                           run_docs_block, scan_reference)
+from tests.support import (AFFINE, assert_scan_equal, axis_reference, operator,
+                           random_chunks, random_input, run_docs_block, scan_reference)
 from tests.support import require_gpus, require_module
 
 dask = require_module("dask")
@@ -55,6 +55,26 @@ def test_numpy_chunks_go_through_the_gpu(gpu, rng, mode):
     got = scan(da.from_array(x, chunks=(chunks,)), AFFINE).compute(scheduler="threads")
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, scan_reference(x, AFFINE, mode))
+
+
+@pytest.mark.parametrize("chunk_kind", ["cupy", "numpy"])
+@pytest.mark.parametrize("mode", scangen.MODES)
+@pytest.mark.parametrize("shape,axis", [((300, 700), 0), ((300, 700), 1), ((9, 5000, 7), 1),
+                                        ((9, 500, 70), -1)])
+def test_n_d_chunks_scan_along_an_axis(gpu, rng, chunk_kind, mode, shape, axis):
+    """Every line along the axis on its own across CuPy or numpy chunks (random, empty ones
+    among them, on every axis), by a non-commutative operator, against the tests' fold."""
+    x = random_input(rng, "uint64", "affine_then", int(np.prod(shape))).reshape(shape)
+    chunks = tuple(random_chunks(rng, size) for size in shape)
+    if chunk_kind == "cupy":
+        cp = require_module("cupy")
+        darr = da.from_array(cp.asarray(x), chunks=chunks, asarray=False)
+    else:
+        darr = da.from_array(x, chunks=chunks)
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    got = scan(darr, AFFINE, axis=axis).compute(scheduler="threads")
+    got = got if isinstance(got, np.ndarray) else got.get()
+    np.testing.assert_array_equal(got, axis_reference(x, AFFINE, mode, axis))
 
 
 def test_select_on_cupy_chunks(gpu, rng):
