@@ -11,8 +11,9 @@ has a copy engine per direction. The carry stays on the device: chunk k's scan
 kernel may not read and write one place, see CarryScan), and the compute stream keeps the
 scans in chunk order: no trip to the host between chunks. Host arrays that are page-locked
 already (allocated pinned, or registered by the caller), and with ``pin_in_place=True``
-any host array, page-locked for the call (cuMemHostRegister), are not staged: chunks go
-between them and the device with no pinned buffer or host copy in between.
+any host array, page-locked a few chunks at a time ahead of the transfers
+(cuMemHostRegister), are not staged: chunks go between them and the device with no pinned
+buffer or host copy in between.
 
 The plan (which step waits for which) is pure Python, apart from the CUDA calls:
 :func:`schedule` lists the steps, :func:`run` hands them to an executor; the CUDA executor
@@ -20,6 +21,8 @@ here turns each wait into an event, and tests drive the same schedule with a CPU
 """
 from __future__ import annotations
 
+import bisect
+import mmap
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -181,20 +184,102 @@ def _pinned_already(array) -> bool:
     return is_pinned_host_memory(start) and is_pinned_host_memory(start + array.nbytes - 1)
 
 
-def _pin_in_place(array, name):
-    """Page-lock ``array`` where it is (cuMemHostRegister) until unpin_host_memory of its
-    address, or a clear error."""
-    if not array.flags.c_contiguous:
-        raise ValueError(f"pin_in_place=True pins {name} where it is, which needs it "
-                         "contiguous: pass a contiguous array, or pin_in_place=False")
-    try:
-        pin_host_memory(array.ctypes.data, array.nbytes)
-    except Exception as error:  # the message names the driver's error
-        raise RuntimeError(f"could not pin {name} in place ({error}); the driver refuses "
-                           "memory pinned already (out a view of x's memory: pass out=x), "
-                           "and may refuse file-backed memory (an np.memmap) or more than it "
-                           "can lock: pin_in_place=False copies through pinned buffers") \
-            from error
+#: How many chunks ahead of the one being moved ``pin_in_place`` pins: the pinning of the
+#: next chunks' pages overlaps the transfers of this one.
+PIN_AHEAD_CHUNKS = 3
+
+
+def _pin_refused(name, error) -> RuntimeError:
+    return RuntimeError(f"could not pin {name} in place ({error}); the driver refuses memory "
+                        "pinned already (out a view of x's memory: pass out=x), and may "
+                        "refuse file-backed memory (an np.memmap) or more than it can lock: "
+                        "pin_in_place=False copies through pinned buffers")
+
+
+class _PinnedRuns:
+    """A host array pinned in place (cuMemHostRegister) a run of whole pages at a time, on
+    a thread of its own, as its chunks come: run k spans the pages from chunk k's first
+    byte to chunk k+1's first (the last run to the array's end), so no two runs share a
+    page (a page cannot be registered twice) and together they hold the array. The driver
+    moves a copy without staging only where it lies within one registration, so
+    :meth:`pieces` cuts a chunk where runs meet. Runs are pinned PIN_AHEAD_CHUNKS chunks
+    ahead of the chunk that needs them, and unpinned once every chunk that touches them is
+    done (:meth:`release`), so at most a few chunks are locked at a time."""
+
+    def __init__(self, array, name, bounds):
+        if not array.flags.c_contiguous:
+            raise ValueError(f"pin_in_place=True pins {name} where it is, which needs it "
+                             "contiguous: pass a contiguous array, or pin_in_place=False")
+        page, itemsize = mmap.PAGESIZE, array.itemsize
+        self.name, self.base = name, array.ctypes.data
+        self.bytes = array.reshape(-1).view(np.uint8)
+        end = self.base + array.nbytes
+        #: run k is [edges[k], edges[k + 1]), addresses; empty where a chunk is within a page
+        self.edges = [(self.base + start * itemsize) // page * page for start, _ in bounds]
+        self.edges.append(-(-end // page) * page)
+        self._pins = [None] * len(bounds)  # each run's pinning, once asked for
+        self._released = 0  # runs before it are unpinned (or asked to be)
+        self._pinned = set()  # runs pinned now (touched on the pinning thread only)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="scangen-pin")
+        # The first run now, so that a refusal (file-backed memory) comes before any chunk
+        # moves.
+        try:
+            self._pin_through(min(PIN_AHEAD_CHUNKS, len(bounds) - 1))
+            self._wait(0)
+        except BaseException:
+            self.close()
+            raise
+
+    def _pin_run(self, run):
+        start, stop = self.edges[run], self.edges[run + 1]
+        if stop > start:
+            pin_host_memory(start, stop - start)
+            self._pinned.add(run)
+
+    def _unpin_run(self, run):
+        if run in self._pinned:
+            unpin_host_memory(self.edges[run])
+            self._pinned.discard(run)
+
+    def _pin_through(self, last):
+        for run in range(last + 1):
+            if self._pins[run] is None:
+                self._pins[run] = self._thread.submit(self._pin_run, run)
+
+    def _wait(self, run):
+        try:
+            self._pins[run].result()
+        except Exception as error:  # the message names the driver's error
+            raise _pin_refused(self.name, error) from error
+
+    def pieces(self, start, stop, itemsize):
+        """The byte ranges of elements [start, stop) of the array, each within one run,
+        once those runs are pinned (pinning the next ones ahead)."""
+        first_byte, stop_byte = start * itemsize, stop * itemsize
+        first = bisect.bisect_right(self.edges, self.base + first_byte) - 1
+        last = bisect.bisect_left(self.edges, self.base + stop_byte) - 1
+        self._pin_through(min(last + PIN_AHEAD_CHUNKS, len(self._pins) - 1))
+        cuts = []
+        for run in range(first, last + 1):
+            self._wait(run)
+            piece = (max(first_byte, self.edges[run] - self.base),
+                     min(stop_byte, self.edges[run + 1] - self.base))
+            if piece[1] > piece[0]:
+                cuts.append(piece)
+        return cuts
+
+    def release(self, chunk):
+        """Chunks up to ``chunk`` are done with the array: unpin their runs (no later chunk
+        touches them)."""
+        for run in range(self._released, chunk + 1):
+            if self._pins[run] is not None:
+                self._thread.submit(self._unpin_run, run)
+        self._released = max(self._released, chunk + 1)
+
+    def close(self):
+        """Unpin every run still pinned, once the pinning in flight is done."""
+        self.release(len(self._pins) - 1)
+        self._thread.shutdown(wait=True)
 
 
 class _CUDAExecutor:
@@ -229,17 +314,29 @@ class _CUDAExecutor:
         self.slots = slots
         self.copy = _HostCopies()
         # Pinned last, so that nothing after it can fail: pipeline() unpins in close().
-        self.pinned_addresses = []
+        bounds = chunk_bounds(len(x), chunk_elements)
+        self.runs = {}  # side -> _PinnedRuns of the array pinned in place for the call
         try:
             for array, name in to_pin:
-                self._pin(array, name)
+                runs = _PinnedRuns(array, name, bounds)
+                for side in ("in", "out"):
+                    if (self.x if side == "in" else self.out) is array:
+                        self.runs[side] = runs
         except BaseException:
             self._unpin()
             raise
 
-    def _pin(self, array, name):
-        _pin_in_place(array, name)
-        self.pinned_addresses.append(array.ctypes.data)
+    def _host_pieces(self, side, step):
+        """[(device byte offset, host bytes)]: the chunk's copies between its device buffer
+        and the array on ``side`` pinned in place, one per pinned run it spans (one, the
+        whole chunk, where the array was pinned already)."""
+        array = self.x if side == "in" else self.out
+        itemsize = array.itemsize
+        runs = self.runs.get(side)
+        if runs is None:
+            return [(0, array[step.start:step.stop])]
+        return [(begin - step.start * itemsize, runs.bytes[begin:end])
+                for begin, end in runs.pieces(step.start, step.stop, itemsize)]
 
     def _stream_after(self, step):
         """The step's stream, made to wait for the stream steps it comes after (host steps
@@ -264,10 +361,17 @@ class _CUDAExecutor:
                   self.x[step.start:step.stop])
 
     def upload(self, step):
+        if "out" not in self.device and "in" in self.runs and step.chunk >= self.slots:
+            # Nothing comes back to say a chunk is done: once the upload that used this
+            # slot last is, its chunk's runs are done with.
+            self.events[("upload", step.slot)].synchronize()
+            self.runs["in"].release(step.chunk - self.slots)
+        pieces = [(0, self.pinned["in"][step.slot][:step.stop - step.start])] \
+            if "in" in self.pinned else self._host_pieces("in", step)
         stream = self._stream_after(step)
-        source = self.pinned["in"][step.slot][:step.stop - step.start] \
-            if "in" in self.pinned else self.x[step.start:step.stop]
-        self._cuda.memcpy_htod_async(self.device["in"][step.slot], source, stream)
+        device = int(self.device["in"][step.slot])
+        for offset, source in pieces:
+            self._cuda.memcpy_htod_async(device + offset, source, stream)
         self._record(step, stream)
 
     def compute(self, step):
@@ -281,10 +385,12 @@ class _CUDAExecutor:
         self._record(step, stream)
 
     def download(self, step):
+        pieces = [(0, self.pinned["out"][step.slot][:step.stop - step.start])] \
+            if "out" in self.pinned else self._host_pieces("out", step)
         stream = self._stream_after(step)
-        target = self.pinned["out"][step.slot][:step.stop - step.start] \
-            if "out" in self.pinned else self.out[step.start:step.stop]
-        self._cuda.memcpy_dtoh_async(target, self.device["out"][step.slot], stream)
+        device = int(self.device["out"][step.slot])
+        for offset, target in pieces:
+            self._cuda.memcpy_dtoh_async(target, device + offset, stream)
         self._record(step, stream)
 
     def drain(self, step):
@@ -294,6 +400,9 @@ class _CUDAExecutor:
             self.copy(self.out[self.landed:self.landed + count],
                       self.pinned["out"][step.slot][:count])
         self.landed += count
+        # The chunk is downloaded, so uploaded too: its pinned runs are done with.
+        for runs in set(self.runs.values()):
+            runs.release(step.chunk)
 
     def close(self):
         self.copy.close()
@@ -302,8 +411,9 @@ class _CUDAExecutor:
         self._unpin()
 
     def _unpin(self):
-        while self.pinned_addresses:
-            unpin_host_memory(self.pinned_addresses.pop())
+        for runs in set(self.runs.values()):
+            runs.close()
+        self.runs = {}
 
 
 def pipeline(x, out, compute, *, chunk_elements, slots=2, first_carry=0, progress=None,
@@ -440,14 +550,16 @@ _DOC = """The {mode} scan of a host array too large for the GPU: chunks streamed
     slots:
         Chunks in flight (buffers per direction); 2 is double buffering.
     pin_in_place:
-        Pin x and out where they are for the call (cuMemHostRegister), so chunks go
-        between them and the GPU directly, with no pinned buffers and no host copies.
-        Pinning locks every page of both first, which takes time of its own, and the driver
-        may refuse it (file-backed memory such as an np.memmap, more than it can lock): a
-        RuntimeError then says so. Default False: chunks are copied through pinned buffers
-        by 8 host threads, except to and from arrays that are pinned already (allocated
-        pinned, as by cupyx.empty_pinned or pycuda.driver.pagelocked_empty, or registered
-        by the caller), which go between the host and the GPU directly either way.
+        Pin x and out where they are (cuMemHostRegister), so chunks go between them and
+        the GPU directly, with no pinned buffers and no host copies. They are pinned a few
+        chunks at a time, ahead of the transfers on a thread of their own, and unpinned
+        behind them. The driver may refuse (file-backed memory such as an np.memmap, more
+        than it can lock): a RuntimeError then says so, before any chunk moves where the
+        first chunk's pages are refused, and otherwise with out partly written. Default
+        False: chunks are copied through pinned buffers by 8 host threads, except to and
+        from arrays that are pinned already (allocated pinned, as by cupyx.empty_pinned or
+        pycuda.driver.pagelocked_empty, or registered by the caller), which go between the
+        host and the GPU directly either way.
     **options:
         algorithm, section_size, ... as for scangen.Scan.
     """

@@ -2,7 +2,9 @@
 through every buffer slot, the carry between chunks, with a non-commutative operator), the
 schedule's waits checked against every buffer reuse, the budget, progress and refusals."""
 import io
+import mmap
 import sys
+import threading
 import types
 
 import numpy as np
@@ -252,23 +254,42 @@ class FakeDriver:
         self.memory, self.next, self.allocated, self.free = {}, 1 << 32, 0, free
         self.registered, self.pinned_buffers, self.refuse_registration = [], 0, None
         self.pinned_ranges = {}  # address -> bytes, of host memory registered
+        self.staging = []  # the pinned buffers (pagelocked_empty), kept alive
+        self.lock = threading.Lock()  # scangen pins on a thread of its own
 
     def pin_host_memory(self, address, nbytes):
-        """scangen.runtime.streams.pin_host_memory (cuMemHostRegister)."""
-        if self.refuse_registration:
-            raise RuntimeError(self.refuse_registration)
-        if address in self.registered or self.is_pinned_host_memory(address):
-            raise RuntimeError("cuMemHostRegister failed: host memory already registered")
-        self.registered.append(address)
-        self.pinned_ranges[address] = nbytes
+        """scangen.runtime.streams.pin_host_memory (cuMemHostRegister): refused for memory
+        of which any page is registered already."""
+        with self.lock:
+            if self.refuse_registration:
+                raise RuntimeError(self.refuse_registration)
+            page = mmap.PAGESIZE
+            first, end = address // page * page, -(-(address + nbytes) // page) * page
+            if any(start < end and first < start + size
+                   for start, size in self.pinned_ranges.items()):
+                raise RuntimeError("cuMemHostRegister failed: host memory already registered")
+            self.registered.append(address)
+            self.pinned_ranges[address] = nbytes
 
     def unpin_host_memory(self, address):
-        self.registered.remove(address)
-        del self.pinned_ranges[address]
+        with self.lock:
+            self.registered.remove(address)
+            del self.pinned_ranges[address]
 
     def is_pinned_host_memory(self, address):
-        return any(start <= address < start + nbytes
-                   for start, nbytes in self.pinned_ranges.items())
+        with self.lock:
+            return any(start <= address < start + nbytes
+                       for start, nbytes in self.pinned_ranges.items())
+
+    def _check_pinned(self, host):
+        """A copy's host side lies within one registration or pinned buffer: the driver
+        stages (and does not overlap) any other."""
+        begin, end = host.ctypes.data, host.ctypes.data + host.nbytes
+        with self.lock:
+            places = list(self.pinned_ranges.items()) + \
+                [(buffer.ctypes.data, buffer.nbytes) for buffer in self.staging]
+        assert any(start <= begin and end <= start + size for start, size in places), \
+            "a copy from or to pageable memory, or across two registrations"
 
     def mem_get_info(self):
         return self.free, self.free
@@ -287,17 +308,20 @@ class FakeDriver:
 
     def pagelocked_empty(self, shape, dtype):
         self.pinned_buffers += 1
-        return np.empty(shape, dtype)
+        self.staging.append(np.empty(shape, dtype))
+        return self.staging[-1]
 
     def memcpy_htod_async(self, dest, src, stream=None):
+        self._check_pinned(src)
         self.view(int(dest), np.uint8, src.nbytes)[:] = src.view(np.uint8)
 
     def memcpy_dtoh_async(self, dest, src, stream=None):
+        self._check_pinned(dest)
         dest.view(np.uint8)[:] = self.view(int(src), np.uint8, dest.nbytes)
 
-    def to_gpu(self, host):
+    def to_gpu(self, host):  # a synchronous copy, from pageable memory
         allocation = self.mem_alloc(host.nbytes)
-        self.memcpy_htod_async(allocation, host)
+        self.view(allocation, np.uint8, host.nbytes)[:] = host.view(np.uint8)
         return type("FakeGPUArray", (), {"gpudata": allocation})()
 
 
@@ -362,6 +386,57 @@ def test_arrays_pinned_in_place_need_no_pinned_buffers(fake_driver, rng, mode, i
     assert fake_driver.pinned_buffers == 0 and fake_driver.registered == []
 
 
+@pytest.mark.parametrize("work", ["scan", "scan in place", "histogram"])
+def test_arrays_pinned_in_place_are_pinned_a_few_chunks_at_a_time(fake_driver, monkeypatch, rng,
+                                                                   work):
+    """pin_in_place pins each array a run of pages at a time, a few chunks ahead of the
+    copies and unpinned behind them, so what is pinned at once stays a few chunks however
+    long the array; every copy lies within one registration (the fake driver checks), and
+    chunks that do not end on a page are cut where runs meet."""
+    pinned_now, peak = {}, [0]
+    pin, unpin = fake_driver.pin_host_memory, fake_driver.unpin_host_memory
+
+    def pinning(address, nbytes):
+        pin(address, nbytes)
+        pinned_now[address] = nbytes
+        peak[0] = max(peak[0], sum(pinned_now.values()))
+
+    def unpinning(address):
+        unpin(address)
+        del pinned_now[address]
+
+    monkeypatch.setattr(ooc, "pin_host_memory", pinning)
+    monkeypatch.setattr(ooc, "unpin_host_memory", unpinning)
+    n, chunk, slots = 300_007, 3_001, 2  # chunks of 24,008 bytes: not whole pages
+    x = random_input(rng, "uint64", "affine_then", n)
+    if work == "histogram":  # nothing comes back: the uploads say when a chunk is done
+        monkeypatch.setattr(ooc, "Histogram", _numpy_histogram(fake_driver))
+        values = x.view(np.float64)
+        want = np.histogram(values, 10, (-1e300, 1e300))[0]
+        got, _ = ooc.histogram(values, 10, (-1e300, 1e300), chunk_elements=chunk,
+                               slots=slots, pin_in_place=True)
+    else:
+        want = scan_reference(x, AFFINE, "inclusive")
+        out = x if work == "scan in place" else np.full_like(x, 7)
+        got = ooc.inclusive_scan(x, AFFINE, out=out, chunk_elements=chunk, slots=slots,
+                                 pin_in_place=True)
+    np.testing.assert_array_equal(got, want)
+    arrays = 2 if work == "scan" else 1
+    at_most = arrays * (slots + ooc.PIN_AHEAD_CHUNKS + 2) * (chunk * 8 + mmap.PAGESIZE)
+    assert 0 < peak[0] <= at_most < x.nbytes / 4
+    assert fake_driver.registered == [] and pinned_now == {}
+
+
+def _own_pages(values):
+    """A copy of ``values`` that starts on a page and shares its last page with nothing."""
+    page = mmap.PAGESIZE
+    room = np.empty(values.nbytes + 3 * page, np.uint8)
+    start = -room.ctypes.data % page
+    copy = room[start:start + values.nbytes].view(values.dtype)
+    copy[:] = values
+    return copy
+
+
 @pytest.mark.parametrize("pinned", ["x", "out", "both", "x as out"])
 @pytest.mark.parametrize("pin_in_place", [False, True])
 def test_arrays_pinned_by_the_caller_go_direct_and_stay_pinned(fake_driver, rng, pinned,
@@ -370,9 +445,10 @@ def test_arrays_pinned_by_the_caller_go_direct_and_stay_pinned(fake_driver, rng,
     pin_in_place says, and are neither pinned again nor unpinned; a pageable one beside
     them is staged, or pinned for the call with pin_in_place."""
     n = 30_001
-    x = random_input(rng, "uint64", "affine_then", n)
+    # pages of their own (the driver pins whole pages, once)
+    x = _own_pages(random_input(rng, "uint64", "affine_then", n))
     want = scan_reference(x, AFFINE, "inclusive")
-    out = x if pinned == "x as out" else np.full_like(x, 7)
+    out = x if pinned == "x as out" else _own_pages(np.full_like(x, 7))
     by_caller = [a for a, name in ((x, "x"), (out, "out"))
                  if pinned in (name, "both", "x as out")]
     for array in by_caller[:1] if out is x else by_caller:
@@ -408,12 +484,7 @@ def test_default_budget_is_the_free_memory_less_a_margin(fake_driver, rng):
     assert fake_driver.allocated <= 0.9 * (1 << 20) + 2 * 4
 
 
-@pytest.mark.parametrize("pin_in_place", [False, True])
-@pytest.mark.parametrize("dtype", ["float32", "int32"])
-def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch, rng,
-                                                        dtype, pin_in_place, capsys):
-    """Only input buffers on the device, one count per chunk summed: numpy.histogram of the
-    whole array, NaN and values on and past the edges included."""
+def _numpy_histogram(driver):
     class NumpyHistogram:
         """scangen.Histogram's contract on the fake device memory."""
 
@@ -421,11 +492,19 @@ def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch
             self.dtype = np.dtype(dtype)
 
         def __call__(self, x, bins, range, stream=None):
-            counts, edges = np.histogram(fake_driver.view(x.ptr, self.dtype, x.size), bins,
-                                         range)
+            counts, edges = np.histogram(driver.view(x.ptr, self.dtype, x.size), bins, range)
             return types.SimpleNamespace(get=lambda: counts), edges
 
-    monkeypatch.setattr(ooc, "Histogram", NumpyHistogram)
+    return NumpyHistogram
+
+
+@pytest.mark.parametrize("pin_in_place", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_histogram_streams_chunks_and_sums_their_counts(fake_driver, monkeypatch, rng,
+                                                        dtype, pin_in_place, capsys):
+    """Only input buffers on the device, one count per chunk summed: numpy.histogram of the
+    whole array, NaN and values on and past the edges included."""
+    monkeypatch.setattr(ooc, "Histogram", _numpy_histogram(fake_driver))
     x = (rng.normal(size=30_001) * 50).astype(dtype)
     x[:7] = [-100, 100, 0, -100.5, 99.99, 150, -150]
     if x.dtype.kind == "f":
