@@ -35,7 +35,8 @@ from .interop import DevicePointer
 from .primitives.compaction import Select
 from .primitives.histogram import Histogram, outer_edges
 from .runtime.contexts import current_context
-from .runtime.streams import is_pinned_host_memory, pin_host_memory, unpin_host_memory
+from .runtime.streams import (driver_context, is_pinned_host_memory, pin_host_memory,
+                              set_driver_context, unpin_host_memory)
 from .types import element_type
 
 __all__ = ["inclusive_scan", "exclusive_scan", "histogram", "select", "Step", "schedule", "run",
@@ -220,7 +221,10 @@ class _PinnedRuns:
         self._pins = [None] * len(bounds)  # each run's pinning, once asked for
         self._released = 0  # runs before it are unpinned (or asked to be)
         self._pinned = set()  # runs pinned now (touched on the pinning thread only)
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="scangen-pin")
+        # The driver pins for the context current in the calling thread: the same there.
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="scangen-pin",
+                                          initializer=set_driver_context,
+                                          initargs=(driver_context(),))
         # The first run now, so that a refusal (file-backed memory) comes before any chunk
         # moves.
         try:

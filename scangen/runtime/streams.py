@@ -79,6 +79,7 @@ _SIGNATURES = {
     "cuMemHostUnregister": [_VOID_P],
     "cuMemHostGetFlags": [ctypes.POINTER(_UINT), _VOID_P],
     "cuCtxGetCurrent": [ctypes.POINTER(_VOID_P)],
+    "cuCtxSetCurrent": [_VOID_P],
 }
 #: CU_EVENT_DISABLE_TIMING: an event without timing is cheaper to record and wait on.
 _EVENT_DISABLE_TIMING = 2
@@ -136,6 +137,13 @@ def driver_context() -> int:
     handle = _VOID_P()
     _check(_lib().cuCtxGetCurrent(ctypes.byref(handle)), "cuCtxGetCurrent")
     return handle.value or 0
+
+
+def set_driver_context(handle: int) -> None:
+    """Make the CUcontext ``handle`` the driver's current one in this thread (a thread of
+    scangen's own that only calls the driver through this module: PyCUDA's stack there
+    stays empty)."""
+    _check(_lib().cuCtxSetCurrent(ctypes.c_void_p(handle)), "cuCtxSetCurrent")
 
 
 def is_pinned_host_memory(address: int) -> bool:

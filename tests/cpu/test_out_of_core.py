@@ -256,10 +256,22 @@ class FakeDriver:
         self.pinned_ranges = {}  # address -> bytes, of host memory registered
         self.staging = []  # the pinned buffers (pagelocked_empty), kept alive
         self.lock = threading.Lock()  # scangen pins on a thread of its own
+        # thread -> its current context: the test's thread has the executor's
+        self.contexts = {threading.get_ident(): self.CONTEXT}
+
+    CONTEXT = 0xC0
+
+    def driver_context(self):
+        return self.contexts.get(threading.get_ident(), 0)
+
+    def set_driver_context(self, handle):
+        self.contexts[threading.get_ident()] = handle
 
     def pin_host_memory(self, address, nbytes):
         """scangen.runtime.streams.pin_host_memory (cuMemHostRegister): refused for memory
         of which any page is registered already."""
+        if self.driver_context() != self.CONTEXT:  # the driver pins for a context
+            raise RuntimeError("cuMemHostRegister failed: invalid context")
         with self.lock:
             if self.refuse_registration:
                 raise RuntimeError(self.refuse_registration)
@@ -338,6 +350,8 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(ooc, "pin_host_memory", driver.pin_host_memory)
     monkeypatch.setattr(ooc, "unpin_host_memory", driver.unpin_host_memory)
     monkeypatch.setattr(ooc, "is_pinned_host_memory", driver.is_pinned_host_memory)
+    monkeypatch.setattr(ooc, "driver_context", driver.driver_context)
+    monkeypatch.setattr(ooc, "set_driver_context", driver.set_driver_context)
 
     class NumpyCarryScan:
         """CarryScan's contract on the fake device memory."""
