@@ -514,6 +514,20 @@ def test_gpu_backend_runs_every_call_on_one_thread_of_its_own(fake_gpu, rng, sch
     assert {thread for thread, _ in fake_gpu.made_current} == {gpu}
 
 
+@pytest.mark.parametrize("mode", scangen.MODES)
+def test_gpu_backend_scans_n_d_chunks_along_an_axis(fake_gpu, rng, mode):
+    """The GPU backend's N-D path (a total as the last slice of a scan along the axis, a
+    scan after a carry as the scan of the two joined), its kernels faked, on host chunks:
+    each line along the axis on its own, by a non-commutative operator."""
+    shape, axis = (5, 300, 3), 1
+    x = random_input(rng, "uint64", "affine_then", math.prod(shape)).reshape(shape)
+    chunks = tuple(random_chunks(rng, size) for size in shape)
+    scan = sd.inclusive_scan if mode == "inclusive" else sd.exclusive_scan
+    got = _compute(scan(da.from_array(x, chunks=chunks), AFFINE, axis=axis), "threads")
+    np.testing.assert_array_equal(got, axis_reference(x, AFFINE, mode, axis))
+    assert fake_gpu.calls  # through the faked kernels
+
+
 def test_a_failed_call_frees_its_device_memory_on_the_gpu_thread(fake_gpu, rng):
     """An exception goes back to the calling thread with the locals of its frames on the
     GPU thread cleared: its traceback would otherwise carry the chunk's device copy to the
