@@ -1,13 +1,16 @@
 """Time scans of N-D arrays along one axis next to torch.cumsum along the same dimension and
 a copy of the same bytes.
 
-    python benchmarks/axis.py [--shapes 8x4096x1024:1 4096x8192:0 ...] [--json out.json]
-                              [--tiles 128x32 256x16 ...] [--recurrence]
+    python benchmarks/axis.py [--shapes 8x4096x1024:1 4096x8192:0 ... | --model-shapes]
+                              [--json out.json] [--tiles 128x32 256x16 ...] [--recurrence]
 
-Each case is ``SHAPE:AXIS`` (float32 add). Every contender is timed as ``python -m scangen
-bench`` times scans (scangen.bench.Timer: CUDA events around back-to-back calls, warm-up
-first, median of the trials) on torch tensors in and out. "copy" is one device-to-device
-copy of the array, the floor of any scan that reads it once and writes it once. Along an
+Each case is ``SHAPE:AXIS`` (float32 add); ``--model-shapes`` takes the shapes of models'
+sequences instead: (B, L, D) along L and (B, D, L) along the last axis, for B in 1, 8, 16,
+L in 1024, 4096, 16384 and D in 768, 2048, 5120. Every contender is timed as ``python -m
+scangen bench`` times scans (scangen.bench.Timer: CUDA events around back-to-back calls,
+warm-up first, median of the trials) on torch tensors in and out, and cupy.cumsum on CuPy
+views of the same memory where CuPy is installed. "copy" is one device-to-device copy of
+the array, the floor of any scan that reads it once and writes it once. Along an
 axis other than the last, scangen takes its columns kernel (``Scan.plan(shape, axis=)``
 says so); along the last, its rows kernel. ``--tiles BLOCKxITEMS ...`` adds a scangen row per
 tile shape (block size x items per thread; a column tile is 32 columns by block / 32 x items
@@ -32,6 +35,15 @@ DEFAULT_CASES = ["8x4096x1024:1", "4096x8192:0", "64x64x8192:1", "1024x64x512:1"
                  "8192x4096:1", "2x8388608x4:1"]
 
 
+def model_cases() -> list[str]:
+    """(B, L, D) along L, and (B, D, L) along the last axis, for the shapes of models'
+    sequences."""
+    shapes = [(b, length, d) for b in (1, 8, 16) for length in (1024, 4096, 16384)
+              for d in (768, 2048, 5120)]
+    return [f"{b}x{length}x{d}:1" for b, length, d in shapes] + \
+        [f"{b}x{d}x{length}:2" for b, length, d in shapes]
+
+
 def parse_case(text: str) -> tuple[tuple[int, ...], int]:
     shape, _, axis = text.partition(":")
     return tuple(int(extent) for extent in shape.split("x")), int(axis or -1)
@@ -47,7 +59,11 @@ def main(argv=None) -> int:
                         help="also time scangen with these tiles")
     parser.add_argument("--recurrence", action="store_true",
                         help="time linear_recurrence instead of a sum")
+    parser.add_argument("--model-shapes", action="store_true",
+                        help="the shapes of models' sequences instead of --shapes")
     args = parser.parse_args(argv)
+    if args.model_shapes:
+        args.shapes = model_cases()
 
     import torch
     from scangen.compile import current_context, require_pycuda
@@ -61,9 +77,13 @@ def main(argv=None) -> int:
     scan = scangen.Scan("float32", "add")
     results = []
     print(f"float32 add along an axis ({device}); times in us\n")
-    print("| shape | axis | scangen kernel | copy | scangen | torch.cumsum | scangen % of copy "
-          "| torch / scangen |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    print("| shape | axis | scangen kernel | copy | scangen | torch.cumsum | cupy.cumsum "
+          "| scangen % of copy | torch / scangen | cupy / scangen |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for text in args.shapes:
         shape, axis = parse_case(text)
         x = torch.rand(shape, device="cuda", dtype=torch.float32) - 0.5
@@ -78,6 +98,9 @@ def main(argv=None) -> int:
         calls = [("copy", lambda: copied.copy_(x)),
                  ("scangen", lambda: scan(x, out=out, axis=axis)),
                  ("torch.cumsum", lambda: torch.cumsum(x, dim=axis, out=out))]
+        if cupy is not None:  # views of the same memory, on the same (legacy) stream
+            cupy_x, cupy_out = cupy.asarray(x), cupy.asarray(out)
+            calls.append(("cupy.cumsum", lambda: cupy.cumsum(cupy_x, axis=axis, out=cupy_out)))
         for tile in args.tiles:
             block, items = (int(part) for part in tile.split("x"))
             tiled = scangen.Scan("float32", "add", section_size=block * items,
@@ -85,16 +108,20 @@ def main(argv=None) -> int:
             calls.append((f"scangen {tile}",
                           lambda tiled=tiled: tiled(x, out=out, axis=axis)))
         times = time_calls(timer, text, calls, 2 * x.numel() * x.element_size(), results,
-                           shape=list(shape), axis=axis, kernel=kernel, device=device)
+                           may_fail=("cupy.cumsum",), shape=list(shape), axis=axis,
+                           kernel=kernel, device=device)
+        ours = times["scangen"]
+        cupy_time = times.get("cupy.cumsum")
         print(f"| {'x'.join(map(str, shape))} | {axis} | {kernel} | "
-              f"{times['copy'] * 1e6:.1f} | {times['scangen'] * 1e6:.1f} | "
+              f"{times['copy'] * 1e6:.1f} | {ours * 1e6:.1f} | "
               f"{times['torch.cumsum'] * 1e6:.1f} | "
-              f"{100 * times['copy'] / times['scangen']:.0f}% | "
-              f"{times['torch.cumsum'] / times['scangen']:.2f}x |")
+              f"{'' if cupy_time is None else f'{cupy_time * 1e6:.1f}'} | "
+              f"{100 * times['copy'] / ours:.0f}% | {times['torch.cumsum'] / ours:.2f}x | "
+              f"{'' if cupy_time is None else f'{cupy_time / ours:.2f}x'} |")
         for tile in args.tiles:
             seconds = times[f"scangen {tile}"]
-            print(f"|  |  | tile {tile} |  | {seconds * 1e6:.1f} |  | "
-                  f"{100 * times['copy'] / seconds:.0f}% |  |")
+            print(f"|  |  | tile {tile} |  | {seconds * 1e6:.1f} |  |  | "
+                  f"{100 * times['copy'] / seconds:.0f}% |  |  |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
