@@ -215,10 +215,15 @@ class GPUBackend:
         return _on_gpu(keys, lambda stream: primitives.radix_sort(keys, values, stream=stream))
 
 
+def along(array, axis, part: slice):
+    """``part`` of each line along ``axis``: a view of ``array``."""
+    return array[(slice(None),) * axis + (part,)]
+
+
 def last_along(array, axis):
     """The last element of each line along ``axis``: a view of ``array``'s shape with one
     element along ``axis``."""
-    return array[(slice(None),) * axis + (slice(-1, None),)]
+    return along(array, axis, slice(-1, None))
 
 
 def scan_after_carry(backend, chunk, op, mode, carry, axis):
@@ -229,8 +234,7 @@ def scan_after_carry(backend, chunk, op, mode, carry, axis):
     and slices with the chunk's own library (np.concatenate hands CuPy arrays to CuPy)."""
     joined = np.concatenate([carry, chunk], axis=axis)
     scanned = backend.scan(joined, op, "inclusive", axis=axis)
-    kept = slice(1, None) if mode == "inclusive" else slice(None, -1)
-    return scanned[(slice(None),) * axis + (kept,)].copy()
+    return along(scanned, axis, slice(1, None) if mode == "inclusive" else slice(None, -1)).copy()
 
 
 class ReferenceBackend:

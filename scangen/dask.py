@@ -34,7 +34,7 @@ import sys
 
 import numpy as np
 
-from .chunked import GPUBackend, last_along, operator_of
+from .chunked import GPUBackend, along, last_along, operator_of
 from .primitives.histogram import outer_edges
 from .runtime.gpu import require_pycuda
 from .spec import as_int
@@ -59,10 +59,10 @@ def _checked(darr, backend, options, any_dimension=False):
     if not isinstance(darr, da.Array):
         raise TypeError(f"scangen.dask takes a dask.array.Array, not {type(darr).__name__}; "
                         "for one array on one GPU use scangen.inclusive_scan")
-    if darr.ndim != 1 and not (any_dimension and darr.ndim > 1):
-        raise ValueError(f"scangen.dask {'scans' if any_dimension else 'takes'} 1-D arrays"
-                         f"{' or N-D ones along an axis' if any_dimension else ''}, got a "
-                         f"{darr.ndim}-D array")
+    if darr.ndim == 0 or (darr.ndim > 1 and not any_dimension):
+        takes = "scans 1-D arrays or N-D ones along an axis" if any_dimension else \
+            "takes 1-D arrays"
+        raise ValueError(f"scangen.dask {takes}, got a {darr.ndim}-D array")
     if backend is None:
         return darr, GPUBackend(**options)
     if options:
@@ -122,8 +122,7 @@ def _carries(totals, backend, op, axis):
     scanned = _fold(totals, backend, op, axis, "exclusive")
     carries, slot = [], 0
     for total in totals:
-        carries.append(None if total is None else
-                       scanned[(slice(None),) * axis + (slice(slot, slot + 1),)])
+        carries.append(None if total is None else along(scanned, axis, slice(slot, slot + 1)))
         slot += total is not None
     return carries
 
@@ -139,10 +138,8 @@ def _scan_after(chunk, *earlier, backend, op, mode, axis=0):
     ``axis`` (None for an empty one), earlier ones on the left."""
     if chunk.size == 0:
         return chunk.copy()
-    present = [total for total in earlier if total is not None]
-    carry = present[0] if len(present) == 1 else None
-    if len(present) > 1:
-        carry = last_along(_fold(present, backend, op, axis, "inclusive"), axis)
+    folded = _fold(earlier, backend, op, axis, "inclusive")
+    carry = None if folded is None else last_along(folded, axis)
     return backend.scan(chunk, op, mode, carry, axis=axis)
 
 

@@ -212,7 +212,7 @@ class _PinnedRuns:
             raise ValueError(f"pin_in_place=True pins {name} where it is, which needs it "
                              "contiguous: pass a contiguous array, or pin_in_place=False")
         page, itemsize = mmap.PAGESIZE, array.itemsize
-        self.name, self.base = name, array.ctypes.data
+        self.name, self.base, self.itemsize = name, array.ctypes.data, itemsize
         self.bytes = array.reshape(-1).view(np.uint8)
         end = self.base + array.nbytes
         #: run k is [edges[k], edges[k + 1]), addresses; empty where a chunk is within a page
@@ -256,10 +256,10 @@ class _PinnedRuns:
         except Exception as error:  # the message names the driver's error
             raise _pin_refused(self.name, error) from error
 
-    def pieces(self, start, stop, itemsize):
+    def pieces(self, start, stop):
         """The byte ranges of elements [start, stop) of the array, each within one run,
         once those runs are pinned (pinning the next ones ahead)."""
-        first_byte, stop_byte = start * itemsize, stop * itemsize
+        first_byte, stop_byte = start * self.itemsize, stop * self.itemsize
         first = bisect.bisect_right(self.edges, self.base + first_byte) - 1
         last = bisect.bisect_left(self.edges, self.base + stop_byte) - 1
         self._pin_through(min(last + PIN_AHEAD_CHUNKS, len(self._pins) - 1))
@@ -331,16 +331,17 @@ class _CUDAExecutor:
             raise
 
     def _host_pieces(self, side, step):
-        """[(device byte offset, host bytes)]: the chunk's copies between its device buffer
-        and the array on ``side`` pinned in place, one per pinned run it spans (one, the
-        whole chunk, where the array was pinned already)."""
-        array = self.x if side == "in" else self.out
-        itemsize = array.itemsize
+        """[(device byte offset, host memory)]: the chunk's copies between its device
+        buffer on ``side`` and the host, one each for a pinned buffer (staged) or an array
+        pinned already, one per run it spans of an array pinned in place for the call."""
+        if side in self.pinned:
+            return [(0, self.pinned[side][step.slot][:step.stop - step.start])]
         runs = self.runs.get(side)
         if runs is None:
+            array = self.x if side == "in" else self.out
             return [(0, array[step.start:step.stop])]
-        return [(begin - step.start * itemsize, runs.bytes[begin:end])
-                for begin, end in runs.pieces(step.start, step.stop, itemsize)]
+        return [(begin - step.start * runs.itemsize, runs.bytes[begin:end])
+                for begin, end in runs.pieces(step.start, step.stop)]
 
     def _stream_after(self, step):
         """The step's stream, made to wait for the stream steps it comes after (host steps
@@ -370,8 +371,7 @@ class _CUDAExecutor:
             # slot last is, its chunk's runs are done with.
             self.events[("upload", step.slot)].synchronize()
             self.runs["in"].release(step.chunk - self.slots)
-        pieces = [(0, self.pinned["in"][step.slot][:step.stop - step.start])] \
-            if "in" in self.pinned else self._host_pieces("in", step)
+        pieces = self._host_pieces("in", step)
         stream = self._stream_after(step)
         device = int(self.device["in"][step.slot])
         for offset, source in pieces:
@@ -389,8 +389,7 @@ class _CUDAExecutor:
         self._record(step, stream)
 
     def download(self, step):
-        pieces = [(0, self.pinned["out"][step.slot][:step.stop - step.start])] \
-            if "out" in self.pinned else self._host_pieces("out", step)
+        pieces = self._host_pieces("out", step)
         stream = self._stream_after(step)
         device = int(self.device["out"][step.slot])
         for offset, target in pieces:
