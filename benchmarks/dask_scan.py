@@ -231,6 +231,9 @@ def main(argv=None):
                 for key, value in (setting.split("=", 1) for setting in args.dask_config)}
 
     import dask
+    # distributed's defaults must be loaded before --dask-config sets any of its keys: a key
+    # set first leaves the others of its section unset (distributed.comm... then fails).
+    import distributed  # noqa: F401
 
     import scangen.dask as sd
 

@@ -10,11 +10,15 @@ call, no staging); pinning and unpinning the array alone is timed too, and the s
 array pinned beforehand (as an array allocated pinned is: no staging, no pinning). Then a
 plain loop of synchronous copies of each chunk to the GPU and back, from and to the (pageable)
 host array, and the bare pinned transfer rate for context: ``--gib`` of uploads and as
-much of downloads, on two streams at once, without host staging copies.
+much of downloads, on two streams at once, without host staging copies: from two pinned
+buffers, and from the array itself pinned beforehand (the same memory the scans move).
 Rates are GB/s of the array (each byte goes up and comes back). Data creation is not timed.
-Run on the GPU host:
+``--copy-threads``, ``--pin-threads`` and ``--pin-ahead`` set scangen.out_of_core's
+HOST_COPY_THREADS, PIN_THREADS and PIN_AHEAD_CHUNKS for every row (the sweep their
+defaults come from). Run on the GPU host:
 
     python benchmarks/out_of_core.py [--gib 32] [--budget-gib 2] [--dtype float32] [--slots 2]
+                                     [--copy-threads N] [--pin-threads N] [--pin-ahead N]
 """
 import argparse
 import time
@@ -51,6 +55,23 @@ def bare_transfers(nbytes, chunk_bytes):
     return time.perf_counter() - start
 
 
+def bare_transfers_of(x, chunk):
+    """Seconds to upload x and download into x chunk by chunk on two streams at once, x
+    pinned already: the transfers a scan of x pinned beforehand makes, and nothing else."""
+    import pycuda.driver as cuda
+
+    device = [cuda.mem_alloc(chunk * x.itemsize) for _ in range(2)]
+    up, down = cuda.Stream(), cuda.Stream()
+    start = time.perf_counter()
+    for begin in range(0, len(x), chunk):
+        part = x[begin:begin + chunk]
+        cuda.memcpy_htod_async(device[0], part, up)
+        cuda.memcpy_dtoh_async(part, device[1], down)
+    up.synchronize()
+    down.synchronize()
+    return time.perf_counter() - start
+
+
 def plain_copies(x, chunk):
     """Seconds to copy x to the GPU and back chunk by chunk with plain synchronous copies
     from and to the (pageable) host array: what a scan-free loop over the array costs."""
@@ -73,10 +94,18 @@ def main(argv=None):
     parser.add_argument("--operator", default="add")
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--copy-threads", type=int, default=ooc.HOST_COPY_THREADS,
+                        help="threads per staged host copy")
+    parser.add_argument("--pin-threads", type=int, default=ooc.PIN_THREADS,
+                        help="threads pinning in place")
+    parser.add_argument("--pin-ahead", type=int, default=ooc.PIN_AHEAD_CHUNKS,
+                        help="chunks pinned ahead of the transfers")
     args = parser.parse_args(argv)
 
     import pycuda.driver as cuda
 
+    ooc.HOST_COPY_THREADS, ooc.PIN_THREADS = args.copy_threads, args.pin_threads
+    ooc.PIN_AHEAD_CHUNKS = args.pin_ahead
     scangen.current_context()
     dtype = np.dtype(args.dtype)
     n = int(args.gib * (1 << 30)) // dtype.itemsize
@@ -101,30 +130,34 @@ def main(argv=None):
         pin_host_memory(x.ctypes.data, x.nbytes)
         unpin_host_memory(x.ctypes.data)
 
-    def scan_pinned_beforehand():
-        """The scan of an array the caller pinned (as one allocated pinned): no staging
-        and no pinning in the call."""
+    def pinned_beforehand():
+        """The scan of an array the caller pinned (as one allocated pinned: no staging and
+        no pinning in the call), and the bare transfers of that array."""
         pin_host_memory(x.ctypes.data, x.nbytes)
         try:
-            return timed(scan, args.repeat)
+            return (timed(scan, args.repeat),
+                    timed(lambda: bare_transfers_of(x, chunk), args.repeat))
         finally:
             unpin_host_memory(x.ctypes.data)
 
     device = cuda.Context.get_device()
     print(f"{device.name()}: {args.gib:g} GiB {dtype} host array, device budget "
           f"{args.budget_gib:g} GiB, chunks of {chunk * dtype.itemsize / (1 << 20):.0f} MiB, "
-          f"{args.slots} slots, operator {args.operator}")
+          f"{args.slots} slots, operator {args.operator}; {args.copy_threads} copy threads, "
+          f"{args.pin_threads} pin threads pinning {args.pin_ahead} chunks ahead")
+    scan_pinned, bare_pinned = pinned_beforehand()
     results = [("scan", timed(scan, args.repeat)),
                ("copy through the same pipeline", timed(copy_through_pipeline, args.repeat)),
                ("scan, array pinned in place", timed(lambda: scan(True), args.repeat)),
                ("copy through the pipeline, array pinned in place",
                 timed(lambda: copy_through_pipeline(True), args.repeat)),
                ("pinning and unpinning the array alone", timed(pin_and_unpin, args.repeat)),
-               ("scan, array pinned by the caller beforehand", scan_pinned_beforehand()),
+               ("scan, array pinned by the caller beforehand", scan_pinned),
                ("plain copies up and back (pageable, synchronous)",
                 timed(lambda: plain_copies(x, chunk), args.repeat)),
                ("bare pinned transfers (no host staging)",
-                timed(lambda: bare_transfers(x.nbytes, chunk * dtype.itemsize), args.repeat))]
+                timed(lambda: bare_transfers(x.nbytes, chunk * dtype.itemsize), args.repeat)),
+               ("bare transfers of the array, pinned beforehand", bare_pinned)]
     print("| what | seconds | GB/s of array | vs pipeline copy |")
     print("| --- | --- | --- | --- |")
     for name, seconds in results:

@@ -149,6 +149,14 @@ def _callers_stream(chunk):
     return None if stream is None or stream.handle == _PER_THREAD_STREAM else stream
 
 
+def _packed(chunk):
+    """The chunk in C order, packed in the calling thread on its current stream where it is
+    a strided view (Dask's chunks of an N-D device array are; the kernels read packed arrays
+    only). Host chunks are packed on their trip to the device."""
+    kind = kind_of(chunk)
+    return chunk if kind is None else kind.contiguous(chunk)
+
+
 def _on_gpu(chunk, work):
     """``work(stream)`` on scangen's GPU thread (scangen.runtime.gpu_thread), ``stream``
     being the one the calling thread orders work on ``chunk`` on."""
@@ -189,6 +197,7 @@ class GPUBackend:
         check_mode(mode)
         if carry is None:
             one_shot = inclusive_scan if mode == "inclusive" else exclusive_scan
+            chunk = _packed(chunk)
             return _on_gpu(chunk, lambda stream: one_shot(chunk, op, axis=axis, stream=stream,
                                                           **dict(self.options)))
         if chunk.ndim > 1:

@@ -133,6 +133,12 @@ class _Kind:
         """The stream work on ``value`` is ordered on when the call names none."""
         return None
 
+    def contiguous(self, value):
+        """``value`` in C order: itself where it is, else a packed copy by its library, on
+        the calling thread's current stream (a kind with no such copy returns ``value``, which
+        ``view`` then refuses, saying how to pack it)."""
+        return value
+
     def empty(self, shape, dtype, like, stream, current):
         """A new native array (of the library scangen returns to this kind's callers),
         written on ``stream``; ``current``: that is the library's current stream. A pycuda
@@ -162,6 +168,9 @@ class _CuPy(_Kind):
 
     def default_stream(self, value):
         return sys.modules["cupy"].cuda.get_current_stream()
+
+    def contiguous(self, value):
+        return sys.modules["cupy"].ascontiguousarray(value)
 
     def empty(self, shape, dtype, like, stream, current):
         cupy = sys.modules["cupy"]
@@ -205,6 +214,9 @@ class _Torch(_Kind):
         if value.device.type != "cuda":
             return None  # refused by view(), with a message that says what to do
         return sys.modules["torch"].cuda.current_stream(value.device)
+
+    def contiguous(self, value):
+        return value.contiguous()
 
     def empty(self, shape, dtype, like, stream, current):
         torch = sys.modules["torch"]

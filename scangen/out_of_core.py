@@ -25,7 +25,7 @@ import bisect
 import mmap
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,14 +157,20 @@ def _default_budget():
     return int(free * (1 - _FREE_MARGIN))
 
 
+#: Threads that split each host copy of a staged chunk (numpy releases the GIL while
+#: copying): one thread copies a few GB/s, less than a PCIe link moves in one direction.
+#: 16 staged a 32 GiB scan at 13.3 GB/s on an H200 host of 32 cores, 8 at 10.5, 24 and 32
+#: no faster (benchmarks/out_of_core.py --copy-threads).
+HOST_COPY_THREADS = 16
+
+
 class _HostCopies:
-    """Large host copies split across threads (numpy releases the GIL while copying): one
-    thread copies a few GB/s, less than a PCIe link moves in one direction."""
+    """Large host copies split across HOST_COPY_THREADS threads."""
 
     _PIECE = 16 << 20
 
-    def __init__(self, workers=8):
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="scangen-copy")
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(HOST_COPY_THREADS, thread_name_prefix="scangen-copy")
 
     def __call__(self, dst, src):
         step = max(1, self._PIECE // max(1, dst.itemsize))
@@ -188,6 +194,11 @@ def _pinned_already(array) -> bool:
 #: How many chunks ahead of the one being moved ``pin_in_place`` pins: the pinning of the
 #: next chunks' pages overlaps the transfers of this one.
 PIN_AHEAD_CHUNKS = 3
+
+#: Threads that pin and unpin those runs. More did not pin faster on an H200 host (2, 4
+#: and 8 threads: 16.3, 14.7 and 14.6 GB/s of array against 16.1 for one): the operating
+#: system's page locking, not the thread, bounds it.
+PIN_THREADS = 1
 
 
 def _pin_refused(name, error) -> RuntimeError:
@@ -220,9 +231,9 @@ class _PinnedRuns:
         self.edges.append(-(-end // page) * page)
         self._pins = [None] * len(bounds)  # each run's pinning, once asked for
         self._released = 0  # runs before it are unpinned (or asked to be)
-        self._pinned = set()  # runs pinned now (touched on the pinning thread only)
+        self._pinned = set()  # runs pinned now (touched on the pinning threads only)
         # The driver pins for the context current in the calling thread: the same there.
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="scangen-pin",
+        self._threads = ThreadPoolExecutor(PIN_THREADS, thread_name_prefix="scangen-pin",
                                           initializer=set_driver_context,
                                           initargs=(driver_context(),))
         # The first run now, so that a refusal (file-backed memory) comes before any chunk
@@ -241,6 +252,8 @@ class _PinnedRuns:
             self._pinned.add(run)
 
     def _unpin_run(self, run):
+        # Its pinning came first in the queue, but may still run on another thread.
+        wait([self._pins[run]])
         if run in self._pinned:
             unpin_host_memory(self.edges[run])
             self._pinned.discard(run)
@@ -248,7 +261,7 @@ class _PinnedRuns:
     def _pin_through(self, last):
         for run in range(last + 1):
             if self._pins[run] is None:
-                self._pins[run] = self._thread.submit(self._pin_run, run)
+                self._pins[run] = self._threads.submit(self._pin_run, run)
 
     def _wait(self, run):
         try:
@@ -277,13 +290,13 @@ class _PinnedRuns:
         touches them)."""
         for run in range(self._released, chunk + 1):
             if self._pins[run] is not None:
-                self._thread.submit(self._unpin_run, run)
+                self._threads.submit(self._unpin_run, run)
         self._released = max(self._released, chunk + 1)
 
     def close(self):
         """Unpin every run still pinned, once the pinning in flight is done."""
         self.release(len(self._pins) - 1)
-        self._thread.shutdown(wait=True)
+        self._threads.shutdown(wait=True)
 
 
 class _CUDAExecutor:

@@ -256,6 +256,7 @@ def test_python_dash_m_scangen():
                                            ("dask_scan.py", "--partitions"),
                                            ("dask_scan.py", "--dask-config"),
                                            ("out_of_core.py", "--budget-gib"),
+                                           ("out_of_core.py", "--pin-threads"),
                                            ("axis.py", "--model-shapes")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),

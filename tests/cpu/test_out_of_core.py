@@ -400,25 +400,29 @@ def test_arrays_pinned_in_place_need_no_pinned_buffers(fake_driver, rng, mode, i
     assert fake_driver.pinned_buffers == 0 and fake_driver.registered == []
 
 
+@pytest.mark.parametrize("pin_threads", [1, 3])
 @pytest.mark.parametrize("work", ["scan", "scan in place", "histogram"])
 def test_arrays_pinned_in_place_are_pinned_a_few_chunks_at_a_time(fake_driver, monkeypatch, rng,
-                                                                   work):
+                                                                   work, pin_threads):
     """pin_in_place pins each array a run of pages at a time, a few chunks ahead of the
-    copies and unpinned behind them, so what is pinned at once stays a few chunks however
-    long the array; every copy lies within one registration (the fake driver checks), and
-    chunks that do not end on a page are cut where runs meet."""
-    pinned_now, peak = {}, [0]
+    copies and unpinned behind them (by one thread or several), so what is pinned at once
+    stays a few chunks however long the array; every copy lies within one registration (the
+    fake driver checks), and chunks that do not end on a page are cut where runs meet."""
+    pinned_now, peak, lock = {}, [0], threading.Lock()
     pin, unpin = fake_driver.pin_host_memory, fake_driver.unpin_host_memory
 
     def pinning(address, nbytes):
-        pin(address, nbytes)
-        pinned_now[address] = nbytes
-        peak[0] = max(peak[0], sum(pinned_now.values()))
+        with lock:
+            pin(address, nbytes)
+            pinned_now[address] = nbytes
+            peak[0] = max(peak[0], sum(pinned_now.values()))
 
     def unpinning(address):
-        unpin(address)
-        del pinned_now[address]
+        with lock:
+            unpin(address)
+            del pinned_now[address]
 
+    monkeypatch.setattr(ooc, "PIN_THREADS", pin_threads)
     monkeypatch.setattr(ooc, "pin_host_memory", pinning)
     monkeypatch.setattr(ooc, "unpin_host_memory", unpinning)
     n, chunk, slots = 300_007, 3_001, 2  # chunks of 24,008 bytes: not whole pages
