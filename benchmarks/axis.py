@@ -190,7 +190,12 @@ def _compiled_recurrence(torch, axis):
     def run(a, b):
         return associative_scan(combine, (a, b), dim=axis, combine_mode="pointwise")[1]
     # One specialisation per shape: under dynamic shapes torch 2.11 refused to lower it
-    # ("lifted arguments") from the second shape on.
+    # ("lifted arguments") from the second shape on. Past Dynamo's recompile limit (8
+    # specialisations of one function) the rest would run eagerly, uncompiled: raise it.
+    dynamo = torch._dynamo.config
+    for limit in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo, limit):
+            setattr(dynamo, limit, max(getattr(dynamo, limit), 1024))
     return torch.compile(run, dynamic=False)
 
 

@@ -6,7 +6,8 @@ the CUDA and the launch plans of the code it documents, never a copy that could 
   comment above it) as scangen emits it for int32 add;
 * ``plan-<strategy>.txt``: each strategy's launch plan for 2^20 float32 elements;
 * ``plan-axis-<kernel>.txt``: the plans of a float32 (8, 4096, 1024) array scanned along
-  its middle axis (the columns kernel) and its last (the rows kernel).
+  its middle axis (the columns kernel) and its last (the rows kernel: rows as segments),
+  and of an (8, 1024, 4096) array along its last (row tiles).
 """
 import re
 from pathlib import Path
@@ -20,6 +21,8 @@ GENERATED = Path(__file__).resolve().parent / "_generated"
 PLAN_SIZE = 1 << 20
 #: The array the scans along an axis are shown for: (batch, length, channels).
 AXIS_SHAPE = (8, 4096, 1024)
+#: Rows a section long or longer along the last axis: the columns kernel's row tiles.
+ROW_TILES_SHAPE = (8, 1024, 4096)
 
 
 def block_scan_function(source: str) -> str:
@@ -48,8 +51,9 @@ def write_generated(app=None) -> None:
         plan = scangen.Scan(np.float32, "add", strategy=strategy).plan(PLAN_SIZE)
         (GENERATED / f"plan-{strategy}.txt").write_text(f"{plan}\n")
     scan = scangen.Scan(np.float32, "add")
-    for kernel, axis in (("columns", 1), ("rows", 2)):
-        (GENERATED / f"plan-axis-{kernel}.txt").write_text(f"{scan.plan(AXIS_SHAPE, axis)}\n")
+    for kernel, shape, axis in (("columns", AXIS_SHAPE, 1), ("rows", AXIS_SHAPE, 2),
+                                ("row-tiles", ROW_TILES_SHAPE, 2)):
+        (GENERATED / f"plan-axis-{kernel}.txt").write_text(f"{scan.plan(shape, axis)}\n")
 
 
 def setup(app):

@@ -73,9 +73,14 @@ SCAN_COLUMNS = KernelFamily(
     "the n indices as an (outer, axis_length, axis_stride) array scanned along its middle "
     "axis, each column on its own: tiles of a warp's width of columns in ticket order, each "
     "column's carry from the tile status", single_pass=True, sections=0)
+SCAN_ROWS = KernelFamily(
+    "scan_rows",
+    SCAN_COLUMNS.parameters[:-2] + (N,),
+    "the n indices as rows of axis_length, each scanned on its own: each row's tiles in "
+    "ticket order, each looking back to its row's first tile", single_pass=True)
 
 FAMILIES = (ONE_SECTION, SCAN_SECTIONS, ADD_PREFIXES, REDUCE_SECTIONS, SCAN_SEEDED, SCAN_TILES,
-            SCAN_TILES_PERSISTENT, SCAN_COLUMNS)
+            SCAN_TILES_PERSISTENT, SCAN_COLUMNS, SCAN_ROWS)
 
 
 @dataclass(frozen=True)

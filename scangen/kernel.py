@@ -544,8 +544,8 @@ class ScanModule:
         to 2^PARTS_MAX_LOG2N elements, and either side of each level of sections), for
         compiling them ahead of use (scangen.compile.precompile); a size outside these that
         launches another part compiles it when first called."""
-        if self.hooks.columns:
-            return (self.part(self.kernels),)
+        if self.hooks.columns:  # one kernel a shape: columns apart, or rows
+            return tuple(self.part((kernel,)) for kernel in self.kernels)
         section = self.scan.section_size
         sizes = {1 << k for k in range(PARTS_MAX_LOG2N + 1)}
         level = section

@@ -2,10 +2,13 @@
 hooks (Scan's, or a scan of several operands'). Three shapes of work:
 
 * the axis holds every element: the 1-D kernel;
-* the last axis: each row a segment of a kernel whose hooks take one more argument,
-  ``long long row_length`` (HeadRows: a lane finds its run's row heads from one remainder);
-* any other axis: the columns kernel (scangen.strategies.columns), the array seen as
-  (outer, axis length, inner), with no transposing copy.
+* the last axis, rows of a tile or longer: the columns kernel's rows launch
+  (scangen.strategies.columns), each row in tiles of its own;
+* the last axis, shorter rows: each row a segment of a kernel whose hooks take one more
+  argument, ``long long row_length`` (HeadRows: a lane finds its run's row heads from one
+  remainder), so a tile holds several rows;
+* any other axis: the columns kernel, the array seen as (outer, axis length, inner), with
+  no transposing copy.
 
 The hooks see ``i``, the element's index in the C-contiguous array, whichever kernel runs.
 """
@@ -70,13 +73,15 @@ class LineKernels:
 
     def pick(self, shape: tuple, axis):
         """(kernel, lines) for an array of ``shape`` along ``axis``: the 1-D kernel (lines
-        None); the rows kernel (lines: the row length); the columns kernel (lines: (axis
-        length, inner size))."""
+        None); the segmented rows kernel (lines: the row length); the columns kernel (lines:
+        (axis length, inner size), inner 1 for rows of a tile or longer)."""
         return self._pick(*line_shape(shape, axis))
 
     def _pick(self, outer: int, length: int, inner: int):
-        if inner == 1:
-            return (self.kernel, None) if outer == 1 else (self.rows_kernel, length)
+        if inner == 1 and outer == 1:
+            return self.kernel, None
+        if inner == 1 and length < self.columns_kernel.spec.section_size:
+            return self.rows_kernel, length
         return self.columns_kernel, (length, inner)
 
     def plan(self, shape: tuple, axis):

@@ -71,6 +71,7 @@ class Plan(PlanTotals):
         """A human-readable table of the plan (what ``python -m scangen plan`` prints)."""
         spec = self.spec
         shape = "" if self.columns is None else \
+            f" as rows of {self.columns[0]}" if self.columns[1] == 1 else \
             f" as (outer, {self.columns[0]}, {self.columns[1]}) along the middle axis"
         lines = [
             f"plan: {self.scan_module.hooks.title} with {spec.operator.name} over "

@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 
 from .args import c_parameters
-from .families import SCAN_TILES, SCAN_TILES_PERSISTENT
+from .families import SCAN_ROWS, SCAN_TILES, SCAN_TILES_PERSISTENT
 from .strategies.tile_state import TileState
 
 _HERE = Path(__file__).resolve().parent
@@ -163,9 +163,10 @@ def template_context(scan_module, kernels=None) -> dict:
         ios=sorted({k.io for k in kernels}),
         families=list(dict.fromkeys(k.family.name for k in kernels)),
         # the tile status serves every single-pass kernel; the look-back and warp runs
-        # the tile kernels (a scan along columns looks back a column at a time)
+        # the tile kernels and the rows kernel (a scan along columns looks back a column
+        # at a time)
         single_pass=any(k.family.single_pass for k in kernels),
-        tiles=any(k.family in (SCAN_TILES, SCAN_TILES_PERSISTENT) for k in kernels),
+        tiles=any(k.family in (SCAN_TILES, SCAN_TILES_PERSISTENT, SCAN_ROWS) for k in kernels),
         kernels=[_kernel_context(k, hooks, spec) for k in kernels],
     )
 

@@ -71,11 +71,12 @@ class Scan:
     Scan is ScanKernel with input ``x[i]`` and output ``out[i] = item`` (inclusive) or
     ``out[i] = prev_item`` (exclusive); ``scan.kernel`` is that ScanKernel. An N-D
     C-contiguous array is scanned along one axis (``scan(x, axis=k)``; the last by
-    default), every line along it on its own, with no transposing copy: along the last axis
-    by ``scan.rows_kernel``, a ScanKernel whose segments are the rows (the plan of a 1-D
-    scan); along any other by ``scan.columns_kernel``, which reads a warp's width of
-    neighbouring lines at once and walks them down the axis (``scan.plan(shape, axis=k)``
-    shows it).
+    default), every line along it on its own, with no transposing copy: along any axis but
+    the last by ``scan.columns_kernel``, which reads a warp's width of neighbouring lines at
+    once and walks them down the axis; along the last by the same kernel's row tiles where
+    a row fills a section (each row's tiles looking back to its first only), else by
+    ``scan.rows_kernel``, a ScanKernel whose segments are the rows (the plan of a 1-D
+    scan). ``scan.plan(shape, axis=k)`` shows which.
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
@@ -163,12 +164,14 @@ class Scan:
 
     @property
     def columns_kernel(self) -> ScanKernel:
-        """The ScanKernel along an axis other than the last (built on first use)."""
+        """The ScanKernel along an axis other than the last, and along the last for rows of
+        a section or longer (built on first use)."""
         return self.lines.columns_kernel
 
     @property
     def rows_kernel(self) -> ScanKernel:
-        """The ScanKernel along the last axis of an N-D array (built on first use)."""
+        """The ScanKernel along the last axis of an N-D array whose rows are shorter than a
+        section: each row a segment (built on first use)."""
         return self.lines.rows_kernel
 
     def __call__(self, x, out=None, *, axis=-1, stream=None, initial=None):

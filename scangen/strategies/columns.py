@@ -1,20 +1,25 @@
 """Scans along columns: the n indices as an (outer, axis_length, axis_stride) C-contiguous
 array, each of its outer * axis_stride columns scanned along the middle axis on its own
-(Hooks.columns: a scan along any axis of an N-D array but the last, with no transposing
-copy). Not a strategy a spec names: a ScanKernel built along columns has this one kernel.
+(Hooks.columns: a scan along any axis of an N-D array with no transposing copy). Not a
+strategy a spec names: a ScanKernel built along columns has these two kernels.
 
-One single-pass launch (templates/kernels/scan_columns.cuh.j2): a tile is a warp's width of
-consecutive columns by SECTION_SIZE / WARP_SIZE consecutive rows, so each row of a tile a
-warp reads is consecutive elements; tiles go in ticket order, chunk of rows by chunk of
-rows, and each column's carry crosses chunks through a status entry per (chunk, column),
-one look-back per column. About 2n of traffic plus n / (section / warp) status entries.
+* Columns apart (axis_stride > 1), one single-pass launch
+  (templates/kernels/scan_columns.cuh.j2): a tile is a warp's width of consecutive columns
+  by SECTION_SIZE / WARP_SIZE consecutive rows, so each row of a tile a warp reads is
+  consecutive elements; tiles go in ticket order, chunk of rows by chunk of rows, and each
+  column's carry crosses chunks through a status entry per (chunk, column), one look-back
+  per column. About 2n of traffic plus n / (section / warp) status entries.
+* Lines of consecutive elements (axis_stride 1: rows, the last axis), one single-pass
+  launch (templates/kernels/scan_rows.cuh.j2): each row cut into tiles of a section, tiles
+  in ticket order, each looking back to its row's first tile only. About 2n of traffic, the
+  values alone combined (a segmented scan of rows pairs each with a head).
 """
 from __future__ import annotations
 
 import dataclasses
 
 from ..arith import WARP_SIZE, ceil_div
-from ..families import SCAN_COLUMNS, Kernel
+from ..families import SCAN_COLUMNS, SCAN_ROWS, Kernel
 from .base import USER_ARGS, PlanBuilder, RuntimeArg
 from .tile_state import TileState
 
@@ -39,17 +44,19 @@ def rows_per_tile(spec) -> int:
 
 
 class Columns:
-    """The scan along columns: its one kernel and its plan (what a strategy owns; not one a
+    """The scan along columns: its kernels and its plan (what a strategy owns; not one a
     spec names, since it scans a shape, not n indices)."""
 
     name = "columns"
 
     def kernels(self) -> tuple[Kernel, ...]:
-        return (Kernel(SCAN_COLUMNS, "user"),)
+        return (Kernel(SCAN_COLUMNS, "user"), Kernel(SCAN_ROWS, "user"))
 
     def build(self, builder: PlanBuilder, n: int, length: int, stride: int) -> None:
         """The one launch that scans ``n`` indices along columns of ``length`` rows,
-        consecutive rows ``stride`` indices apart."""
+        consecutive rows ``stride`` indices apart (1: along rows)."""
+        if stride == 1:
+            return self._build_rows(builder, n, length)
         spec, warp = builder.spec, WARP_SIZE
         columns = n // length
         chunks = ceil_div(length, rows_per_tile(spec))
@@ -60,8 +67,7 @@ class Columns:
         # launch's grid, one per tile).
         status, values, ticket = builder.tile_status(entries,
                                                      ", one per (chunk of rows, column)")
-        (kernel,) = self.kernels()
-        builder.launch(kernel, tiles, USER_ARGS,
+        builder.launch(Kernel(SCAN_COLUMNS, "user"), tiles, USER_ARGS,
                        (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"),
                         length, stride, n),
                        reads=n, writes=n, level=0,
@@ -71,6 +77,19 @@ class Columns:
                            f"status {state.status_bytes(entries)} B")
         # Its shared memory is its own few arrays, not the spec's sections.
         builder.launches[-1] = dataclasses.replace(builder.launches[-1], shared_bytes=None)
+
+    def _build_rows(self, builder: PlanBuilder, n: int, length: int) -> None:
+        section = builder.spec.section_size
+        row_tiles = ceil_div(length, section)
+        tiles = n // length * row_tiles
+        status, values, ticket = builder.tile_status(tiles)
+        builder.launch(Kernel(SCAN_ROWS, "user"), tiles, USER_ARGS,
+                       (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"),
+                        length, n),
+                       reads=n, writes=n, level=0,
+                       why=f"{n // length} rows of {length}: {row_tiles} tile(s) a row, "
+                           f"{tiles} in one pass, each looking back to its row's first; "
+                           f"status {TileState.of(builder.spec).status_bytes(tiles)} B")
 
 
 COLUMNS = Columns()

@@ -7,16 +7,23 @@ import pytest
 import scangen
 from scangen.arith import WARP_SIZE, ceil_div
 from scangen.kernel import ScanKernel
+from scangen.render import render
 from scangen.strategies.columns import check_columns
 
 COPY = dict(arguments="const float *x, float *out", input_expr="x[i]",
             output_statement="out[i] = item;")
 
 
+#: float32's section (4096): rows of it or longer take the columns kernel's rows launch.
+SECTION = scangen.Scan(np.float32).columns_kernel.spec.section_size
+
+
 @pytest.mark.parametrize("shape,axis,kernel", [
     ((1000,), 0, "kernel"), ((1000,), -1, "kernel"), ((1, 1000), 1, "kernel"),
     ((1000, 1), 0, "kernel"), ((1, 1000, 1), 1, "kernel"), ((7, 1000), 1, "rows_kernel"),
     ((7, 1000), -1, "rows_kernel"), ((3, 4, 5), 2, "rows_kernel"),
+    ((7, SECTION - 1), -1, "rows_kernel"), ((7, SECTION), -1, "columns_kernel"),
+    ((2, 3, 3 * SECTION + 1), 2, "columns_kernel"), ((1, SECTION * 5), 1, "kernel"),
     ((7, 1000), 0, "columns_kernel"), ((3, 4, 5), 0, "columns_kernel"),
     ((3, 4, 5), 1, "columns_kernel"), ((3, 4, 5), -2, "columns_kernel"),
     ((2, 3, 4, 5), 1, "columns_kernel"), ((5, 1, 4), 1, "columns_kernel")])
@@ -26,6 +33,28 @@ def test_each_shape_and_axis_takes_its_kernel(shape, axis, kernel):
     assert plan.scan_module == getattr(scan, kernel).scan_module
     assert plan.n == int(np.prod(shape))
     assert (plan.strategy == "columns") == (kernel == "columns_kernel")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32", "float64", "complex128"])
+@pytest.mark.parametrize("rows,tiles_a_row,extra", [(1, 1, 0), (5, 1, 0), (3, 2, 1),
+                                                    (4, 7, -1)])
+def test_rows_plan(dtype, rows, tiles_a_row, extra):
+    """Rows of a section or longer: one launch, each row in tiles of a section (its last
+    one shorter), a status entry per tile, the row length its argument."""
+    scan = scangen.Scan(dtype)
+    section = scan.columns_kernel.spec.section_size
+    length = (tiles_a_row - (extra > 0)) * section + extra
+    plan = scan.plan((rows, length), axis=1)
+    if rows == 1:  # one line: the 1-D kernel
+        assert plan.scan_module == scan.kernel.scan_module
+        return
+    (launch,) = plan.launches
+    assert launch.kernel.name == "scan_rows_user"
+    assert launch.grid == plan.single_pass_tiles == rows * ceil_div(length, section)
+    assert launch.args[-2:] == (length, rows * length)
+    assert launch.bytes_read == launch.bytes_written == plan.n * np.dtype(dtype).itemsize
+    text = str(plan)
+    assert f"as rows of {length}" in text and f"axis_length={length}, n=" in text
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32", "float64", "complex128"])
@@ -51,13 +80,17 @@ def test_columns_plan(dtype, outer, length, inner):
     assert "strategy columns," in text
 
 
-def test_columns_source_has_only_its_kernel():
-    kernel = scangen.Scan(np.float64, "max", reverse=True).columns_kernel
-    assert kernel.scan_module.kernels[0].name == "scan_columns_user"
-    assert len(kernel.scan_module.kernels) == 1
-    source = kernel.source
-    assert "scan_columns_user(" in source and " look_back(" not in source
-    assert "axis_length - 1 - step" in source  # reverse walks each column from its end
+def test_columns_sources_have_only_their_kernel():
+    """The module along an axis has two kernels, compiled apart: columns (which looks back
+    a column at a time) and rows (which looks back over its row's tiles)."""
+    module = scangen.Scan(np.float64, "max", reverse=True).columns_kernel.scan_module
+    assert [k.name for k in module.kernels] == ["scan_columns_user", "scan_rows_user"]
+    columns, rows = (render(module, part.kernels).text for part in module.parts())
+    assert "scan_columns_user(" in columns and " look_back(" not in columns
+    assert "scan_rows_user(" not in columns
+    assert "axis_length - 1 - step" in columns  # reverse walks each column from its end
+    assert "scan_rows_user(" in rows and " look_back(" in rows
+    assert "scan_columns_user(" not in rows
 
 
 def test_empty_shapes_plan_nothing():

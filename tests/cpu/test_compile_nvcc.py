@@ -617,7 +617,7 @@ def test_batches_cover_the_matrix():
     assert names == {f"{family}_{io}" for family in
                      ("scan_one_section", "scan_sections", "add_prefixes", "reduce_sections",
                       "scan_seeded") for io in ("user", "totals")} | {
-        "scan_tiles_user", "scan_tiles_persistent_user", "scan_columns_user"}
+        "scan_tiles_user", "scan_tiles_persistent_user", "scan_columns_user", "scan_rows_user"}
     assert len(entries) >= 300
 
 

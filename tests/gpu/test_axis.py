@@ -1,5 +1,5 @@
 """Scans of N-D arrays along any axis on the GPU: the columns kernel (every axis but the
-last) and the rows kernel (the last), against tests.support.axis_reference, which scans
+last, and its row tiles along the last) and the rows kernel (short rows), against tests.support.axis_reference, which scans
 each line with the operator itself. Non-commutative operators, struct values (split tile
 status), reverse and initial, exclusive, result_dtype, in place, poisoned outputs, and
 shapes on both sides of a column tile's width (a warp) and of its rows (section / warp),
@@ -25,11 +25,15 @@ TYPES = [("uint64", "affine_then"), ("int32", "last_nonzero"), ("float64", "add"
          ("affine_pairs", "affine_pairs")]
 #: (shape, axis): inner sizes below, at and above a warp; lengths below, at and above a
 #: tile's rows and many times them; a length of 1; four dimensions; the last axis (rows)
-#: and an axis holding every element.
+#: and an axis holding every element. Along the last axis, rows shorter than a section
+#: (segments of the rows kernel) and rows of a section or more (row tiles of the columns
+#: kernel): one tile a row, a last tile of one element, many tiles a row, many rows.
 SHAPES = [((3, 5, 7), 0), ((3, 5, 7), 1), ((3, 5, 7), 2), ((2, 301, 33), 1),
           ((ROWS - 1, 31), 0), ((ROWS, 32), 0), ((ROWS + 1, 32), 0), ((1000, 40), 0),
           ((5, 1, 64), 1), ((300, 2, 3), 0), ((7, 3, 2, 37), 1), ((7, 3, 2, 37), 2),
-          ((6, 9), -1), ((1, 500, 1), 1), ((4, 1, 1000), 1)]
+          ((6, 9), -1), ((1, 500, 1), 1), ((4, 1, 1000), 1),
+          ((4, SECTION - 1), 1), ((5, SECTION), -1), ((9, SECTION + 1), -1),
+          ((3, 2, 3 * SECTION + 8), 2), ((2, 1000), 1), ((300, 2 * SECTION + 1), 1)]
 
 
 def scan_of(dtype, op_name, mode, **options):
@@ -92,7 +96,7 @@ def test_every_line_starts_from_initial(gpu, rng, types, mode):
     scan = scan_of(dtype, op_name, mode, initial=initial)
     op = reference_operator(op_name)
     other = values(rng, dtype, op_name, (1,))[0]
-    for (shape, axis), start in itertools.product(SHAPES[:6], (None, other)):
+    for (shape, axis), start in itertools.product(SHAPES[:6] + SHAPES[-4:], (None, other)):
         x = values(rng, dtype, op_name, shape)
         got = scan(gpu.to_gpu(x), axis=axis, initial=start).get()
         want = axis_reference(x, op, mode, axis,
@@ -106,7 +110,7 @@ def test_in_place_and_shapes_in_turn(gpu, rng):
     scan = scangen.Scan(np.uint64, operator("affine_then"), section_size=SECTION)
     op = operator("affine_then")
     for shape, axis in [((500, 40), 0), ((40, 500), 0), ((500, 40), 0), ((3, 200, 50), 1),
-                        ((500, 40), 0)]:
+                        ((40, 500), 1), ((500, 40), 0), ((7, 300), 1)]:
         x = values(rng, "uint64", "affine_then", shape)
         device = gpu.to_gpu(x)
         assert scan(device, out=device, axis=axis) is device
@@ -114,11 +118,14 @@ def test_in_place_and_shapes_in_turn(gpu, rng):
 
 
 def test_default_section_and_result_dtype(gpu, rng):
-    """The tuned section (many rows per tile), and float16 read into a float32 scan."""
-    x = random_input(rng, np.float32, "add", 8 * 700 * 96).reshape(8, 700, 96)
-    got = scangen.Scan(np.float32, "add")(gpu.to_gpu(x), axis=1).get()
-    assert_scan_equal(got.ravel(), axis_reference(x, operator("add"), "inclusive", 1).ravel(),
-                      np.float32, x.size, op="add")
+    """The tuned section (many rows per tile; rows of several tiles along the last axis),
+    and float16 read into a float32 scan."""
+    for shape, axis in [((8, 700, 96), 1), ((3, 2, 9000), 2)]:
+        x = random_input(rng, np.float32, "add", int(np.prod(shape))).reshape(shape)
+        got = scangen.Scan(np.float32, "add")(gpu.to_gpu(x), axis=axis).get()
+        assert_scan_equal(got.ravel(),
+                          axis_reference(x, operator("add"), "inclusive", axis).ravel(),
+                          np.float32, x.size, op="add")
     half = random_input(rng, np.float16, "add", 900 * 70).reshape(900, 70)
     scan = scangen.Scan(np.float16, "add", result_dtype=np.float32)
     got = scan(gpu.to_gpu(half), axis=0).get()

@@ -15,10 +15,10 @@ from scangen.types import as_dtype
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, BFLOAT16, axis_reference,
                            exact_affine_pairs, precompile)
 
-#: (shape, axis): every kernel (columns, rows, 1-D), column tiles cut short, several
-#: chunks of rows.
+#: (shape, axis): every kernel (columns, short rows, row tiles, 1-D), column tiles cut
+#: short, several chunks of rows, rows of several tiles.
 SHAPES = [((4, 300, 33), 1), ((4, 300, 33), 0), ((4, 300, 33), 2), ((3000,), 0),
-          ((700, 40), 0), ((5, 1, 70), 1)]
+          ((700, 40), 0), ((5, 1, 70), 1), ((3, 2, 9000), 2)]
 RECURRENCE_TYPES = ["float32", "float64", "complex64", "complex128"]
 #: 16-bit floats (bfloat16 where ml_dtypes is installed), recurring in float32.
 NARROW = ["float16"] + (["bfloat16"] if BFLOAT16 is not None else [])
