@@ -6,8 +6,8 @@ the CUDA and the launch plans of the code it documents, never a copy that could 
   comment above it) as scangen emits it for int32 add;
 * ``plan-<strategy>.txt``: each strategy's launch plan for 2^20 float32 elements;
 * ``plan-axis-<kernel>.txt``: the plans of a float32 (8, 4096, 1024) array scanned along
-  its middle axis (the columns kernel) and its last (the rows kernel: rows as segments),
-  and of an (8, 1024, 4096) array along its last (row tiles).
+  its middle axis (the columns kernel) and its last (rows of 1,024: a smaller tile each),
+  and of an (8, 1024, 4096) array along its last (row tiles of the tuned section).
 """
 import re
 from pathlib import Path

@@ -2,8 +2,11 @@
 hooks (Scan's, or a scan of several operands'). Three shapes of work:
 
 * the axis holds every element: the 1-D kernel;
-* the last axis, rows of a tile or longer: the columns kernel's rows launch
+* the last axis, rows of a section or longer: the columns kernel's rows launch
   (scangen.strategies.columns), each row in tiles of its own;
+* the last axis, rows of SHORT_ROW_TILES_MIN or more but shorter than a section: the same
+  launch of a columns kernel of a smaller section, the power of two that holds a row (one
+  tile a row), where the options leave the tile's shape to the tuning;
 * the last axis, shorter rows: each row a segment of a kernel whose hooks take one more
   argument, ``long long row_length`` (HeadRows: a lane finds its run's row heads from one
   remainder), so a tile holds several rows;
@@ -19,6 +22,11 @@ import math
 import numpy as np
 
 from .kernel import HeadRows, ScanKernel
+
+#: The shortest rows that take tiles of their own, one a row, where they are shorter than
+#: a section (a columns kernel of a section of the power of two that holds them); shorter
+#: rows are segments of the rows kernel, several to a tile.
+SHORT_ROW_TILES_MIN = 512
 
 
 def line_shape(shape: tuple, axis) -> tuple[int, int, int]:
@@ -39,7 +47,7 @@ def line_shape(shape: tuple, axis) -> tuple[int, int, int]:
 class LineKernels:
     """The ScanKernels of one set of hooks that scan an array's lines along any axis: the
     1-D kernel (built at once, so that its source and nvcc check need no shape), the rows
-    kernel and the columns kernel (each built on first use). ``options`` are ScanKernel's
+    kernel and the columns kernels (each built on first use). ``options`` are ScanKernel's
     keywords; ``title`` names the scan in plans and module headers."""
 
     def __init__(self, dtype, operator, *, title: str, **options):
@@ -47,7 +55,8 @@ class LineKernels:
             dtype, operator, title, options
         self.kernel = ScanKernel(dtype, operator, title=title, **options)
         self._rows_kernel = None
-        self._columns_kernel = None
+        #: section size (None: the options') -> the columns kernel of that section
+        self._columns_kernels = {}
 
     @property
     def rows_kernel(self) -> ScanKernel:
@@ -64,31 +73,53 @@ class LineKernels:
     @property
     def columns_kernel(self) -> ScanKernel:
         """The kernel along any other axis: the array as (outer, axis length, inner), each
-        of its columns on its own."""
-        if self._columns_kernel is None:
-            self._columns_kernel = ScanKernel(self._dtype, self._operator, _columns=True,
-                                              title=f"{self._title} along an axis",
-                                              **self._options)
-        return self._columns_kernel
+        of its columns on its own; and along the last for rows of its section or longer."""
+        return self._columns_kernel_of(None)
+
+    def _columns_kernel_of(self, section) -> ScanKernel:
+        """The columns kernel of the options' tile (``section`` None) or of ``section``."""
+        if section not in self._columns_kernels:
+            options, title = self._options, f"{self._title} along an axis"
+            if section is not None:
+                options = dict(options, section_size=section)
+                title += f" (rows of up to {section})"
+            self._columns_kernels[section] = ScanKernel(self._dtype, self._operator,
+                                                        _columns=True, title=title, **options)
+        return self._columns_kernels[section]
+
+    def row_tiles_kernel(self, length: int) -> ScanKernel | None:
+        """The columns kernel whose row tiles scan rows of ``length``, or None (they are
+        segments of the rows kernel): the columns kernel where a row fills its section;
+        for shorter rows of SHORT_ROW_TILES_MIN or more, where the options leave the tile's
+        shape to the tuning, one whose section is the power of two that holds a row."""
+        kernel = self.columns_kernel
+        holds_a_row = 1 << (length - 1).bit_length()
+        if holds_a_row >= kernel.spec.section_size:
+            return kernel
+        if length < SHORT_ROW_TILES_MIN or self._options.get("section_size") or \
+                self._options.get("items_per_thread"):
+            return None
+        return self._columns_kernel_of(holds_a_row)
 
     def pick(self, shape: tuple, axis):
         """(kernel, lines) for an array of ``shape`` along ``axis``: the 1-D kernel (lines
-        None); the segmented rows kernel (lines: the row length); the columns kernel (lines:
-        (axis length, inner size), inner 1 for rows of a tile or longer)."""
+        None); the segmented rows kernel (lines: the row length); a columns kernel (lines:
+        (axis length, inner size), inner 1 for rows in tiles of their own)."""
         return self._pick(*line_shape(shape, axis))
 
     def _pick(self, outer: int, length: int, inner: int):
         if inner == 1 and outer == 1:
             return self.kernel, None
-        if inner == 1 and length < self.columns_kernel.spec.section_size:
-            return self.rows_kernel, length
-        return self.columns_kernel, (length, inner)
+        if inner > 1:
+            return self.columns_kernel, (length, inner)
+        row_tiles = self.row_tiles_kernel(length)
+        return (self.rows_kernel, length) if row_tiles is None else (row_tiles, (length, 1))
 
     def plan(self, shape: tuple, axis):
         """The launches that scan an array of ``shape`` along ``axis`` (no GPU needed)."""
         kernel, lines = self.pick(shape, axis)
         size = math.prod(shape)
-        return kernel.plan(size, lines) if kernel is self._columns_kernel else kernel.plan(size)
+        return kernel.plan(size, lines) if isinstance(lines, tuple) else kernel.plan(size)
 
     def launch(self, pointers: tuple, shape: tuple, axis, stream, initial=None) -> None:
         """Scan an array of ``shape`` along ``axis``, the hooks' arguments already converted
@@ -99,7 +130,7 @@ class LineKernels:
         if n == 0:
             return
         kernel, lines = self._pick(outer, length, inner)
-        if kernel is self._columns_kernel:
+        if isinstance(lines, tuple):  # a columns kernel: along columns, or rows in tiles
             kernel.launch_converted(pointers, n, stream, initial, lines)
         elif lines is not None:  # the row length, a plain int as the launch packs it
             kernel.launch_converted(pointers + (lines,), n, stream, initial)

@@ -87,8 +87,11 @@ class Columns:
                        (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"),
                         length, n),
                        reads=n, writes=n, level=0,
-                       why=f"{n // length} rows of {length}: {row_tiles} tile(s) a row, "
-                           f"{tiles} in one pass, each looking back to its row's first; "
+                       why=f"{n // length} rows of {length}: "
+                           + ("one tile a row, no look-back" if row_tiles == 1 else
+                              f"{row_tiles} tiles a row, each looking back to its row's "
+                              "first")
+                           + f", {tiles} in one pass; "
                            f"status {TileState.of(builder.spec).status_bytes(tiles)} B")
 
 

@@ -7,6 +7,7 @@ import pytest
 import scangen
 from scangen.arith import WARP_SIZE, ceil_div
 from scangen.kernel import ScanKernel
+from scangen.lines import SHORT_ROW_TILES_MIN
 from scangen.render import render
 from scangen.strategies.columns import check_columns
 
@@ -18,21 +19,40 @@ COPY = dict(arguments="const float *x, float *out", input_expr="x[i]",
 SECTION = scangen.Scan(np.float32).columns_kernel.spec.section_size
 
 
+SHORT = SHORT_ROW_TILES_MIN
+
+
 @pytest.mark.parametrize("shape,axis,kernel", [
     ((1000,), 0, "kernel"), ((1000,), -1, "kernel"), ((1, 1000), 1, "kernel"),
-    ((1000, 1), 0, "kernel"), ((1, 1000, 1), 1, "kernel"), ((7, 1000), 1, "rows_kernel"),
-    ((7, 1000), -1, "rows_kernel"), ((3, 4, 5), 2, "rows_kernel"),
-    ((7, SECTION - 1), -1, "rows_kernel"), ((7, SECTION), -1, "columns_kernel"),
+    ((1000, 1), 0, "kernel"), ((1, 1000, 1), 1, "kernel"), ((7, 300), 1, "rows_kernel"),
+    ((7, SHORT - 1), -1, "rows_kernel"), ((3, 4, 5), 2, "rows_kernel"),
+    ((7, SHORT), -1, SHORT), ((7, 1000), 1, 1024), ((3, 2, 1025), 2, 2048),
+    ((7, SECTION // 2 + 1), -1, "columns_kernel"), ((7, SECTION), -1, "columns_kernel"),
     ((2, 3, 3 * SECTION + 1), 2, "columns_kernel"), ((1, SECTION * 5), 1, "kernel"),
     ((7, 1000), 0, "columns_kernel"), ((3, 4, 5), 0, "columns_kernel"),
     ((3, 4, 5), 1, "columns_kernel"), ((3, 4, 5), -2, "columns_kernel"),
     ((2, 3, 4, 5), 1, "columns_kernel"), ((5, 1, 4), 1, "columns_kernel")])
 def test_each_shape_and_axis_takes_its_kernel(shape, axis, kernel):
+    """A kernel by name, or a section size: the rows of a columns kernel of that section
+    (rows shorter than the tuned section, one tile a row)."""
     scan = scangen.Scan(np.float32)
     plan = scan.plan(shape, axis=axis)
-    assert plan.scan_module == getattr(scan, kernel).scan_module
     assert plan.n == int(np.prod(shape))
+    if isinstance(kernel, int):
+        assert plan.launches[0].kernel.name == "scan_rows_user"
+        assert plan.spec.section_size == kernel
+        assert plan.single_pass_tiles == plan.n // shape[-1]  # one tile a row
+        assert plan.strategy == "columns"
+        return
+    assert plan.scan_module == getattr(scan, kernel).scan_module
     assert (plan.strategy == "columns") == (kernel == "columns_kernel")
+
+
+def test_rows_take_segments_where_the_options_name_the_tile():
+    """Rows shorter than the section given stay segments: the tile is the caller's."""
+    scan = scangen.Scan(np.float32, section_size=SECTION // 2)
+    assert scan.plan((7, 1000), axis=1).scan_module == scan.rows_kernel.scan_module
+    assert scan.plan((7, SECTION // 2), axis=1).launches[0].kernel.name == "scan_rows_user"
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32", "float64", "complex128"])

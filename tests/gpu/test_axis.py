@@ -118,9 +118,11 @@ def test_in_place_and_shapes_in_turn(gpu, rng):
 
 
 def test_default_section_and_result_dtype(gpu, rng):
-    """The tuned section (many rows per tile; rows of several tiles along the last axis),
-    and float16 read into a float32 scan."""
-    for shape, axis in [((8, 700, 96), 1), ((3, 2, 9000), 2)]:
+    """The tuned section (many rows per tile; rows of several tiles along the last axis,
+    and shorter rows one to a smaller tile, or segments), and float16 read into a float32
+    scan."""
+    for shape, axis in [((8, 700, 96), 1), ((3, 2, 9000), 2), ((6, 1000), 1), ((5, 600), -1),
+                        ((4, 2, 1025), 2), ((9, 300), 1)]:
         x = random_input(rng, np.float32, "add", int(np.prod(shape))).reshape(shape)
         got = scangen.Scan(np.float32, "add")(gpu.to_gpu(x), axis=axis).get()
         assert_scan_equal(got.ravel(),
