@@ -110,7 +110,7 @@ class LineKernels:
     def _pick(self, outer: int, length: int, inner: int):
         if inner == 1 and outer == 1:
             return self.kernel, None
-        if inner > 1:
+        if inner != 1:
             return self.columns_kernel, (length, inner)
         row_tiles = self.row_tiles_kernel(length)
         return (self.rows_kernel, length) if row_tiles is None else (row_tiles, (length, 1))
