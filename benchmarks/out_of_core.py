@@ -39,37 +39,36 @@ def timed(run, repeat):
     return best
 
 
-def bare_transfers(nbytes, chunk_bytes):
-    """Seconds to upload and download nbytes in chunks from pinned memory, both at once."""
+def both_ways(pieces, chunk_bytes):
+    """Seconds to upload each (source, target) pair's source and download into its target
+    (pinned host memory, at most chunk_bytes each) on two streams at once."""
     import pycuda.driver as cuda
 
-    host = [cuda.pagelocked_empty(chunk_bytes, np.uint8) for _ in range(2)]
     device = [cuda.mem_alloc(chunk_bytes) for _ in range(2)]
     up, down = cuda.Stream(), cuda.Stream()
     start = time.perf_counter()
-    for _ in range(max(1, nbytes // chunk_bytes)):
-        cuda.memcpy_htod_async(device[0], host[0], up)
-        cuda.memcpy_dtoh_async(host[1], device[1], down)
+    for source, target in pieces:
+        cuda.memcpy_htod_async(device[0], source, up)
+        cuda.memcpy_dtoh_async(target, device[1], down)
     up.synchronize()
     down.synchronize()
     return time.perf_counter() - start
+
+
+def bare_transfers(nbytes, chunk_bytes):
+    """Seconds to upload and download nbytes in chunks from two pinned buffers, both at
+    once."""
+    import pycuda.driver as cuda
+
+    host = [cuda.pagelocked_empty(chunk_bytes, np.uint8) for _ in range(2)]
+    return both_ways([tuple(host)] * max(1, nbytes // chunk_bytes), chunk_bytes)
 
 
 def bare_transfers_of(x, chunk):
     """Seconds to upload x and download into x chunk by chunk on two streams at once, x
     pinned already: the transfers a scan of x pinned beforehand makes, and nothing else."""
-    import pycuda.driver as cuda
-
-    device = [cuda.mem_alloc(chunk * x.itemsize) for _ in range(2)]
-    up, down = cuda.Stream(), cuda.Stream()
-    start = time.perf_counter()
-    for begin in range(0, len(x), chunk):
-        part = x[begin:begin + chunk]
-        cuda.memcpy_htod_async(device[0], part, up)
-        cuda.memcpy_dtoh_async(part, device[1], down)
-    up.synchronize()
-    down.synchronize()
-    return time.perf_counter() - start
+    parts = [x[begin:begin + chunk] for begin in range(0, len(x), chunk)]
+    return both_ways([(part, part) for part in parts], chunk * x.itemsize)
 
 
 def plain_copies(x, chunk):

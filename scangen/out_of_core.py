@@ -573,10 +573,10 @@ _DOC = """The {mode} scan of a host array too large for the GPU: chunks streamed
         behind them. The driver may refuse (file-backed memory such as an np.memmap, more
         than it can lock): a RuntimeError then says so, before any chunk moves where the
         first chunk's pages are refused, and otherwise with out partly written. Default
-        False: chunks are copied through pinned buffers by 8 host threads, except to and
-        from arrays that are pinned already (allocated pinned, as by cupyx.empty_pinned or
-        pycuda.driver.pagelocked_empty, or registered by the caller), which go between the
-        host and the GPU directly either way.
+        False: chunks are copied through pinned buffers by HOST_COPY_THREADS (16) host
+        threads, except to and from arrays that are pinned already (allocated pinned, as by
+        cupyx.empty_pinned or pycuda.driver.pagelocked_empty, or registered by the caller),
+        which go between the host and the GPU directly either way.
     **options:
         algorithm, section_size, ... as for scangen.Scan.
     """

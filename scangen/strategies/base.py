@@ -132,7 +132,8 @@ class PlanBuilder:
         """The single-pass state for ``entries`` status entries (``each``: what one entry
         stands for, as plans print it): the ticket, the status words and, where values do
         not pack into them, the value slots, all kept between calls. Returns the launch's
-        arguments for them: (status, status values or NULL, ticket)."""
+        arguments for them, the single-pass families' first parameters: (status, status
+        values or NULL, ticket, ticket base, epoch)."""
         state = TileState.of(self.spec)
         self.temporaries.append(Temporary("ticket", TICKET_BYTES, persistent=True,
                                           what="atomic tile counter"))
@@ -145,7 +146,8 @@ class PlanBuilder:
             self.temporaries.append(Temporary("status_values", state.value_bytes(entries),
                                               persistent=True, what="tile value slots"))
         self.single_pass_tiles = entries
-        return BufferArg("status"), values, BufferArg("ticket")
+        return (BufferArg("status"), values, BufferArg("ticket"), RuntimeArg("ticket_base"),
+                RuntimeArg("epoch"))
 
     def launch(self, kernel: Kernel, grid: int, io_arg, args: tuple, *, reads: int,
                writes: int, level: int, why: str, persistent: bool = False) -> None:

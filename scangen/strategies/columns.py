@@ -20,7 +20,7 @@ import dataclasses
 
 from ..arith import WARP_SIZE, ceil_div
 from ..families import SCAN_COLUMNS, SCAN_ROWS, Kernel
-from .base import USER_ARGS, PlanBuilder, RuntimeArg
+from .base import USER_ARGS, PlanBuilder
 from .tile_state import TileState
 
 
@@ -65,12 +65,9 @@ class Columns:
         state = TileState.of(spec)
         # Status capacity: one entry per chunk and column (the tickets a call takes are the
         # launch's grid, one per tile).
-        status, values, ticket = builder.tile_status(entries,
-                                                     ", one per (chunk of rows, column)")
+        status = builder.tile_status(entries, ", one per (chunk of rows, column)")
         builder.launch(Kernel(SCAN_COLUMNS, "user"), tiles, USER_ARGS,
-                       (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"),
-                        length, stride, n),
-                       reads=n, writes=n, level=0,
+                       (*status, length, stride, n), reads=n, writes=n, level=0,
                        why=f"{columns} columns of {length} rows, {stride} apart: {tiles} tiles "
                            f"of {warp} columns x {rows_per_tile(spec)} rows in one pass, each "
                            f"column's carry by look-back over {chunks} chunk(s) of rows; "
@@ -82,10 +79,8 @@ class Columns:
         section = builder.spec.section_size
         row_tiles = ceil_div(length, section)
         tiles = n // length * row_tiles
-        status, values, ticket = builder.tile_status(tiles)
         builder.launch(Kernel(SCAN_ROWS, "user"), tiles, USER_ARGS,
-                       (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"),
-                        length, n),
+                       (*builder.tile_status(tiles), length, n),
                        reads=n, writes=n, level=0,
                        why=f"{n // length} rows of {length}: "
                            + ("one tile a row, no look-back" if row_tiles == 1 else

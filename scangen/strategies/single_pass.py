@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..arith import ceil_div
 from ..families import ONE_SECTION, SCAN_TILES, SCAN_TILES_PERSISTENT, Kernel
-from .base import PlanBuilder, RuntimeArg, Strategy, register
+from .base import PlanBuilder, Strategy, register
 from .one_section import ONE_SECTION_STRATEGY
 from .tile_state import TileState
 
@@ -39,12 +39,12 @@ class SinglePass(Strategy):
             return ONE_SECTION_STRATEGY.build(builder, n, io_arg, level)
         tiles = ceil_div(n, spec.section_size)
         state = TileState.of(spec)
-        status, values, ticket = builder.tile_status(tiles)
+        status = builder.tile_status(tiles)
         persistent = builder.options.persistent_tiles and \
             n * spec.acc_itemsize >= spec.tuning.at(spec.acc_itemsize).tile_persistent_min_bytes
         family = SCAN_TILES_PERSISTENT if persistent else SCAN_TILES
         builder.launch(Kernel(family, "user"), tiles, io_arg,
-                       (status, values, ticket, RuntimeArg("ticket_base"), RuntimeArg("epoch"), n),
+                       (*status, n),
                        reads=n, writes=n, level=level, persistent=persistent,
                        why=f"{self.name}: {tiles} tiles in one pass"
                            f"{' by persistent blocks' if persistent else ''}, "
