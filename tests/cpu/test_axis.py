@@ -7,7 +7,7 @@ import pytest
 import scangen
 from scangen.arith import WARP_SIZE, ceil_div
 from scangen.kernel import ScanKernel
-from scangen.lines import SHORT_ROW_TILES_MIN
+from scangen.lines import SHORT_ROW_TILES_MIN as SHORT
 from scangen.render import render
 from scangen.strategies.columns import check_columns
 
@@ -17,9 +17,6 @@ COPY = dict(arguments="const float *x, float *out", input_expr="x[i]",
 
 #: float32's section (4096): rows of it or longer take the columns kernel's rows launch.
 SECTION = scangen.Scan(np.float32).columns_kernel.spec.section_size
-
-
-SHORT = SHORT_ROW_TILES_MIN
 
 
 @pytest.mark.parametrize("shape,axis,kernel", [
