@@ -23,6 +23,8 @@ PLAN_SIZE = 1 << 20
 AXIS_SHAPE = (8, 4096, 1024)
 #: Rows a section long or longer along the last axis: the columns kernel's row tiles.
 ROW_TILES_SHAPE = (8, 1024, 4096)
+#: A segmented scan by CSR offsets in segment tiles: its size and number of segments.
+SEGMENT_TILES = (1 << 26, 1024)
 
 
 def block_scan_function(source: str) -> str:
@@ -54,6 +56,9 @@ def write_generated(app=None) -> None:
     for kernel, shape, axis in (("columns", AXIS_SHAPE, 1), ("rows", AXIS_SHAPE, 2),
                                 ("row-tiles", ROW_TILES_SHAPE, 2)):
         (GENERATED / f"plan-axis-{kernel}.txt").write_text(f"{scan.plan(shape, axis)}\n")
+    n, segments = SEGMENT_TILES
+    plan = scangen.SegmentedScan(np.float32, "add").plan(n, form="offsets", segments=segments)
+    (GENERATED / "plan-segment-tiles.txt").write_text(f"{plan}\n")
 
 
 def setup(app):

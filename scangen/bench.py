@@ -188,7 +188,10 @@ CUB_OPS = ("add", "last_nonzero", "affine_then")
 @contextlib.contextmanager
 def cub_program(source: Path, arch: str):
     """Build a CUB peer program (scangen/cub/cub_*.cu) once, with the nvcc on PATH, into a
-    temporary directory; yield the binary's path, or None after a skip line without nvcc."""
+    temporary directory; yield the binary's path, or None after a skip line without nvcc.
+    Where SCANGEN_CCCL_INCLUDE names a directory (CCCL's headers, newer than the
+    toolkit's: the cuda-cccl wheel's cuda/cccl/headers/include), it comes first on the
+    include path."""
     nvcc = shutil.which("nvcc")
     if nvcc is None or not source.is_file():
         _progress(f"  cub: skipped (needs nvcc and {source})\n")
@@ -197,8 +200,10 @@ def cub_program(source: Path, arch: str):
     with tempfile.TemporaryDirectory() as tmp:
         binary = Path(tmp) / source.stem
         _progress(f"building {source.name} ...")
+        include = os.environ.get("SCANGEN_CCCL_INCLUDE")
         built = subprocess.run([nvcc, "-O3", "-std=c++17", f"-arch={arch}", "-o", str(binary),
-                                str(source)], capture_output=True, text=True)
+                                *(["-I", include] if include else []), str(source)],
+                               capture_output=True, text=True)
         if built.returncode != 0:
             raise RuntimeError(f"nvcc failed on {source}:\n{built.stderr}")
         yield binary

@@ -35,6 +35,7 @@ import sys
 import numpy as np
 
 from .chunked import GPUBackend, along, last_along, operator_of
+from .lines import normalized_axis
 from .primitives.histogram import outer_edges
 from .runtime.gpu import require_pycuda
 from .spec import as_int
@@ -78,14 +79,6 @@ def _chunk_sizes(darr, why: str, axis=0) -> tuple:
         raise ValueError("the array has chunks of unknown size (after a select, say): call "
                          f".compute_chunk_sizes() first; {why}")
     return darr.chunks[axis]
-
-
-def _axis(axis, ndim) -> int:
-    """``axis`` of an ``ndim``-D array, from 0 (numpy's rules: -1 is the last)."""
-    axis = as_int("axis", axis)
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"axis={axis} is out of range for a {ndim}-D array")
-    return axis % ndim
 
 
 def _at(index: tuple, axis: int, position: int) -> tuple:
@@ -155,7 +148,7 @@ DIRECT_CARRIES_MAX_CHUNKS = 64
 
 def _scan(mode, darr, operator, identity, backend, options, axis):
     darr, backend = _checked(darr, backend, options, any_dimension=True)
-    axis = _axis(axis, darr.ndim)
+    axis = normalized_axis(darr.shape, axis)
     sizes = _chunk_sizes(darr, "the carries need each chunk's place", axis)
     op = operator_of(operator, identity)
     op.check_dtype(darr.dtype)

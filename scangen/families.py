@@ -78,9 +78,14 @@ SCAN_ROWS = KernelFamily(
     SCAN_COLUMNS.parameters[:-2] + (N,),
     "the n indices as rows of axis_length, each scanned on its own: each row's tiles in "
     "ticket order, each looking back to its row's first tile", single_pass=True)
+SCAN_SEGMENTS = KernelFamily(
+    "scan_segments", SCAN_TILES.parameters,
+    "the n indices as segments of any lengths (the hooks' SegmentTiles: each segment's start "
+    "and first tile), each scanned on its own in tiles of its own: tiles in ticket order, "
+    "each looking back to its segment's first tile", single_pass=True)
 
 FAMILIES = (ONE_SECTION, SCAN_SECTIONS, ADD_PREFIXES, REDUCE_SECTIONS, SCAN_SEEDED, SCAN_TILES,
-            SCAN_TILES_PERSISTENT, SCAN_COLUMNS, SCAN_ROWS)
+            SCAN_TILES_PERSISTENT, SCAN_COLUMNS, SCAN_ROWS, SCAN_SEGMENTS)
 
 
 @dataclass(frozen=True)

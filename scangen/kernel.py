@@ -23,7 +23,7 @@ from .runtime.launcher import Runtime
 from .spec import WARP_SIZE, ScanSpec, as_flag, make_spec
 from .types import UNSIGNED_C_TYPES, ElementType, StructType, element_type, prerequisites
 from .strategies import Strategy, strategy_for
-from .strategies.columns import COLUMNS
+from .strategies.columns import COLUMNS, SEGMENTS
 from .strategies.base import PlanOptions
 from .usercode import UserCodeError, check_code, identifiers, strip_literals_and_comments
 
@@ -131,6 +131,39 @@ class PlainArrays:
         return f"{self.output}[i] = {'prev_item' if self.exclusive else 'item'};"
 
 
+@dataclass(frozen=True)
+class SegmentTiles:
+    """Segments of any lengths, each scanned in tiles of its own (the scan_segments kernel,
+    scangen.strategies.columns), with no heads travelling with the values: what
+    SegmentedScan's offsets form passes a ScanKernel as ``_segment_tiles=``. It names the
+    hooks' three arguments that lay the segments out, in scan order (reversed for a
+    reverse scan): ``tiles``, a ``const long long *`` of segments + 1 entries, each
+    segment's first tile and then the tiles of all (an exclusive scan of each segment's
+    tile count); ``starts``, a ``const long long *`` of segments + 1 entries, each
+    segment's first position and then n; ``segments``, a ``long long``, their number."""
+
+    tiles: str = "segment_tiles"
+    starts: str = "segment_starts"
+    segments: str = "segments"
+
+    @property
+    def arguments(self) -> str:
+        """The three arguments' declarations, in this order (for a client's
+        ``arguments``)."""
+        return (f"const long long *{self.tiles}, const long long *{self.starts}, "
+                f"long long {self.segments}")
+
+    def check(self, arguments) -> None:
+        """Raise unless ``arguments`` declare the three as ``arguments`` says."""
+        declared = {a.name: a for a in arguments}
+        for name, pointer in ((self.tiles, True), (self.starts, True),
+                              (self.segments, False)):
+            found = declared.get(name)
+            if found is None or found.c_type != "long long" or found.pointer != pointer:
+                raise ValueError(f"_segment_tiles needs the arguments {self.arguments}; "
+                                 f"{name!r} is missing or of another type")
+
+
 #: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads`` (not
 #: scangen.tuning.SEGMENT_HEADS, the heads kernel's tuning table).
 SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys, HeadRows)
@@ -191,6 +224,10 @@ class Hooks:
     #: The input is a plain array read and the output a plain array write (PlainArrays), as
     #: input_expr and output_statement say; None: the hooks are the user's.
     plain_arrays: PlainArrays | None = None
+    #: The indices are segments of any lengths laid out by three of the arguments
+    #: (SegmentTiles), each scanned on its own in tiles of its own (scangen.strategies.
+    #: columns); None: not so.
+    segment_tiles: SegmentTiles | None = None
 
     @property
     def counts(self) -> bool:
@@ -212,14 +249,16 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None, counts=False,
                types=(), helpers="", input=None, segment_heads=None, columns=False,
-               plain_arrays=None):
+               plain_arrays=None, segment_tiles=None):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
     element types) whose C types the code names besides the scan type; ``input`` (a
     MaskInput, for a library client) replaces ``input_expr``, ``segment_heads`` (a
     HeadFlags or HeadKeys) ``is_segment_start_expr``; ``columns`` scans along the middle
     axis of an (outer, axis_length, axis_stride) array (Hooks.columns); ``plain_arrays`` (a
-    PlainArrays) says that input_expr and output_statement are its plain read and write."""
+    PlainArrays) says that input_expr and output_statement are its plain read and write;
+    ``segment_tiles`` (a SegmentTiles) scans segments of any lengths, each in tiles of its
+    own (Hooks.segment_tiles)."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -265,6 +304,15 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     if columns and (counts or is_segment_start_expr is not None or names_used):
         raise ValueError("a scan along columns takes no segments, counts, last_item or "
                          "last_counted: each column is a scan of its own")
+    if segment_tiles is not None:
+        if not isinstance(segment_tiles, SegmentTiles):
+            raise TypeError(f"_segment_tiles must be a scangen.kernel.SegmentTiles, not "
+                            f"{type(segment_tiles).__name__}")
+        if columns or counts or is_segment_start_expr is not None or names_used:
+            raise ValueError("a scan of segment tiles takes no columns, segment heads, "
+                             "counts, last_item or last_counted: each segment is a scan "
+                             "of its own")
+        segment_tiles.check(parsed)
     counting = None
     if counts:
         counting = Counting(
@@ -280,7 +328,8 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                   for t in types)
     return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
                  is_segment_start_expr, reverse, initial_type is not None, counting, types,
-                 helpers.strip(), names_used, segment_heads, columns, plain_arrays)
+                 helpers.strip(), names_used, segment_heads, columns, plain_arrays,
+                 segment_tiles)
 
 
 def _check_mask(mask, arguments, input_expr, counts) -> None:
@@ -354,7 +403,8 @@ class ScanModule:
                     f"counts=True counts with add over an integer type, without segments; "
                     f"this kernel scans {scan.etype.name} with {scan.operator.name!r}"
                     f"{' in segments' if scan.segmented else ''}")
-        if self.hooks.columns and self.scan.block_size % WARP_SIZE:
+        if (self.hooks.columns or self.hooks.segment_tiles) and \
+                self.scan.block_size % WARP_SIZE:
             raise ValueError(
                 f"a scan along columns runs blocks of whole warps; this spec's block has "
                 f"{self.scan.block_size} threads (section {self.scan.section_size} of "
@@ -513,6 +563,8 @@ class ScanModule:
         the classic one where the persistent one takes every n (a threshold of 0 bytes)."""
         if self.hooks.columns:
             return COLUMNS.kernels()
+        if self.hooks.segment_tiles:
+            return SEGMENTS.kernels()
         unused = {SCAN_TILES_PERSISTENT}
         if self.persistent_tiles:
             unused = set()
@@ -544,7 +596,7 @@ class ScanModule:
         to 2^PARTS_MAX_LOG2N elements, and either side of each level of sections), for
         compiling them ahead of use (scangen.compile.precompile); a size outside these that
         launches another part compiles it when first called."""
-        if self.hooks.columns:  # one kernel a shape: columns apart, or rows
+        if self.hooks.columns or self.hooks.segment_tiles:  # one kernel a layout
             return tuple(self.part((kernel,)) for kernel in self.kernels)
         section = self.scan.section_size
         sizes = {1 << k for k in range(PARTS_MAX_LOG2N + 1)}
@@ -697,7 +749,9 @@ class ScanKernel:
     before the preamble), ``_input`` (a MaskInput in place of ``input_expr``) and
     ``_segment_heads`` (a HeadFlags or HeadKeys in place of ``is_segment_start_expr``) and
     ``_columns`` (scan along the middle axis of an (outer, axis_length, axis_stride) array:
-    Hooks.columns; launched through ``launch_converted(..., columns=)``).
+    Hooks.columns; launched through ``launch_converted(..., layout=)``) and
+    ``_segment_tiles`` (a SegmentTiles: segments of any lengths, each in tiles of its own;
+    Hooks.segment_tiles; launched with ``layout=`` the number of segments).
 
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
@@ -713,12 +767,12 @@ class ScanKernel:
                  counts=False, types=(), algorithm=None, section_size=None,
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
                  _helpers="", _input=None, _segment_heads=None, _columns=False,
-                 _plain_arrays=None):
+                 _plain_arrays=None, _segment_tiles=None):
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
                            counts, types, _helpers, _input, _segment_heads, _columns,
-                           _plain_arrays)
+                           _plain_arrays, _segment_tiles)
         if hooks.counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
@@ -763,10 +817,11 @@ class ScanKernel:
         """The CUDA source of every kernel this scan may launch (no GPU needed)."""
         return render(self.scan_module).text
 
-    def plan(self, n, columns=None):
-        """The launches that scan ``n`` elements (no GPU needed); for a kernel along
-        columns, ``columns`` is ``(axis_length, axis_stride)`` of the array."""
-        return self._runtime.plan(n, columns)
+    def plan(self, n, layout=None):
+        """The launches that scan ``n`` elements (no GPU needed); a kernel of lines needs
+        their ``layout`` (scangen.plan.make_plan): along columns ``(axis_length,
+        axis_stride)`` of the array, over segment tiles the number of segments."""
+        return self._runtime.plan(n, layout)
 
     def modules_to_compile(self) -> list:
         """What check_compile compiles: the kernel's ScanModule."""
@@ -797,11 +852,11 @@ class ScanKernel:
         return (convert_scalar(self.arguments[-1], self.initial if initial is None else initial),)
 
     def launch_converted(self, values: tuple, n: int, stream=None, initial=None,
-                         columns=None) -> None:
+                         layout=None) -> None:
         """Launch with argument values already converted (device addresses as ints or np.uintp,
         scalars as numpy scalars of their C type) on a stream already resolved by
         scangen.interop (None, a pycuda Stream or a RawStream): for clients such as Scan
         that validate their own arrays and want the per-call cost of nothing more. The
         initial value (the constructor's, or ``initial``) is converted here, as a call
-        converts it. ``columns``: as for plan."""
-        self._runtime.launch(values + self.initial_argument(initial), n, stream, columns)
+        converts it. ``layout``: as for plan."""
+        self._runtime.launch(values + self.initial_argument(initial), n, stream, layout)

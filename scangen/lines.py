@@ -25,20 +25,28 @@ from .kernel import HeadRows, ScanKernel
 
 #: The shortest rows that take tiles of their own, one a row, where they are shorter than
 #: a section (a columns kernel of a section of the power of two that holds them); shorter
-#: rows are segments of the rows kernel, several to a tile.
-SHORT_ROW_TILES_MIN = 512
+#: rows are segments of the rows kernel, several to a tile. Measured on an H200 (float32
+#: adds of 8 x 768 rows): rows of 1,024 in tiles 34 us against 52 as segments, rows of 512
+#: 43 us against 28 (docs/design/decisions.md).
+SHORT_ROW_TILES_MIN = 1024
 
 
-def line_shape(shape: tuple, axis) -> tuple[int, int, int]:
-    """(outer, length, inner) of a C-contiguous array of ``shape`` scanned along ``axis``:
-    the sizes before the axis, of the axis, and after it. Raises for a bad axis."""
+def normalized_axis(shape: tuple, axis) -> int:
+    """``axis`` of an array of ``shape`` counted from 0 (numpy's rules: -1 is the last).
+    Raises TypeError for a non-int, ValueError for an axis out of range."""
     ndim = len(shape)
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis must be an int, not {axis!r}")
     if not -ndim <= axis < ndim:
         raise ValueError(f"axis {axis} is out of range for an array of {ndim} dimension(s) "
                          f"(shape {shape})")
-    axis = int(axis) % ndim
+    return int(axis) % ndim
+
+
+def line_shape(shape: tuple, axis) -> tuple[int, int, int]:
+    """(outer, length, inner) of a C-contiguous array of ``shape`` scanned along ``axis``:
+    the sizes before the axis, of the axis, and after it. Raises for a bad axis."""
+    axis = normalized_axis(shape, axis)
     # math.prod of Python ints: exact, and a small call's host path cannot spare numpy's
     # reductions (microseconds each)
     return math.prod(shape[:axis]), int(shape[axis]), math.prod(shape[axis + 1:])

@@ -254,13 +254,15 @@ class ScanCall:
     """A ScanKernel run between a primitive's launches: over ``n`` indices, its arguments
     by name (as a module launch's, in the kernel's order). A kernel built with an initial
     value takes it from the call: ``initial`` names that value (a RuntimeArg; the call may
-    leave it None, and the kernel's own is used), which the kernel converts itself."""
+    leave it None, and the kernel's own is used), which the kernel converts itself. A
+    kernel of lines takes its ``layout`` (scangen.plan.make_plan)."""
 
     kernel: object
     n: int
     args: tuple
     why: str
     initial: RuntimeArg | None = None
+    layout: tuple | int | None = None
 
     @property
     def name(self) -> str:
@@ -276,7 +278,7 @@ class ScanCall:
     @property
     def plan(self):
         """The scan's own plan: the launches this call makes."""
-        return self.kernel.plan(self.n)
+        return self.kernel.plan(self.n, self.layout)
 
 
 @dataclass(frozen=True)
@@ -374,9 +376,11 @@ class ModulePlanBuilder:
         """A Checkpoint after the steps so far."""
         self.steps.append(Checkpoint(name, why))
 
-    def scan(self, kernel, n: int, args: dict, why: str, *, initial=None) -> None:
+    def scan(self, kernel, n: int, args: dict, why: str, *, initial=None,
+             layout=None) -> None:
         """A ScanCall of ``kernel``; ``initial`` (a RuntimeArg) names the call's value of
-        the initial value, given exactly where the kernel takes one."""
+        the initial value, given exactly where the kernel takes one; ``layout``: a kernel
+        of lines' (ScanCall)."""
         takes = kernel.scan_module.hooks.initial
         if takes != (initial is not None):
             raise ValueError(f"{kernel.scan_module.hooks.title}: the kernel takes "
@@ -385,7 +389,8 @@ class ModulePlanBuilder:
         if initial is not None and not isinstance(initial, RuntimeArg):
             raise TypeError(f"initial= is a value of the call (RuntimeArg), not {initial!r}")
         call = ScanCall(kernel, n, (), why)
-        self.steps.append(ScanCall(kernel, n, named_arguments(call, args), why, initial))
+        self.steps.append(ScanCall(kernel, n, named_arguments(call, args), why, initial,
+                                   layout))
 
     def build(self, title: str, n: int, modules=()) -> ModulePlan:
         return ModulePlan(title, n, tuple(self.steps), tuple(self._temporaries.values()),

@@ -47,8 +47,9 @@ class Plan(PlanTotals):
     #: Tiles of the single-pass launch (0: none): how many tickets a call takes and how much
     #: tile status it needs (along columns: its status entries, one per chunk and column).
     single_pass_tiles: int = 0
-    #: A scan along columns: (axis_length, axis_stride); None: along the indices.
-    columns: tuple[int, int] | None = None
+    #: The layout of a kernel of lines (make_plan): along columns (axis_length,
+    #: axis_stride), over segment tiles the number of segments; None: along the indices.
+    layout: tuple[int, int] | int | None = None
 
     @property
     def spec(self):
@@ -70,14 +71,16 @@ class Plan(PlanTotals):
     def describe(self) -> str:
         """A human-readable table of the plan (what ``python -m scangen plan`` prints)."""
         spec = self.spec
-        shape = "" if self.columns is None else \
-            f" as rows of {self.columns[0]}" if self.columns[1] == 1 else \
-            f" as (outer, {self.columns[0]}, {self.columns[1]}) along the middle axis"
+        layout = self.layout
+        shape = "" if layout is None else \
+            f" as {layout} segment(s), each in tiles of its own" if isinstance(layout, int) \
+            else f" as rows of {layout[0]}" if layout[1] == 1 else \
+            f" as (outer, {layout[0]}, {layout[1]}) along the middle axis"
         lines = [
             f"plan: {self.scan_module.hooks.title} with {spec.operator.name} over "
             f"n={self.n} {spec.etype.name}{shape}",
             f"  strategy {self.strategy}"
-            + (" (auto)" if spec.strategy == "auto" and self.columns is None else "")
+            + (" (auto)" if spec.strategy == "auto" and layout is None else "")
             + f", algorithm {spec.algorithm}, section {spec.section_size}"
             f" = {spec.block_size} threads x {spec.items_per_thread} item(s)",
             f"  {len(self.launches)} launch(es), {self.levels} level(s)",
@@ -176,22 +179,31 @@ def _too_many_sections(spec, n: int, sections: int) -> str:
             f"{spec.section_size * MAX_GRID} elements per call")
 
 
-def make_plan(scan_module, n, columns=None) -> Plan:
-    """The launches that scan n elements with the spec's strategy; a module along columns
-    (Hooks.columns) needs ``columns``, ``(axis_length, axis_stride)``, and plans its own."""
+def make_plan(scan_module, n, layout=None) -> Plan:
+    """The launches that scan n elements with the spec's strategy. A module of lines plans
+    its own from ``layout``: along columns (Hooks.columns) ``(axis_length,
+    axis_stride)``, over segment tiles (Hooks.segment_tiles) the number of segments."""
     n = as_count(n)
-    spec = scan_module.scan
-    if scan_module.hooks.columns != (columns is not None):
-        raise ValueError("a kernel along columns plans with columns=(axis_length, "
-                         "axis_stride), and only it")
-    if columns is not None:
+    spec, hooks = scan_module.scan, scan_module.hooks
+    lines = hooks.columns or hooks.segment_tiles is not None
+    if lines != (layout is not None):
+        raise ValueError("a kernel of lines plans with their layout, and only it: "
+                         "columns=(axis_length, axis_stride) along columns, the number of "
+                         "segments over segment tiles")
+    if layout is not None:
         builder = PlanBuilder(scan_module.plan_options)
+        strategy = columns_plan.COLUMNS if hooks.columns else columns_plan.SEGMENTS
         if n > 0:
-            columns = columns_plan.check_columns(n, columns)
-            columns_plan.COLUMNS.build(builder, n, *columns)
-        return Plan(scan_module, n, columns_plan.COLUMNS.name, tuple(builder.launches),
+            if hooks.columns:
+                layout = columns_plan.check_columns(n, layout)
+                strategy.build(builder, n, *layout)
+            else:
+                layout = columns_plan.check_segments(n, layout)
+                strategy.build(builder, n, layout)
+        name = "rows" if hooks.columns and n and layout[1] == 1 else strategy.name
+        return Plan(scan_module, n, name, tuple(builder.launches),
                     tuple(builder.temporaries), builder.single_pass_tiles,
-                    None if n == 0 else columns)
+                    None if n == 0 else layout)
     sections = ceil_div(n, spec.section_size)
     if sections > MAX_GRID:
         raise ValueError(_too_many_sections(spec, n, sections))

@@ -9,8 +9,11 @@ from pathlib import Path
 import jinja2
 
 from .args import c_parameters
-from .families import SCAN_ROWS, SCAN_TILES, SCAN_TILES_PERSISTENT
+from .families import SCAN_ROWS, SCAN_SEGMENTS, SCAN_TILES, SCAN_TILES_PERSISTENT
 from .strategies.tile_state import TileState
+
+#: The kernels of lines scanned in tiles of their own, which share templates/tile/lines.cuh.j2.
+LINE_TILES = (SCAN_ROWS, SCAN_SEGMENTS)
 
 _HERE = Path(__file__).resolve().parent
 #: Installed wheels carry the templates inside the package; a source checkout (or an
@@ -163,10 +166,13 @@ def template_context(scan_module, kernels=None) -> dict:
         ios=sorted({k.io for k in kernels}),
         families=list(dict.fromkeys(k.family.name for k in kernels)),
         # the tile status serves every single-pass kernel; the look-back and warp runs
-        # the tile kernels and the rows kernel (a scan along columns looks back a column
-        # at a time)
+        # the tile kernels and the kernels of lines in tiles, rows and segments (a scan
+        # along columns looks back a column at a time)
         single_pass=any(k.family.single_pass for k in kernels),
-        tiles=any(k.family in (SCAN_TILES, SCAN_TILES_PERSISTENT, SCAN_ROWS) for k in kernels),
+        tiles=any(k.family in (SCAN_TILES, SCAN_TILES_PERSISTENT) + LINE_TILES
+                  for k in kernels),
+        line_tiles=any(k.family in LINE_TILES for k in kernels),
+        segment_tiles=hooks.segment_tiles,
         kernels=[_kernel_context(k, hooks, spec) for k in kernels],
     )
 

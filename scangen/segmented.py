@@ -1,12 +1,21 @@
 """SegmentedScan: scans that restart at every segment head, given as flags, CSR offsets or
 runs of equal keys. The flags and keys forms are each one ScanKernel with an
 is_segment_start_expr (so every strategy and algorithm serves them, and operand order is
-kept); the offsets form first writes head flags from the offsets with a kernel of its own
-(SegmentHeadsModule, templates/segment_heads.cu.j2) into n bytes of scratch, checking the
-offsets on the way, then runs the flags form's kernel over them: a segment test that
-searched the offsets for every element cost several times the scan, and checking the
-offsets on the host cost a copy of them and a wait for every call. The kernels are built on
-first use of each form and index dtype."""
+kept). The offsets form takes one of two routes, by the segments' number:
+
+* segments in tiles of their own, where there are at most a section's worth of tiles of
+  them (no more than one segment a section of elements, on average): a ScanKernel of
+  int64 adds lays the segments out from the offsets (each one's first tile and start), and
+  the scan_segments kernel scans each segment in tiles of its own, combining the values
+  alone (scangen.strategies.columns);
+* head flags otherwise: a kernel of its own (SegmentHeadsModule,
+  templates/segment_heads.cu.j2) writes head flags from the offsets into n bytes of
+  scratch, and the flags form's kernel scans with them.
+
+Either way the heads kernel checks the offsets first (with no heads to write on the first
+route): a segment test that searched the offsets for every element cost several times the
+scan, and checking the offsets on the host cost a copy of them and a wait for every call.
+The kernels are built on first use of each form and index dtype."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +26,7 @@ import numpy as np
 from . import compile as compiler
 from .arith import ceil_div
 from .args import Argument, c_parameters
-from .kernel import HeadFlags, HeadKeys, ScanKernel, options_repr
+from .kernel import HeadFlags, HeadKeys, ScanKernel, SegmentTiles, options_repr
 from .interop import Call, check_array
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count
@@ -26,7 +35,7 @@ from .runtime.mapped import ThreadWords
 from .runtime.modules import ModuleRuntime
 from .scan import _OUTPUT
 from .spec import check_mode
-from .strategies.base import MAX_GRID, BufferArg, RuntimeArg
+from .strategies.base import MAX_GRID, NULL, BufferArg, RuntimeArg
 from .tuning import SEGMENT_HEADS
 from .types import MASK_C_TYPES, element_type
 
@@ -51,14 +60,18 @@ _HEADS_BLOCKS_PER_SM = SEGMENT_HEADS.value("blocks_per_sm")
 _PLANS_KEPT = 64
 #: The offsets plan's checkpoint after the heads kernel: the call waits for it alone.
 _OFFSETS_CHECKED = "offsets checked"
+#: The arguments of the offsets form's kernel of segment tiles that lay the segments out.
+_LAYOUT = SegmentTiles()
+#: The arguments of the offsets form's scan in segment tiles: x, out and the layout.
+_TILES_ARGUMENTS = f"const scan_t *x, scan_t *out, {_LAYOUT.arguments}"
 
 
 @dataclass(frozen=True)
 class SegmentHeadsModule(Module):
     """``segment_heads`` (templates/segment_heads.cu.j2): the head flags (bool, zeroed
-    first) of n elements from CSR offsets of ``offset_dtype``, a thread an offset; where
-    ``verdict`` is not NULL it also checks the offsets and sets ``*verdict`` to 1 if any is
-    bad."""
+    first; none where ``heads`` is NULL) of n elements from CSR offsets of
+    ``offset_dtype``, a thread an offset; where ``verdict`` is not NULL it also checks the
+    offsets and sets ``*verdict`` to 1 if any is bad."""
 
     template: ClassVar[str] = "segment_heads.cu.j2"
     block_size: ClassVar[int] = _HEADS_BLOCK_SIZE
@@ -84,6 +97,56 @@ class SegmentHeadsModule(Module):
                     parameters=c_parameters(self.parameters))
 
 
+def _check_offsets_launch(builder: ModulePlanBuilder, module: SegmentHeadsModule, n: int,
+                          offsets: int, heads) -> None:
+    """The heads kernel's launch over at most ``offsets`` offsets (writing ``heads``, or
+    only checking where NULL), then the checkpoint the call waits for to read its
+    verdict."""
+    builder.launch(
+        module, "segment_heads", min(ceil_div(offsets, module.block_size), MAX_GRID),
+        module.block_size,
+        dict(offsets=BufferArg("offsets"), heads=heads, verdict=BufferArg("verdict"),
+             offset_count=RuntimeArg("offset_count"), n=n),
+        reads=offsets * module.offset_dtype.itemsize, writes=0 if heads is NULL else n,
+        blocks_per_sm=_HEADS_BLOCKS_PER_SM,
+        why=("heads[offsets[k]] = 1 where offsets[k] < n, a thread an offset of the "
+             "call's <offset_count>, each offset checked against the next where the "
+             "call binds a verdict (reads and writes at most, for n + 1 offsets)"
+             if heads is not NULL else
+             "no heads: each offset of the call's <offset_count> checked against the "
+             "next where the call binds a verdict, a thread an offset"))
+    builder.checkpoint(_OFFSETS_CHECKED, "a call that checks its offsets waits for the "
+                                         "heads kernel's verdict here, while the scan runs")
+
+
+def _segment_tiles_plan(module: SegmentHeadsModule, layout: ScanKernel, kernel: ScanKernel,
+                        n: int, segments: int, title: str) -> ModulePlan:
+    """The offsets form over n elements in ``segments`` segments, each in tiles of its own:
+    the offsets checked (where the call binds a verdict), ``layout`` (an exclusive scan of
+    each segment's tile count) writing each segment's first tile and start, then
+    ``kernel`` over them."""
+    builder = ModulePlanBuilder()
+    if n:
+        entries = 8 * (segments + 1)
+        tiles = builder.temporary("segment_tiles", entries, "each segment's first tile, in "
+                                  "scan order, then the tiles of all")
+        starts = builder.temporary("segment_starts", entries, "each segment's first "
+                                   "position, in scan order, then n")
+        _check_offsets_launch(builder, module, n, segments + 1, NULL)
+        builder.scan(layout, segments + 1,
+                     dict(offsets=BufferArg("offsets"), elements=n, segment_tiles=tiles,
+                          segment_starts=starts),
+                     "each segment's first tile (an exclusive scan of its tile count) and "
+                     "start")
+        initial = RuntimeArg("initial") if kernel.scan_module.hooks.initial else None
+        builder.scan(kernel, n, dict(x=BufferArg("x"), out=BufferArg("out"),
+                                     segment_tiles=tiles, segment_starts=starts,
+                                     segments=segments),
+                     "each segment in tiles of its own", initial=initial, layout=segments)
+    return builder.build(title, n, [f"{module.description}: {module.block_size} threads a "
+                                    f"block, an offset a thread (checking only)"])
+
+
 def _offsets_plan(module: SegmentHeadsModule, kernel: ScanKernel, n: int,
                   title: str) -> ModulePlan:
     """The offsets form over n elements: the heads zeroed, the heads kernel (checking the
@@ -93,18 +156,7 @@ def _offsets_plan(module: SegmentHeadsModule, kernel: ScanKernel, n: int,
     if n:
         heads = builder.temporary("heads", n, "a head flag an element, from the offsets")
         builder.zero("heads", n)
-        builder.launch(
-            module, "segment_heads", min(ceil_div(n + 1, module.block_size), MAX_GRID),
-            module.block_size,
-            dict(offsets=BufferArg("offsets"), heads=heads, verdict=BufferArg("verdict"),
-                 offset_count=RuntimeArg("offset_count"), n=n),
-            reads=(n + 1) * module.offset_dtype.itemsize, writes=n,
-            blocks_per_sm=_HEADS_BLOCKS_PER_SM,
-            why="heads[offsets[k]] = 1 where offsets[k] < n, a thread an offset of the "
-                "call's <offset_count>, each offset checked against the next where the "
-                "call binds a verdict (reads and writes at most, for n + 1 offsets)")
-        builder.checkpoint(_OFFSETS_CHECKED, "a call that checks its offsets waits for the "
-                                             "heads kernel's verdict here, while the scan runs")
+        _check_offsets_launch(builder, module, n, n + 1, heads)
         initial = RuntimeArg("initial") if kernel.scan_module.hooks.initial else None
         builder.scan(kernel, n, dict(x=BufferArg("x"), flags=heads, out=BufferArg("out")),
                      "the flags form's scan, segments starting where heads is set",
@@ -121,14 +173,18 @@ class SegmentedScan:
     * ``flags=heads``: a bool or integer array of len(x); nonzero marks a segment's first
       element;
     * ``offsets=starts``: CSR offsets, int32 or int64, of length segments + 1,
-      non-decreasing, from 0 to len(x) (empty segments allowed). The scan is then two
-      steps: a kernel writes each segment's head flag from the offsets into n bytes of
-      scratch (kept per thread and stream, as the primitives keep theirs), checking the
-      offsets as it goes, and the flags form's kernel scans with them. The call queues
-      both, then waits for the first kernel's verdict alone (the scan runs meanwhile, so
-      the GPU does not idle between calls) and raises ValueError naming the first bad
-      offset. ``check_offsets=False`` skips the check and the wait: the call then returns
-      at once, and bad offsets give a wrong result (they never write outside the arrays);
+      non-decreasing, from 0 to len(x) (empty segments allowed). A kernel first checks the
+      offsets. Where the segments are no more than the sections of len(x) (and the
+      strategy is auto), each segment is then scanned in tiles of its own: a scan of their
+      tile counts lays them out (scratch of 16 bytes a segment), and one kernel scans
+      them, combining the values alone. Otherwise the checking kernel also writes each
+      segment's head flag into n bytes of scratch, and the flags form's kernel scans with
+      them. (Scratch is kept per thread and stream, as the primitives keep theirs.) The
+      call queues every step, then waits for the check's verdict alone (the scan runs
+      meanwhile, so the GPU does not idle between calls) and raises ValueError naming the
+      first bad offset. ``check_offsets=False`` skips the check and the wait: the call
+      then returns at once, and bad offsets give a wrong result (they never write outside
+      the arrays);
     * ``keys=k``: an integer array of len(x); a segment is a run of equal consecutive keys
       (CUB's scan-by-key).
 
@@ -145,13 +201,17 @@ class SegmentedScan:
     with bool flags (the kernel built and checked at construction); ``seg.plan(n)`` the
     launches for n elements and ``seg.check_compile()`` compiles with the nvcc on PATH.
     ``plan`` and ``check_compile`` take ``form="flags"`` (the default), ``"offsets"`` or
-    ``"keys"``, and ``index_dtype=`` (default: bool flags, int64 offsets and keys);
+    ``"keys"``, and ``index_dtype=`` (default: bool flags, int64 offsets and keys), and
+    for offsets ``segments=`` (default 1), which decides the route;
     ``check_compile()`` with no form compiles every module of the three. The offsets
-    form's plan is a ModulePlan: the heads zeroed, the ``segment_heads`` launch, then the
-    flags form's scan. ``seg.kernel(form, index_dtype)`` is the ScanKernel a form scans
-    with (``.source`` of another form: ``seg.kernel("keys", np.int32).source``); for
-    offsets that is the flags form's kernel, ``seg.kernel("flags")``, and the heads kernel
-    is ``seg.heads_module(index_dtype)`` (``.source``, ``.check_compile()``).
+    form's plan is a ModulePlan: the ``segment_heads`` launch, then either the layout's
+    scan and the segment tiles' scan, or (the heads zeroed first) the flags form's scan.
+    ``seg.kernel(form, index_dtype)`` is the ScanKernel a form scans with (``.source`` of
+    another form: ``seg.kernel("keys", np.int32).source``); for offsets that is the
+    segment tiles' kernel, ``seg.segment_tiles_kernel`` (None where the options rule it
+    out), whose layout comes from ``seg.layout_kernel(index_dtype)``, or with head flags
+    the flags form's, ``seg.kernel("flags")``; the heads kernel is
+    ``seg.heads_module(index_dtype)`` (``.source``, ``.check_compile()``).
     """
 
     def __init__(self, dtype, operator="add", *, mode="inclusive", **scan_options):
@@ -159,7 +219,7 @@ class SegmentedScan:
         self.etype = element_type(dtype)
         self.mode, self.operator, self.scan_options = mode, operator, scan_options
         self._kernels = {}
-        self._plans = {}  # (offsets dtype, n) -> the offsets form's ModulePlan
+        self._plans = {}  # (offsets dtype, n, segments) -> the offsets form's ModulePlan
         self._runtime = ModuleRuntime()
         #: The heads kernel's verdicts on the offsets, in mapped host memory.
         self._verdicts = ThreadWords()
@@ -184,13 +244,17 @@ class SegmentedScan:
         ``heads_module(index_dtype).source``."""
         return self.kernel("flags").source
 
-    def plan(self, n, form="flags", index_dtype=None):
+    def plan(self, n, form="flags", index_dtype=None, segments=None):
         """The launches that scan ``n`` elements segmented by ``form`` (no GPU needed): the
-        kernel's Plan for flags and keys, a ModulePlan (heads kernel, then the flags form's
-        scan) for offsets."""
+        kernel's Plan for flags and keys, a ModulePlan for offsets in ``segments``
+        segments (default 1): the heads kernel, then the segment tiles' steps or the flags
+        form's scan."""
         index_dtype = _index_dtype(form, index_dtype)
         if form == "offsets":
-            return self._offsets_plan(as_count(n), index_dtype)
+            return self._offsets_plan(as_count(n), index_dtype,
+                                      1 if segments is None else as_count(segments))
+        if segments is not None:
+            raise TypeError("segments= is the offsets form's; give form='offsets' too")
         return self.kernel(form, index_dtype).plan(n)
 
     def check_compile(self, form=None, index_dtype=None) -> None:
@@ -210,6 +274,9 @@ class SegmentedScan:
         for each in _INDEX_TYPES if form is None else (form,):
             if each == "offsets":
                 found = [self.heads_module(index_dtype), self.kernel("flags").scan_module]
+                if self.segment_tiles_kernel is not None:
+                    found += [self.layout_kernel(index_dtype).scan_module,
+                              self.segment_tiles_kernel.scan_module]
             else:
                 found = [self.kernel(each, index_dtype).scan_module]
             modules += [module for module in found if module not in modules]
@@ -220,14 +287,65 @@ class SegmentedScan:
         ``index_dtype`` (int32 or int64; default int64)."""
         return SegmentHeadsModule(_index_dtype("offsets", index_dtype))
 
+    @property
+    def segment_tiles_kernel(self) -> ScanKernel | None:
+        """The offsets form's kernel that scans each segment in tiles of its own, or None
+        where the options rule it out: a strategy named (the segment tiles have a single
+        pass of their own), or a block that is not whole warps. Its arguments are x, out
+        and the layout (scangen.kernel.SegmentTiles) that layout_kernel writes."""
+        if "tiles" not in self._kernels:
+            kernel = None
+            if self.scan_options.get("strategy", "auto") == "auto":
+                options = {k: v for k, v in self.scan_options.items() if k != "strategy"}
+                try:
+                    kernel = ScanKernel(
+                        self.dtype, self.operator, arguments=_TILES_ARGUMENTS,
+                        input_expr="x[i]", output_statement=_OUTPUT[self.mode],
+                        title=f"segmented {self.mode} scan by offsets, each segment in "
+                              f"tiles of its own", _segment_tiles=_LAYOUT, **options)
+                except ValueError as error:
+                    if "whole warps" not in str(error):
+                        raise
+            self._kernels["tiles"] = kernel
+        return self._kernels["tiles"]
+
+    def layout_kernel(self, index_dtype=None) -> ScanKernel:
+        """The exclusive scan of int64 adds over segments + 1 indices that lays segments
+        out from CSR offsets of ``index_dtype`` (int32 or int64; default int64) for
+        segment_tiles_kernel, in its scan order: ``segment_tiles[i]``, the tiles of the
+        segments before segment i (each takes its length over the section, rounded up; an
+        empty one none), and ``segment_starts[i]``, segment i's first position."""
+        index_dtype = _index_dtype("offsets", index_dtype)
+        key = ("layout", index_dtype)
+        if key not in self._kernels:
+            section = self.segment_tiles_kernel.spec.section_size
+            reverse = self.scan_options.get("reverse", False)
+            # Segment i in scan order, its length clamped to [0, elements] (bad offsets in a
+            # call that does not check them take no more tiles than there are elements).
+            first, end = ("n - 2 - i", "n - 1 - i") if reverse else ("i", "i + 1")
+            length = f"max(0LL, min((long long)offsets[{end}] - (long long)offsets[{first}], " \
+                     f"elements))"
+            start = "elements - (long long)offsets[n - 1 - i]" if reverse else \
+                "(long long)offsets[i]"
+            self._kernels[key] = ScanKernel(
+                np.int64, "add",
+                arguments=f"const {MASK_C_TYPES[index_dtype]} *offsets, long long elements, "
+                          f"long long *{_LAYOUT.tiles}, long long *{_LAYOUT.starts}",
+                input_expr=f"i + 1 < n ? ({length} + {section} - 1) / {section} : 0",
+                output_statement=f"{_LAYOUT.tiles}[i] = prev_item; "
+                                 f"{_LAYOUT.starts}[i] = {start};",
+                title=f"segment tiles of {section} from {index_dtype} offsets")
+        return self._kernels[key]
+
     def kernel(self, form: str, index_dtype=None) -> ScanKernel:
         """The ScanKernel of one form ("flags", "offsets", "keys") and index dtype (default:
-        bool flags, int64 offsets and keys). The offsets form scans with the flags form's
-        kernel over the flags its heads kernel writes (heads_module), so for any offsets
-        dtype this is ``kernel("flags")``."""
+        bool flags, int64 offsets and keys). The offsets form scans in segment tiles
+        (segment_tiles_kernel) where the options allow it, else with the flags form's
+        kernel over the flags its heads kernel writes (heads_module): for any offsets
+        dtype this is one of those two."""
         index_dtype = _index_dtype(form, index_dtype)
         if form == "offsets":
-            return self.kernel("flags")
+            return self.segment_tiles_kernel or self.kernel("flags")
         key = (form, index_dtype)
         if key not in self._kernels:
             c = MASK_C_TYPES[index_dtype]
@@ -242,15 +360,24 @@ class SegmentedScan:
                 title=f"segmented {self.mode} scan by {form}", **heads, **self.scan_options)
         return self._kernels[key]
 
-    def _offsets_plan(self, n: int, index_dtype: np.dtype) -> ModulePlan:
-        key = (index_dtype, n)
+    def _offsets_plan(self, n: int, index_dtype: np.dtype, segments: int) -> ModulePlan:
+        tiles = self.segment_tiles_kernel
+        if tiles is not None and segments > ceil_div(n, tiles.spec.section_size):
+            tiles = None  # more segments than sections: head flags
+        key = (index_dtype, n, segments if tiles else None)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= _PLANS_KEPT:
                 self._plans.clear()
-            plan = self._plans[key] = _offsets_plan(
-                self.heads_module(index_dtype), self.kernel("flags"), n,
-                f"segmented {self.mode} scan by {index_dtype} offsets")
+            title = f"segmented {self.mode} scan by {index_dtype} offsets"
+            if tiles is None:
+                plan = _offsets_plan(self.heads_module(index_dtype), self.kernel("flags"), n,
+                                     title + " through head flags")
+            else:
+                plan = _segment_tiles_plan(self.heads_module(index_dtype),
+                                           self.layout_kernel(index_dtype), tiles, n,
+                                           segments, title + " in segment tiles")
+            self._plans[key] = plan
         return plan
 
     def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None,
@@ -279,7 +406,7 @@ class SegmentedScan:
         kernel = self.kernel(form, index.dtype)  # refuses an index dtype of another form
         if form == "offsets":
             check_array(form, index, index.dtype)
-            if index.size == 0 or not n:  # nothing to launch: the host checks them
+            if index.size <= 1 or not n:  # nothing to launch: the host checks them
                 _check_offsets(call.to_host(form), n)
                 return out
             self._scan_by_offsets(call, x_view, index, out_view, initial, check_offsets)
@@ -299,7 +426,7 @@ class SegmentedScan:
         if verdict is not None:
             verdict.value = 0  # this thread's last call read it before returning
         events = self._runtime.run(
-            self._offsets_plan(n, offsets.dtype),
+            self._offsets_plan(n, offsets.dtype, offsets.size - 1),
             {"x": x, "offsets": offsets, "out": out, "verdict": verdict}, call.stream,
             dict(offset_count=offsets.size, initial=initial))
         if verdict is None:

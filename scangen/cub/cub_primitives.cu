@@ -6,12 +6,21 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -o cub_primitives scangen/cub/cub_primitives.cu
 //   CUB_TRIALS=7 ./cub_primitives 1048576 67108864     # one JSON line per (primitive, n)
+//
+// CUB 3.3 and later (CCCL's headers put first on the include path, -I DIR: what
+// SCANGEN_CCCL_INCLUDE names for the bench) add DeviceSegmentedScan, which scans by CSR
+// offsets; older CUB has no such row.
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_partition.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
 #include <cub/device/device_select.cuh>
+#include <cub/version.cuh>
+#if CUB_VERSION >= 300300
+#include <cub/device/device_segmented_scan.cuh>
+#define HAS_DEVICE_SEGMENTED_SCAN 1
+#endif
 
 #include "cub_timing.cuh"
 
@@ -267,8 +276,8 @@ void runs_of_four(const Bench &b, std::mt19937_64 &rng)
 // Segmented scans, float32 add, over segments of random lengths made as primitives.py makes
 // them (the cuts between segments drawn uniformly with replacement, so a few may be empty).
 // CUB scans by key: each element's key is its segment's number, so the runs of equal keys
-// are the segments (the empty ones have no elements). This toolkit's CUB has no segmented
-// scan that takes the offsets themselves.
+// are the segments (the empty ones have no elements). CUB 3.3 and later also scan by the
+// offsets themselves (DeviceSegmentedScan, each segment from its begin to its end offset).
 void segmented_scans(const Bench &b, std::mt19937_64 &rng)
 {
     const int n = b.n;
@@ -291,11 +300,10 @@ void segmented_scans(const Bench &b, std::mt19937_64 &rng)
         char primitive[64];
         std::snprintf(primitive, sizeof primitive, "segmented scan float32 add, %d segment%s",
                       segments, segments > 1 ? "s" : "");
-        const double s = b.time([&](void *t, size_t &bytes) {
-            return cub::DeviceScan::InclusiveSumByKey(t, bytes, segment_keys.ptr, in.ptr,
-                                                      out.ptr, n);
-        }, 8 * size_t(n) + 8 * size_t(segments + 1));
-        if (b.check) {  // exact below 2^24; above, sums in another order round otherwise
+        // Exact below 2^24; above, sums in another order round otherwise.
+        const auto check = [&]() {
+            if (!b.check)
+                return;
             const std::vector<float> got = out.get(n);
             double sum = 0;
             bool ok = true;
@@ -305,8 +313,23 @@ void segmented_scans(const Bench &b, std::mt19937_64 &rng)
                 ok = ok && (sum < 16777216.0 ? error == 0 : error <= sum * 0x1p-16);
             }
             b.expect(ok, primitive);
-        }
+        };
+        const double s = b.time([&](void *t, size_t &bytes) {
+            return cub::DeviceScan::InclusiveSumByKey(t, bytes, segment_keys.ptr, in.ptr,
+                                                      out.ptr, n);
+        }, 8 * size_t(n) + 8 * size_t(segments + 1));
+        check();
         b.row(primitive, "cub DeviceScan::InclusiveSumByKey (int32 keys)", s);
+#ifdef HAS_DEVICE_SEGMENTED_SCAN
+        Buffer<long long> starts(offsets);
+        const double by_offsets = b.time([&](void *t, size_t &bytes) {
+            return cub::DeviceSegmentedScan::InclusiveSegmentedSum(
+                t, bytes, in.ptr, out.ptr, starts.ptr, starts.ptr + 1, segments);
+        }, 8 * size_t(n) + 8 * size_t(segments + 1));
+        check();
+        b.row(primitive, "cub DeviceSegmentedScan::InclusiveSegmentedSum (offsets)",
+              by_offsets);
+#endif
     }
 }
 

@@ -22,8 +22,8 @@ _MAX_LAUNCHERS = 256
 
 
 @functools.lru_cache(maxsize=1024)
-def cached_plan(scan_module, n, columns=None):
-    return make_plan(scan_module, n, columns)
+def cached_plan(scan_module, n, layout=None):
+    return make_plan(scan_module, n, layout)
 
 
 class Launcher:
@@ -144,27 +144,27 @@ class Runtime:
         self._scratch.clear()
         self._launchers.clear()
 
-    def plan(self, n, columns=None):
-        return cached_plan(self.scan_module, n, columns)
+    def plan(self, n, layout=None):
+        return cached_plan(self.scan_module, n, layout)
 
     def __call__(self, args, *, n=None, stream=None) -> None:
         values, n, stream = convert_arguments(self.scan_module.hooks.arguments,
                                               self.scan_module.scan.etype.dtype, args, n, stream)
         self.launch(values, n, stream)
 
-    def launch(self, user_values: tuple, n: int, stream, columns=None) -> None:
+    def launch(self, user_values: tuple, n: int, stream, layout=None) -> None:
         """Launch over n indices with already converted argument values, on a stream as
         scangen.interop.as_stream gives it (None, a pycuda Stream or a RawStream);
-        ``columns`` as for make_plan."""
+        ``layout`` as for make_plan."""
         if n == 0:
             return
         with self._lock:
-            self._launch(user_values, n, stream, columns)
+            self._launch(user_values, n, stream, layout)
 
-    def _launch(self, user_values: tuple, n: int, stream, columns) -> None:
+    def _launch(self, user_values: tuple, n: int, stream, layout) -> None:
         where = stream_key(stream)
         # Whose stream it is decides how the launcher launches (see launch_function).
-        key = (n, columns, where, type(stream) is RawStream)
+        key = (n, layout, where, type(stream) is RawStream)
         launcher = self._launchers.get(key)
         if launcher is None or launcher.stale():
             scratch = self._scratch.get(where)
@@ -172,7 +172,7 @@ class Runtime:
                 scratch = self._scratch[where] = StreamScratch(
                     TileState.of(self.scan_module.scan))
             check_shared_memory(self.scan_module)
-            plan = self.plan(n, columns)
+            plan = self.plan(n, layout)
             launcher = Launcher(plan, compile_module(plan.part), scratch, stream)
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough

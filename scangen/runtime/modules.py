@@ -8,7 +8,7 @@ import threading
 import numpy as np
 
 from ..args import C_SCALARS
-from ..modules import ArgumentSlots, Checkpoint, ScanCall, address_of, pack_arguments
+from ..modules import ArgumentSlots, Checkpoint, ScanCall, address_of, c_scalar
 from .contexts import release_at_exit, stream_key
 from .gpu import gpuarray as _gpuarray, wave_grid
 from .launcher import launch_function
@@ -69,6 +69,7 @@ class ModuleScratch:
         self.status = None if tile_state is None else StreamScratch(tile_state)
         self.events = {}  # checkpoint name -> StreamEvent
         self.launches = {}  # (id of a plan's Launch, raw stream?) -> BoundLaunch
+        self.scan_calls = {}  # id of a plan's ScanCall -> (the ScanCall, its ArgumentSlots)
 
     def bound(self, launch, stream) -> BoundLaunch:
         """``launch`` made ready for ``stream`` (BoundLaunch), once."""
@@ -79,6 +80,16 @@ class ModuleScratch:
                 self.launches.clear()  # many plans: binding again is cheap enough
             bound = self.launches[key] = BoundLaunch(launch, stream)
         return bound
+
+    def scan_arguments(self, call: ScanCall, buffers: dict) -> tuple:
+        """A ScanCall's arguments for the kernel, sorted once (ArgumentSlots) and filled from
+        ``buffers``."""
+        held = self.scan_calls.get(id(call))
+        if held is None or held[0] is not call:
+            if len(self.scan_calls) >= _MAX_BOUND_LAUNCHES:
+                self.scan_calls.clear()
+            held = self.scan_calls[id(call)] = (call, ArgumentSlots(call, call.args))
+        return tuple(held[1].fill(buffers, None, c_scalar))
 
     def event(self, name: str) -> StreamEvent:
         event = self.events.get(name)
@@ -140,8 +151,8 @@ class ModuleRuntime:
                 # The kernel converts its initial value itself (the call's, else its own).
                 initial = None if step.initial is None else \
                     (values or {}).get(step.initial.name)
-                step.kernel.launch_converted(pack_arguments(step, step.args, buffers),
-                                             step.n, stream, initial)
+                step.kernel.launch_converted(scratch.scan_arguments(step, buffers),
+                                             step.n, stream, initial, step.layout)
             elif isinstance(step, Checkpoint):
                 events[step.name] = scratch.event(step.name)
                 events[step.name].record(stream)

@@ -13,13 +13,21 @@ strategy a spec names: a ScanKernel built along columns has these two kernels.
   launch (templates/kernels/scan_rows.cuh.j2): each row cut into tiles of a section, tiles
   in ticket order, each looking back to its row's first tile only. About 2n of traffic, the
   values alone combined (a segmented scan of rows pairs each with a head).
+
+Segments of any lengths (Hooks.segment_tiles: SegmentedScan by offsets) take a kernel of
+their own, scan_segments (templates/kernels/scan_segments.cuh.j2), the rows launch with
+each segment's first tile and start read from the hooks' arguments: a segment is cut into
+tiles of a section, each looking back to its segment's first tile only. The grid is the
+most tiles n elements in that many segments can take (a section's worth of tiles, and one
+more for every segment that ends inside a tile); a block whose ticket finds no tile left
+returns at once.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from ..arith import WARP_SIZE, ceil_div
-from ..families import SCAN_COLUMNS, SCAN_ROWS, Kernel
+from ..families import SCAN_COLUMNS, SCAN_ROWS, SCAN_SEGMENTS, Kernel
 from .base import USER_ARGS, PlanBuilder
 from .tile_state import TileState
 
@@ -76,6 +84,7 @@ class Columns:
         builder.launches[-1] = dataclasses.replace(builder.launches[-1], shared_bytes=None)
 
     def _build_rows(self, builder: PlanBuilder, n: int, length: int) -> None:
+        """The rows launch: ``n // length`` rows of ``length``, each in tiles of its own."""
         section = builder.spec.section_size
         row_tiles = ceil_div(length, section)
         tiles = n // length * row_tiles
@@ -90,4 +99,43 @@ class Columns:
                            f"status {TileState.of(builder.spec).status_bytes(tiles)} B")
 
 
+def segment_tiles_bound(n: int, segments: int, section: int) -> int:
+    """The most tiles ``n`` elements in ``segments`` segments take, each segment cut into
+    tiles of ``section``: every segment's last tile may be partial, so one more than the
+    section's worth for each (and no more tiles than elements)."""
+    return min(ceil_div(n, section) + segments, n)
+
+
+class Segments:
+    """The scan of segments of any lengths, each in tiles of its own: its kernel and its
+    plan (the layout is the number of segments; the hooks' SegmentTiles arguments say
+    where each starts and which tile is its first)."""
+
+    name = "segment tiles"
+
+    def kernels(self) -> tuple[Kernel, ...]:
+        return (Kernel(SCAN_SEGMENTS, "user"),)
+
+    def build(self, builder: PlanBuilder, n: int, segments: int) -> None:
+        """The one launch that scans ``n`` indices as ``segments`` segments."""
+        section = builder.spec.section_size
+        grid = segment_tiles_bound(n, segments, section)
+        builder.launch(Kernel(SCAN_SEGMENTS, "user"), grid, USER_ARGS,
+                       (*builder.tile_status(grid), n), reads=n, writes=n, level=0,
+                       why=f"{segments} segment(s), each in tiles of {section}, each tile "
+                           f"looking back to its segment's first: at most {grid} tiles "
+                           f"in one pass (a block past the last returns at once); "
+                           f"status {TileState.of(builder.spec).status_bytes(grid)} B")
+
+
+def check_segments(n: int, segments) -> int:
+    """``segments`` as an int that may segment ``n`` indices (at least 1); raises
+    ValueError naming what is wrong."""
+    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+        raise ValueError(f"a kernel of segment tiles plans with its number of segments (an "
+                         f"int of at least 1), not {segments!r}")
+    return segments
+
+
 COLUMNS = Columns()
+SEGMENTS = Segments()

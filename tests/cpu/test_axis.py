@@ -23,7 +23,8 @@ SECTION = scangen.Scan(np.float32).columns_kernel.spec.section_size
     ((1000,), 0, "kernel"), ((1000,), -1, "kernel"), ((1, 1000), 1, "kernel"),
     ((1000, 1), 0, "kernel"), ((1, 1000, 1), 1, "kernel"), ((7, 300), 1, "rows_kernel"),
     ((7, SHORT - 1), -1, "rows_kernel"), ((3, 4, 5), 2, "rows_kernel"),
-    ((7, SHORT), -1, SHORT), ((7, 1000), 1, 1024), ((3, 2, 1025), 2, 2048),
+    ((7, SHORT), -1, SHORT), ((7, 1000), 1, "rows_kernel"), ((7, 1500), 1, 2048),
+    ((3, 2, 1025), 2, 2048),
     ((7, SECTION // 2 + 1), -1, "columns_kernel"), ((7, SECTION), -1, "columns_kernel"),
     ((2, 3, 3 * SECTION + 1), 2, "columns_kernel"), ((1, SECTION * 5), 1, "kernel"),
     ((7, 1000), 0, "columns_kernel"), ((3, 4, 5), 0, "columns_kernel"),
@@ -39,10 +40,10 @@ def test_each_shape_and_axis_takes_its_kernel(shape, axis, kernel):
         assert plan.launches[0].kernel.name == "scan_rows_user"
         assert plan.spec.section_size == kernel
         assert plan.single_pass_tiles == plan.n // shape[-1]  # one tile a row
-        assert plan.strategy == "columns"
+        assert plan.strategy == "rows"
         return
     assert plan.scan_module == getattr(scan, kernel).scan_module
-    assert (plan.strategy == "columns") == (kernel == "columns_kernel")
+    assert (plan.strategy in ("columns", "rows")) == (kernel == "columns_kernel")
 
 
 def test_rows_take_segments_where_the_options_name_the_tile():
@@ -72,6 +73,7 @@ def test_rows_plan(dtype, rows, tiles_a_row, extra):
     assert launch.bytes_read == launch.bytes_written == plan.n * np.dtype(dtype).itemsize
     text = str(plan)
     assert f"as rows of {length}" in text and f"axis_length={length}, n=" in text
+    assert "strategy rows," in text
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32", "float64", "complex128"])
@@ -140,9 +142,9 @@ def test_columns_kernel_refuses_what_it_cannot_do():
 
 def test_columns_plans_need_their_shape():
     columns = ScanKernel(np.float32, "add", _columns=True, **COPY)
-    with pytest.raises(ValueError, match="plans with columns="):
+    with pytest.raises(ValueError, match="plans with their layout"):
         columns.plan(100)
-    with pytest.raises(ValueError, match="plans with columns="):
+    with pytest.raises(ValueError, match="plans with their layout"):
         ScanKernel(np.float32, "add", **COPY).plan(100, (10, 10))
     for bad in [(3, 7), (0, 5), (5, -1), "ab", (1, 2, 3)]:
         with pytest.raises(ValueError, match="columns"):

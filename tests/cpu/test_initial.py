@@ -103,7 +103,7 @@ def test_a_launch_converts_the_initial_value_before_anything_runs():
 
 def test_segments_and_rows_render_with_an_initial_value():
     seg = scangen.SegmentedScan(np.int32, scangen.LAST_NONZERO, mode="exclusive", initial=5)
-    for form, dtype in (("flags", np.bool_), ("keys", np.int64), ("offsets", np.int32)):
+    for form, dtype in (("flags", np.bool_), ("keys", np.int64)):
         kernel = seg.kernel(form, np.dtype(dtype))
         hooks = kernel.scan_module.hooks
         assert hooks.initial and hooks.is_segment_start_expr and kernel.initial == 5
@@ -111,6 +111,11 @@ def test_segments_and_rows_render_with_an_initial_value():
         assert "value_combine(scangen_initial, item_acc.value)" in source
         assert "value_combine(scangen_initial, restarts_at(i, n) ? scan_identity() : " \
                "prev_acc.value)" in source
+    # Offsets: each segment in tiles of its own, the values alone combined.
+    tiles = seg.kernel("offsets", np.int32)
+    assert tiles is seg.segment_tiles_kernel and tiles.initial == 5
+    assert tiles.scan_module.hooks.initial and tiles.scan_module.hooks.segment_tiles
+    assert "value_combine(scangen_initial, item_acc)" in tiles.source
     rows = scangen.Scan(AFFINE_PAIR, AFFINE_PAIRS, initial=(1.0, 2.0)).rows_kernel
     assert [a.name for a in rows.arguments] == ["x", "out", "row_length", "scangen_initial"]
     assert rows.initial == np.array((1.0, 2.0), AFFINE_PAIR)[()]

@@ -9,6 +9,7 @@ import pytest
 import scangen
 import scangen.compile
 import scangen.primitives.compaction
+from scangen.arith import ceil_div
 from scangen.modules import ModulePlan
 from scangen.plan import BufferArg, Plan
 from tests.support import ARGMAX, VALUE_INDEX, needs_nvcc
@@ -124,7 +125,11 @@ def test_segmented_source_is_the_flags_form_built_at_construction():
     seg = scangen.SegmentedScan(np.int32, "add")
     assert seg.source == seg.kernel("flags", np.bool_).source
     assert "flags[i] != 0" in seg.source
-    assert seg.kernel("offsets") is seg.kernel("flags")  # the offsets become flags
+    # offsets: segments in tiles of their own, or where a strategy is named head flags
+    assert seg.kernel("offsets") is seg.segment_tiles_kernel
+    assert seg.segment_tiles_kernel.scan_module.hooks.segment_tiles
+    named = scangen.SegmentedScan(np.int32, "add", strategy="chained")
+    assert named.segment_tiles_kernel is None and named.kernel("offsets") is named.kernel("flags")
     assert "segment_heads(const long long" in seg.heads_module().source
     assert "keys[i] != keys[i - 1]" in seg.kernel("keys", np.uint8).source
 
@@ -135,12 +140,24 @@ def test_segmented_plan_takes_a_form_and_index_dtype():
         plan = seg.plan(5000, form=form)
         assert plan.launches and f"by {form}" in str(plan)
         assert plan.scan_module == seg.kernel(form).scan_module
-    # offsets: the heads kernel, the checkpoint a checked call waits for, the flags scan
+    # offsets in no more segments than sections: the offsets checked, the checkpoint a
+    # checked call waits for, the layout's scan, the segment tiles' scan
+    section = seg.segment_tiles_kernel.spec.section_size
     plan = seg.plan(5000, form="offsets", index_dtype=np.int32)
     assert isinstance(plan, ModulePlan) and "by int32 offsets" in str(plan)
-    heads, checked, scan = plan.steps
+    heads, checked, layout, tiles = plan.steps
     assert heads.kernel.module == seg.heads_module(np.int32)
+    assert dict(heads.args)["heads"] is None  # checking only
     assert checked.name == "offsets checked"
+    assert layout.kernel is seg.layout_kernel(np.int32) and layout.n == 2
+    assert tiles.kernel is seg.segment_tiles_kernel and tiles.layout == 1
+    assert plan.launches[-1].kernel.name == "scan_segments_user"
+    segments = ceil_div(5000, section)
+    assert len(seg.plan(5000, form="offsets", segments=segments).steps) == 4
+    # more segments than sections: head flags written by the heads kernel, the flags scan
+    plan = seg.plan(5000, form="offsets", index_dtype=np.int32, segments=segments + 1)
+    heads, checked, scan = plan.steps
+    assert dict(heads.args)["heads"] is not None and checked.name == "offsets checked"
     assert scan.kernel is seg.kernel("flags")
     assert plan.launches[1:] == seg.plan(5000).launches
     assert seg.plan(100, form="keys", index_dtype=np.int8).scan_module == \
@@ -156,11 +173,15 @@ def test_segmented_check_compile_compiles_every_form_or_the_one_named(monkeypatc
         module.hooks.title if hasattr(module, "hooks") else module.description))
     seg = scangen.SegmentedScan(np.uint32, "bit_xor")
     seg.check_compile()  # the flags form's kernel once, though offsets scan with it too
+    section = seg.segment_tiles_kernel.spec.section_size
+    tiles = ["segmented inclusive scan by offsets, each segment in tiles of its own"]
     assert titles == ["segmented inclusive scan by flags", "segment heads from int64 offsets",
+                      f"segment tiles of {section} from int64 offsets", *tiles,
                       "segmented inclusive scan by keys"]
     titles.clear()
     seg.check_compile(form="offsets", index_dtype=np.int32)
-    assert titles == ["segment heads from int32 offsets", "segmented inclusive scan by flags"]
+    assert titles == ["segment heads from int32 offsets", "segmented inclusive scan by flags",
+                      f"segment tiles of {section} from int32 offsets", *tiles]
 
 
 @pytest.mark.parametrize("call,error,message", [

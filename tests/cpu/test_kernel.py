@@ -557,7 +557,7 @@ def test_calls_from_threads_launch_one_at_a_time(monkeypatch):
     runtime = launcher.Runtime(scangen.Scan("int64", "add").kernel.scan_module)
     inside, overlaps, order = [], [], []
 
-    def launch_alone(user_values, n, stream, columns):
+    def launch_alone(user_values, n, stream, layout):
         inside.append(n)
         if len(inside) > 1:
             overlaps.append(tuple(inside))

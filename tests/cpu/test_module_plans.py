@@ -9,7 +9,6 @@ import pytest
 
 import scangen
 from scangen import cli
-from scangen.args import Argument
 from scangen.modules import (Checkpoint, EntryPoint, ModulePlan, ScanCall, named_arguments,
                              pack_arguments)
 from scangen.plan import NULL, BufferArg, RuntimeArg
@@ -259,17 +258,18 @@ def test_run_length_encode_plans_heads_then_lengths_on_the_host(rng, monkeypatch
 
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
-    """The heads zeroed (a temporary of n bytes), segment_heads over the call's offsets,
-    then the flags form's own scan (its plan's launches) over those heads; nothing for no
-    elements."""
+    """More segments than sections: the heads zeroed (a temporary of n bytes),
+    segment_heads over the call's offsets, then the flags form's own scan (its plan's
+    launches) over those heads; nothing for no elements."""
     seg = scangen.SegmentedScan(np.float32)
     flags = seg.kernel("flags")
     section = flags.spec.section_size
     module = seg.heads_module(index_dtype)
-    assert seg.kernel("offsets", index_dtype) is flags
     for n in [1, 255, 256, 257, section - 1, section, section + 1, 5 * section + 3,
               section ** 2 + 1]:
-        plan = check_launches(seg.plan(n, form="offsets", index_dtype=index_dtype))
+        segments = n + 1  # more than sections of any size (empty ones among them)
+        plan = check_launches(seg.plan(n, form="offsets", index_dtype=index_dtype,
+                                       segments=segments))
         heads, checked, scan = plan.steps
         assert isinstance(heads, Launch) and isinstance(scan, ScanCall)
         assert checked == Checkpoint("offsets checked", checked.why)
@@ -287,22 +287,68 @@ def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
         assert plan.launches[1:] == flags.plan(n).launches
         text = str(plan)
         assert text.startswith(f"plan: segmented inclusive scan by {np.dtype(index_dtype)} "
-                               f"offsets over n={n}")
+                               f"offsets through head flags over n={n}")
         assert f"temporary heads: {n} B" in text and f"zeroed first: heads ({n} B)" in text
         assert "segment_heads<<<" in text and "scan 'segmented inclusive scan by flags'" in text
         assert text.index("segment_heads<<<") < text.index("checkpoint 'offsets checked'") \
             < text.index("scan 'segmented")
-        assert seg.plan(n, form="offsets", index_dtype=index_dtype) is plan  # kept
+        assert seg.plan(n, form="offsets", index_dtype=index_dtype,
+                        segments=segments) is plan  # kept
     empty = seg.plan(0, form="offsets", index_dtype=index_dtype)
     assert empty.steps == () and empty.zeroed == () and empty.temporaries == ()
 
 
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_segmented_offsets_plan_in_segment_tiles(index_dtype):
+    """No more segments than sections: segment_heads checking only, its checkpoint, the
+    layout's exclusive scan over segments + 1 indices into two temporaries of 8 bytes an
+    index, then one scan_segments launch of as many tiles as the segments may take."""
+    seg = scangen.SegmentedScan(np.float64, "max", reverse=True)
+    tiles = seg.segment_tiles_kernel
+    section = tiles.spec.section_size
+    assert seg.kernel("offsets", index_dtype) is tiles
+    layout = seg.layout_kernel(index_dtype)
+    for n, segments in [(1, 1), (section, 1), (section + 1, 2), (40 * section + 3, 41),
+                        (40 * section + 3, 7)]:
+        plan = check_launches(seg.plan(n, form="offsets", index_dtype=index_dtype,
+                                       segments=segments))
+        heads, checked, lay, scan = plan.steps
+        assert heads.kernel == EntryPoint(seg.heads_module(index_dtype), "segment_heads")
+        assert dict(heads.args)["heads"] is NULL and checked.name == "offsets checked"
+        assert heads.grid == -(-(segments + 1) // 256)
+        assert lay.kernel is layout and lay.n == segments + 1
+        assert dict(lay.args) == dict(offsets=BufferArg("offsets"), elements=n,
+                                      segment_tiles=BufferArg("segment_tiles"),
+                                      segment_starts=BufferArg("segment_starts"))
+        assert scan.kernel is tiles and scan.layout == segments and scan.n == n
+        assert dict(scan.args) == dict(x=BufferArg("x"), out=BufferArg("out"),
+                                       segment_tiles=BufferArg("segment_tiles"),
+                                       segment_starts=BufferArg("segment_starts"),
+                                       segments=segments)
+        (launch,) = scan.plan.launches
+        assert launch.kernel.name == "scan_segments_user"
+        assert launch.grid == min(-(-n // section) + segments, n) == scan.plan.single_pass_tiles
+        assert {t.name: t.nbytes for t in plan.temporaries} == \
+            {"segment_tiles": 8 * (segments + 1), "segment_starts": 8 * (segments + 1)}
+        assert plan.zeroed == ()
+        assert f"{segments} segment(s), each in tiles of {section}" in str(plan)
+        own = str(scan.plan)
+        assert f"as {segments} segment(s), each in tiles of its own" in own
+        assert scan.plan.strategy == "segment tiles" and "strategy segment tiles," in own
+    # one more segment than sections: head flags
+    n = 3 * section
+    assert len(seg.plan(n, form="offsets", segments=3).steps) == 4
+    assert seg.plan(n, form="offsets", segments=4).steps[-1].kernel is seg.kernel("flags")
+
+
 def test_segmented_offsets_plan_passes_the_calls_initial_value():
     seg = scangen.SegmentedScan(np.int32, "max", mode="exclusive", initial=-5)
-    plan = check_launches(seg.plan(1000, form="offsets"))
-    assert plan.steps[2].initial == RuntimeArg("initial")
-    assert "initial=<initial>" in str(plan)
-    assert "scan 'segmented exclusive scan by flags'" in str(plan)
+    for segments, title in [(1, "by offsets, each segment in tiles of its own"),
+                            (1001, "by flags")]:
+        plan = check_launches(seg.plan(1000, form="offsets", segments=segments))
+        assert plan.steps[-1].initial == RuntimeArg("initial")
+        assert "initial=<initial>" in str(plan)
+        assert f"scan 'segmented exclusive scan {title}'" in str(plan)
 
 
 @pytest.mark.parametrize("strategy", scangen.STRATEGIES)
@@ -539,14 +585,15 @@ def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
                         lambda self: None)
     seg = scangen.SegmentedScan(np.int32, initial=3)
     monkeypatch.setattr(seg.kernel("flags"), "launch_converted",
-                        lambda values, n, stream, initial=None:
+                        lambda values, n, stream, initial=None, layout=None:
                         events.append(("scan", values, n, initial)))
     arrays = {"x": FakeArray(0x1000, 400), "offsets": FakeArray(0x2000, 24),
               "out": FakeArray(0x3000, 400)}
     recorded = []
     for given, verdict in ((None, FakeArray(0x5000, 8)), (7, None)):
         events.clear()
-        got = seg._runtime.run(seg.plan(100, form="offsets"), {**arrays, "verdict": verdict},
+        heads_plan = seg.plan(100, form="offsets", segments=101)  # more than sections
+        got = seg._runtime.run(heads_plan, {**arrays, "verdict": verdict},
                                None, dict(offset_count=3, initial=given))
         (name, event), = got.items()
         recorded.append(event)

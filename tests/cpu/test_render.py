@@ -167,13 +167,15 @@ def test_every_variant_renders(algorithm, strategy):
 def test_every_kernel_is_rendered_by_some_strategy():
     """(complex128 for the classic single pass: 1- to 8-byte values take the persistent
     one past one section, so their modules have no other; the columns kernel is a Scan's
-    along an axis, and its rows kernel along the last.)"""
+    along an axis, and its rows kernel along the last; the segments kernel a
+    SegmentedScan's by offsets.)"""
     names = {k.name for s in STRATEGIES for dtype in ("int32", "complex128")
              for scan in [Scan(dtype, strategy=s)]
              for k in scan.kernel.scan_module.kernels + scan.columns_kernel.scan_module.kernels}
+    names |= {k.name for k in SegmentedScan("int32").segment_tiles_kernel.scan_module.kernels}
     assert names == {f"{f.name}_{io}" for f in FAMILIES for io in IOS} - {
         "scan_tiles_totals", "scan_tiles_persistent_totals", "scan_columns_totals",
-        "scan_rows_totals"}
+        "scan_rows_totals", "scan_segments_totals"}
 
 
 # --- section sizes --------------------------------------------------------------------------

@@ -20,9 +20,18 @@ def test_each_form_is_a_segmented_scan_kernel():
         assert kernel.scan_module.hooks.output_statement == "out[i] = prev_item;"
         assert kernel.spec.segmented and kernel.dtype == np.float64
     assert seg.kernel("keys", np.dtype(np.int32)) is seg.kernel("keys", np.dtype(np.int32))
-    # offsets become bool head flags, which the flags form's kernel scans
-    for dtype in (np.int32, np.int64):
-        assert seg.kernel("offsets", dtype) is seg.kernel("flags")
+    # offsets: each segment in tiles of its own (one kernel for either offset dtype, whose
+    # layout kernel reads that dtype), or bool head flags the flags form's kernel scans
+    tiles = seg.segment_tiles_kernel
+    hooks = tiles.scan_module.hooks
+    assert hooks.segment_tiles and not tiles.spec.segmented
+    assert hooks.output_statement == "out[i] = prev_item;" and tiles.dtype == np.float64
+    for dtype, c_type in ((np.int32, "int"), (np.int64, "long long")):
+        assert seg.kernel("offsets", dtype) is tiles
+        layout = seg.layout_kernel(dtype)
+        assert layout.dtype == np.int64 and layout.spec.operator.name == "add"
+        assert layout.arguments[0].declaration == f"const {c_type} *offsets"
+        assert seg.layout_kernel(dtype) is layout
 
 
 def test_offsets_become_head_flags_one_offset_a_thread():

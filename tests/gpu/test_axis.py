@@ -11,6 +11,7 @@ import pytest
 
 import scangen
 from scangen.arith import WARP_SIZE
+from scangen.lines import SHORT_ROW_TILES_MIN
 
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_scan_equal, axis_reference,
                            exact_affine_pairs, operator, poisoned, precompile, random_input)
@@ -122,7 +123,7 @@ def test_default_section_and_result_dtype(gpu, rng):
     and shorter rows one to a smaller tile, or segments), and float16 read into a float32
     scan."""
     for shape, axis in [((8, 700, 96), 1), ((3, 2, 9000), 2), ((6, 1000), 1), ((5, 600), -1),
-                        ((4, 2, 1025), 2), ((9, 300), 1)]:
+                        ((4, 2, 1025), 2), ((9, 300), 1), ((5, SHORT_ROW_TILES_MIN), 1)]:
         x = random_input(rng, np.float32, "add", int(np.prod(shape))).reshape(shape)
         got = scangen.Scan(np.float32, "add")(gpu.to_gpu(x), axis=axis).get()
         assert_scan_equal(got.ravel(),

@@ -18,7 +18,7 @@ from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, BFLOAT16, axis_reference,
 #: (shape, axis): every kernel (columns, short rows, row tiles, 1-D), column tiles cut
 #: short, several chunks of rows, rows of several tiles, rows one to a smaller tile.
 SHAPES = [((4, 300, 33), 1), ((4, 300, 33), 0), ((4, 300, 33), 2), ((3000,), 0),
-          ((700, 40), 0), ((5, 1, 70), 1), ((3, 2, 9000), 2), ((6, 1000), 1)]
+          ((700, 40), 0), ((5, 1, 70), 1), ((3, 2, 9000), 2), ((6, 1500), 1)]
 RECURRENCE_TYPES = ["float32", "float64", "complex64", "complex128"]
 #: 16-bit floats (bfloat16 where ml_dtypes is installed), recurring in float32.
 NARROW = ["float16"] + (["bfloat16"] if BFLOAT16 is not None else [])
@@ -41,7 +41,7 @@ def _compile_in_parallel():
     kernels += [_recurrence_kernels(as_dtype(dtype), False, "number", ()) for dtype in NARROW]
     precompile([k for lines in kernels
                 for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel,
-                          lines.row_tiles_kernel(1000))])
+                          lines.row_tiles_kernel(1500))])
 
 
 @pytest.mark.parametrize("mode", scangen.MODES)

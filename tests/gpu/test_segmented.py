@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import scangen
+from scangen.arith import ceil_div
 from scangen.spec import MODES, STRATEGIES
 
 from tests.support import (AFFINE_PAIR, AFFINE_PAIRS, assert_guard_untouched, broken_offsets,
@@ -41,6 +42,12 @@ OFFSET_TYPES = [("int32", "last_nonzero"), (AFFINE_PAIR, "affine_pairs")]
 OFFSET_CASES = list(itertools.product(STRATEGIES, MODES, OFFSET_TYPES, (False, True)))
 
 
+#: The offsets form in segment tiles (no more segments than sections), without initial=
+#: (OFFSET_CASES have it): a non-commutative operator on 8 bytes, and float32 adds.
+TILE_CASES = list(itertools.product(MODES, [("uint64", "affine_then"), ("float32", "add")],
+                                    (False, True)))
+
+
 def build_for_offsets(strategy, mode, dtype, op_name, reverse, initial=None):
     op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)
     return scangen.SegmentedScan(dtype, op, mode=mode, reverse=reverse, strategy=strategy,
@@ -54,8 +61,14 @@ def _compile_in_parallel():
         initial = values(np.random.default_rng(0), dtype, op_name, 1)[0] \
             if op_name == "affine_pairs" else None
         seg = build_for_offsets(strategy, mode, dtype, op_name, reverse, initial)
-        kernels += [seg.kernel("offsets"), seg.heads_module(np.int32),
+        kernels += [seg.kernel("offsets"), seg.kernel("flags"), seg.heads_module(np.int32),
                     seg.heads_module(np.int64)]
+        if seg.segment_tiles_kernel is not None:
+            kernels += [seg.layout_kernel(np.int32), seg.layout_kernel(np.int64)]
+    for mode, (dtype, op_name), reverse in TILE_CASES:
+        seg = build_for_offsets("auto", mode, dtype, op_name, reverse)
+        kernels += [seg.segment_tiles_kernel, seg.layout_kernel(np.int32),
+                    seg.layout_kernel(np.int64)]
     for strategy, mode, (dtype, op_name), reverse in CASES:
         seg = build(strategy, mode, dtype, op_name, reverse)
         kernels += [seg.kernel("flags", np.dtype(np.uint8)), seg.kernel("keys", np.dtype(np.int32)),
@@ -173,28 +186,94 @@ def test_random_offsets(gpu, rng, strategy, mode, types, reverse):
                                                   f"{offsets[:8]} .. {offsets[-4:]}")
 
 
+def tile_offsets(rng, n, section):
+    """CSR offsets of n elements in no more segments than sections of n (the offsets form's
+    segment tiles), one of each shape: one segment; cuts beside and at multiples of the
+    section; random cuts with empty segments among them; and those with empty segments
+    first and last."""
+    most = ceil_div(n, section)
+    shapes = [np.array([0, n])]
+    if most >= 2:
+        near = [cut for k in range(1, most) for cut in (k * section - 1, k * section,
+                                                        k * section + 1) if 0 < cut < n]
+        cuts = np.sort(rng.choice(near, size=min(len(near), most - 1), replace=False))
+        shapes.append(np.concatenate([[0], cuts, [n]]))
+        shapes.append(np.concatenate([[0], np.sort(rng.integers(0, n + 1, most - 1)), [n]]))
+    if most >= 3:
+        cuts = np.sort(rng.integers(0, n + 1, most - 3))
+        shapes.append(np.concatenate([[0, 0], cuts, [n, n]]))
+    return shapes
+
+
+@pytest.mark.parametrize("mode,types,reverse", TILE_CASES,
+                         ids=[f"{m}-{t[1]}-{'reverse' if r else 'forward'}"
+                              for m, t, r in TILE_CASES])
+def test_offsets_in_segment_tiles(gpu, rng, mode, types, reverse):
+    """Where the segments are no more than the sections, each is scanned in tiles of its
+    own (the plan says so): segments of lengths on both sides of a section and of its
+    multiples, empty ones among them, first and last, int32 and int64 offsets, into
+    poisoned output with a guard. The largest size runs first, so a smaller call that read
+    its tile status or layout wrongly shows."""
+    dtype, op_name = types
+    op = operator(op_name)
+    seg = build_for_offsets("auto", mode, dtype, op_name, reverse)
+    section = seg.segment_tiles_kernel.spec.section_size
+    for n in [40 * section + 3, 1, section - 1, section, section + 1, 3 * section + 7]:
+        x = values(rng, dtype, op_name, n)
+        x_gpu = gpu.to_gpu(x)
+        for shape, offsets in enumerate(tile_offsets(rng, n, section)):
+            offsets = offsets.astype((np.int32, np.int64)[shape % 2])
+            plan = seg.plan(n, form="offsets", index_dtype=offsets.dtype,
+                            segments=offsets.size - 1)
+            assert plan.steps[-1].kernel is seg.segment_tiles_kernel
+            want = segmented_reference(x, offset_heads(offsets, n), op, mode, reverse=reverse)
+            out = guarded_output(gpu, rng, n, dtype)
+            seg(x_gpu, out.out, offsets=gpu.to_gpu(offsets))
+            np.testing.assert_array_equal(assert_guard_untouched(out), want,
+                                          err_msg=f"n={n} offsets {offsets.dtype}: "
+                                                  f"{offsets[:8]} .. {offsets[-4:]}")
+
+
+def check_bad_offsets(gpu, rng, seg, n, offsets_of):
+    """Offsets that break each CSR rule (broken_offsets) of good ones (``offsets_of(n,
+    index_dtype)``), int32 and int64, over x of n uint64 affine maps: a checked call
+    raises naming the rule; an unchecked one writes nothing outside out (its guard) and
+    never hangs; the next good call is right."""
+    x = random_input(rng, "uint64", "affine_then", n)
+    x_gpu = gpu.to_gpu(x)
+    for index_dtype in (np.int32, np.int64):
+        good = offsets_of(n, index_dtype)
+        want = segmented_reference(x, offset_heads(good, n), operator("affine_then"),
+                                   "inclusive")
+        for bad, message in broken_offsets(rng, good, n):
+            with pytest.raises(ValueError, match=message):
+                seg(x_gpu, offsets=gpu.to_gpu(bad))
+            out = guarded_output(gpu, rng, n, np.uint64)
+            seg(x_gpu, out.out, offsets=gpu.to_gpu(bad), check_offsets=False)
+            assert_guard_untouched(out)
+        got = seg(x_gpu, offsets=gpu.to_gpu(good)).get()
+        np.testing.assert_array_equal(got, want, err_msg=f"n={n} after bad offsets")
+
+
+def test_bad_offsets_in_segment_tiles(gpu, rng):
+    """Bad offsets of as few segments as sections (the segment tiles' route): the layout
+    and tile status a call uses are its own, so a good call after bad ones is right."""
+    seg = scangen.SegmentedScan(np.uint64, operator("affine_then"))
+    section = seg.segment_tiles_kernel.spec.section_size
+    for n in [section + 1, 7 * section + 5]:
+        check_bad_offsets(gpu, rng, seg, n, lambda n, index_dtype:
+                          tile_offsets(rng, n, section)[2].astype(index_dtype))
+
+
 def test_bad_offsets_are_found_on_the_device(gpu, rng):
     """Every way offsets can break the CSR rules, at random places and sizes on both sides
     of a heads-kernel block (256 offsets) and of a section, raises ValueError naming the
-    rule, int32 and int64; a good call after a bad one passes (the verdict is reset). With
-    check_offsets=False nothing is checked and bad offsets write nothing outside out (its
-    guard) and nothing past the heads (the next checked call is right)."""
+    rule; a good call after a bad one passes (the verdict is reset, and nothing was written
+    past the heads)."""
     seg = scangen.SegmentedScan(np.uint64, operator("affine_then"))
     for n in [1, 2, 255, 256, 257, 2048, 2049, 70_001]:
-        x = random_input(rng, "uint64", "affine_then", n)
-        x_gpu = gpu.to_gpu(x)
-        for index_dtype in (np.int32, np.int64):
-            good = random_offsets(rng, n, index_dtype)[2]
-            want = segmented_reference(x, offset_heads(good, n), operator("affine_then"),
-                                       "inclusive")
-            for bad, message in broken_offsets(rng, good, n):
-                with pytest.raises(ValueError, match=message):
-                    seg(x_gpu, offsets=gpu.to_gpu(bad))
-                out = guarded_output(gpu, rng, n, np.uint64)
-                seg(x_gpu, out.out, offsets=gpu.to_gpu(bad), check_offsets=False)
-                assert_guard_untouched(out)
-            got = seg(x_gpu, offsets=gpu.to_gpu(good)).get()
-            np.testing.assert_array_equal(got, want, err_msg=f"n={n} after bad offsets")
+        check_bad_offsets(gpu, rng, seg, n, lambda n, index_dtype:
+                          random_offsets(rng, n, index_dtype)[2])
 
 
 #: One-byte flags and keys read a run at a time (ScanModule.run_heads): each run length, with a

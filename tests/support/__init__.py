@@ -687,8 +687,8 @@ class RecordedLaunch(NamedTuple):
     values: tuple
     n: int
     stream: object
-    #: (axis length, axis stride) of a scan along columns, else None.
-    columns: tuple | None
+    #: The layout of a kernel of lines (scangen.plan.make_plan), else None.
+    layout: tuple | int | None
 
 
 def record_launches(monkeypatch, run=False) -> list:
@@ -699,11 +699,11 @@ def record_launches(monkeypatch, run=False) -> list:
     recorded = []
     launch = launcher.Runtime.launch
 
-    def recording(runtime, values, n, stream, columns=None):
+    def recording(runtime, values, n, stream, layout=None):
         recorded.append(RecordedLaunch(runtime.scan_module.hooks.title, values, n, stream,
-                                       columns))
+                                       layout))
         if run:
-            launch(runtime, values, n, stream, columns)
+            launch(runtime, values, n, stream, layout)
 
     monkeypatch.setattr(launcher.Runtime, "launch", recording)
     return recorded
