@@ -164,6 +164,11 @@ class SegmentTiles:
                                  f"{name!r} is missing or of another type")
 
 
+class WholeWarpsError(ValueError):
+    """A kernel of lines (along columns, rows or segment tiles) asked of a spec whose
+    blocks are not whole warps: what a client with another way to scan catches."""
+
+
 #: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads`` (not
 #: scangen.tuning.SEGMENT_HEADS, the heads kernel's tuning table).
 SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys, HeadRows)
@@ -405,7 +410,7 @@ class ScanModule:
                     f"{' in segments' if scan.segmented else ''}")
         if (self.hooks.columns or self.hooks.segment_tiles) and \
                 self.scan.block_size % WARP_SIZE:
-            raise ValueError(
+            raise WholeWarpsError(
                 f"a scan along columns runs blocks of whole warps; this spec's block has "
                 f"{self.scan.block_size} threads (section {self.scan.section_size} of "
                 f"{self.scan.algorithm}): choose a larger section or warp_shuffle")

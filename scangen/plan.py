@@ -193,14 +193,11 @@ def make_plan(scan_module, n, layout=None) -> Plan:
     if layout is not None:
         builder = PlanBuilder(scan_module.plan_options)
         strategy = columns_plan.COLUMNS if hooks.columns else columns_plan.SEGMENTS
+        name = strategy.name
         if n > 0:
-            if hooks.columns:
-                layout = columns_plan.check_columns(n, layout)
-                strategy.build(builder, n, *layout)
-            else:
-                layout = columns_plan.check_segments(n, layout)
-                strategy.build(builder, n, layout)
-        name = "rows" if hooks.columns and n and layout[1] == 1 else strategy.name
+            layout = strategy.check(n, layout)
+            strategy.build(builder, n, layout)
+            name = strategy.plan_name(layout)
         return Plan(scan_module, n, name, tuple(builder.launches),
                     tuple(builder.temporaries), builder.single_pass_tiles,
                     None if n == 0 else layout)

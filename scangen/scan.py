@@ -74,9 +74,10 @@ class Scan:
     default), every line along it on its own, with no transposing copy: along any axis but
     the last by ``scan.columns_kernel``, which reads a warp's width of neighbouring lines at
     once and walks them down the axis; along the last by the same kernel's row tiles where
-    a row fills a section (each row's tiles looking back to its first only), else by
-    ``scan.rows_kernel``, a ScanKernel whose segments are the rows (the plan of a 1-D
-    scan). ``scan.plan(shape, axis=k)`` shows which.
+    a row fills a section (each row's tiles looking back to its first only), by a columns
+    kernel of a smaller section for rows of scangen.lines.SHORT_ROW_TILES_MIN or more (one
+    tile a row), else by ``scan.rows_kernel``, a ScanKernel whose segments are the rows
+    (the plan of a 1-D scan). ``scan.plan(shape, axis=k)`` shows which.
 
     Floating-point results depend on evaluation order and so differ in the last bits between
     algorithms and section sizes; they are not bit-reproducible against a sequential sum.
@@ -170,8 +171,9 @@ class Scan:
 
     @property
     def rows_kernel(self) -> ScanKernel:
-        """The ScanKernel along the last axis of an N-D array whose rows are shorter than a
-        section: each row a segment (built on first use)."""
+        """The ScanKernel along the last axis of an N-D array whose rows are too short for
+        tiles of their own (scangen.lines.LineKernels): each row a segment (built on first
+        use)."""
         return self.lines.rows_kernel
 
     def __call__(self, x, out=None, *, axis=-1, stream=None, initial=None):

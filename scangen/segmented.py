@@ -26,7 +26,8 @@ import numpy as np
 from . import compile as compiler
 from .arith import ceil_div
 from .args import Argument, c_parameters
-from .kernel import HeadFlags, HeadKeys, ScanKernel, SegmentTiles, options_repr
+from .kernel import (HeadFlags, HeadKeys, ScanKernel, SegmentTiles, WholeWarpsError,
+                     options_repr)
 from .interop import Call, check_array
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count
@@ -303,9 +304,8 @@ class SegmentedScan:
                         input_expr="x[i]", output_statement=_OUTPUT[self.mode],
                         title=f"segmented {self.mode} scan by offsets, each segment in "
                               f"tiles of its own", _segment_tiles=_LAYOUT, **options)
-                except ValueError as error:
-                    if "whole warps" not in str(error):
-                        raise
+                except WholeWarpsError:
+                    pass  # the head flags' route takes any block
             self._kernels["tiles"] = kernel
         return self._kernels["tiles"]
 

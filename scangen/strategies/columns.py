@@ -60,9 +60,19 @@ class Columns:
     def kernels(self) -> tuple[Kernel, ...]:
         return (Kernel(SCAN_COLUMNS, "user"), Kernel(SCAN_ROWS, "user"))
 
-    def build(self, builder: PlanBuilder, n: int, length: int, stride: int) -> None:
+    def check(self, n: int, layout) -> tuple[int, int]:
+        """``layout``, ``(axis_length, axis_stride)``, checked (check_columns)."""
+        return check_columns(n, layout)
+
+    def plan_name(self, layout) -> str:
+        """What a plan of ``layout`` calls its strategy: rows where the stride is 1."""
+        return "rows" if layout[1] == 1 else self.name
+
+    def build(self, builder: PlanBuilder, n: int, layout: tuple[int, int]) -> None:
         """The one launch that scans ``n`` indices along columns of ``length`` rows,
-        consecutive rows ``stride`` indices apart (1: along rows)."""
+        consecutive rows ``stride`` indices apart (1: along rows): ``layout`` is
+        ``(length, stride)``."""
+        length, stride = layout
         if stride == 1:
             return self._build_rows(builder, n, length)
         spec, warp = builder.spec, WARP_SIZE
@@ -116,6 +126,17 @@ class Segments:
     def kernels(self) -> tuple[Kernel, ...]:
         return (Kernel(SCAN_SEGMENTS, "user"),)
 
+    def check(self, n: int, segments) -> int:
+        """``segments`` as an int that may segment the ``n`` indices (at least 1); raises
+        ValueError naming what is wrong."""
+        if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+            raise ValueError(f"a kernel of segment tiles plans with its number of segments "
+                             f"(an int of at least 1), not {segments!r}")
+        return segments
+
+    def plan_name(self, segments) -> str:
+        return self.name
+
     def build(self, builder: PlanBuilder, n: int, segments: int) -> None:
         """The one launch that scans ``n`` indices as ``segments`` segments."""
         section = builder.spec.section_size
@@ -126,15 +147,6 @@ class Segments:
                            f"looking back to its segment's first: at most {grid} tiles "
                            f"in one pass (a block past the last returns at once); "
                            f"status {TileState.of(builder.spec).status_bytes(grid)} B")
-
-
-def check_segments(n: int, segments) -> int:
-    """``segments`` as an int that may segment ``n`` indices (at least 1); raises
-    ValueError naming what is wrong."""
-    if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
-        raise ValueError(f"a kernel of segment tiles plans with its number of segments (an "
-                         f"int of at least 1), not {segments!r}")
-    return segments
 
 
 COLUMNS = Columns()
