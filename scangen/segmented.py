@@ -37,6 +37,7 @@ from .runtime.modules import ModuleRuntime
 from .scan import _OUTPUT
 from .spec import check_mode
 from .strategies.base import MAX_GRID, NULL, BufferArg, RuntimeArg
+from .strategies.columns import SEGMENTS
 from .tuning import SEGMENT_HEADS
 from .types import MASK_C_TYPES, element_type
 
@@ -252,8 +253,9 @@ class SegmentedScan:
         form's scan."""
         index_dtype = _index_dtype(form, index_dtype)
         if form == "offsets":
-            return self._offsets_plan(as_count(n), index_dtype,
-                                      1 if segments is None else as_count(segments))
+            n = as_count(n)
+            return self._offsets_plan(n, index_dtype,
+                                      1 if segments is None else SEGMENTS.check(n, segments))
         if segments is not None:
             raise TypeError("segments= is the offsets form's; give form='offsets' too")
         return self.kernel(form, index_dtype).plan(n)

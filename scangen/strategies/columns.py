@@ -25,6 +25,7 @@ returns at once.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from ..arith import WARP_SIZE, ceil_div
 from ..families import SCAN_COLUMNS, SCAN_ROWS, SCAN_SEGMENTS, Kernel
@@ -127,12 +128,16 @@ class Segments:
         return (Kernel(SCAN_SEGMENTS, "user"),)
 
     def check(self, n: int, segments) -> int:
-        """``segments`` as an int that may segment the ``n`` indices (at least 1); raises
-        ValueError naming what is wrong."""
-        if isinstance(segments, bool) or not isinstance(segments, int) or segments < 1:
+        """``segments`` as an int that may segment the ``n`` indices (at least 1; numpy
+        integers too); raises ValueError naming what is wrong."""
+        try:
+            count = None if isinstance(segments, bool) else operator.index(segments)
+        except TypeError:
+            count = None
+        if count is None or count < 1:
             raise ValueError(f"a kernel of segment tiles plans with its number of segments "
                              f"(an int of at least 1), not {segments!r}")
-        return segments
+        return count
 
     def plan_name(self, segments) -> str:
         return self.name

@@ -192,6 +192,13 @@ def test_segmented_check_compile_compiles_every_form_or_the_one_named(monkeypatc
     (lambda seg: seg.plan(10, form="offsets", index_dtype=np.uint32), TypeError,
      "offsets has dtype uint32; use one of int32, int64"),
     (lambda seg: seg.check_compile(index_dtype=np.int32), TypeError, "give form= too"),
+    (lambda seg: seg.plan(10, form="flags", segments=3), TypeError,
+     "segments= is the offsets form's"),
+    (lambda seg: seg.plan(10, form="offsets", segments=0), ValueError,
+     r"number of segments \(an int of at least 1\), not 0"),
+    (lambda seg: seg.plan(10, form="offsets", segments=-2), ValueError, "not -2"),
+    (lambda seg: seg.plan(10, form="offsets", segments=1.5), ValueError, "not 1.5"),
+    (lambda seg: seg.plan(10, form="offsets", segments=True), ValueError, "not True"),
 ])
 def test_segmented_inspection_refuses_unknown_forms_and_dtypes(call, error, message):
     with pytest.raises(error, match=message):

@@ -312,6 +312,8 @@ def test_segmented_offsets_plan_in_segment_tiles(index_dtype):
                         (40 * section + 3, 7)]:
         plan = check_launches(seg.plan(n, form="offsets", index_dtype=index_dtype,
                                        segments=segments))
+        assert seg.plan(n, form="offsets", index_dtype=index_dtype,
+                        segments=np.int64(segments)) is plan  # kept, for numpy ints too
         heads, checked, lay, scan = plan.steps
         assert heads.kernel == EntryPoint(seg.heads_module(index_dtype), "segment_heads")
         assert dict(heads.args)["heads"] is NULL and checked.name == "offsets checked"
