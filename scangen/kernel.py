@@ -106,6 +106,22 @@ class HeadRows:
 
 
 @dataclass(frozen=True)
+class HeadBits:
+    """Segment heads as the bits of an array argument of 32-bit unsigned words (a head at
+    index i where bit i % 32 of word i / 32 is set): what SegmentedScan's offsets form
+    writes from the offsets (an eighth of the bytes of one-byte flags) and passes as
+    ``_segment_heads=``, so a lane may take its run's heads from one word
+    (ScanModule.run_heads) without reading the expression."""
+
+    #: The name of the pointer argument that holds the words.
+    argument: str
+
+    @property
+    def expression(self) -> str:
+        return f"({self.argument}[i >> 5] >> (i & 31) & 1u) != 0"
+
+
+@dataclass(frozen=True)
 class PlainArrays:
     """Hooks that read ``input[i]`` (as the scan type, or converted to it by
     ``input_expr``) and write ``output[i] = item`` (or ``prev_item``, exclusive): what Scan
@@ -171,7 +187,7 @@ class WholeWarpsError(ValueError):
 
 #: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads`` (not
 #: scangen.tuning.SEGMENT_HEADS, the heads kernel's tuning table).
-SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys, HeadRows)
+SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys, HeadRows, HeadBits)
 
 
 @dataclass(frozen=True)
@@ -217,10 +233,10 @@ class Hooks:
     #: hooks are made (make_hooks).
     library_names_used: frozenset = frozenset()
     #: The segment heads are a flags argument's nonzero elements (HeadFlags), where a
-    #: keys argument changes (HeadKeys) or every row length (HeadRows);
-    #: is_segment_start_expr is then its expression.
+    #: keys argument changes (HeadKeys), every row length (HeadRows) or a words argument's
+    #: set bits (HeadBits); is_segment_start_expr is then its expression.
     #: None: the expression is the user's.
-    segment_heads: HeadFlags | HeadKeys | HeadRows | None = None
+    segment_heads: HeadFlags | HeadKeys | HeadRows | HeadBits | None = None
     #: The indices are an (outer, axis_length, axis_stride) C-contiguous array scanned along
     #: its middle axis, each column (a fixed outer and inner position) on its own: a
     #: scan along any axis but the last of an N-D array (scangen.strategies.columns). The
@@ -284,8 +300,8 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     _check_preamble_macros(preamble)
     if segment_heads is not None:
         if not isinstance(segment_heads, SEGMENT_HEAD_TYPES):
-            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags, HeadKeys or "
-                            f"HeadRows, not {type(segment_heads).__name__}")
+            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags, HeadKeys, "
+                            f"HeadRows or HeadBits, not {type(segment_heads).__name__}")
         what = type(segment_heads).__name__
         if is_segment_start_expr is not None:
             raise TypeError(f"give is_segment_start_expr or _segment_heads (a {what}), "
@@ -293,7 +309,8 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         if isinstance(segment_heads, HeadRows):
             _check_row_length(parsed, segment_heads.argument)
         else:
-            _check_integer_pointer(parsed, segment_heads.argument, what)
+            _check_integer_pointer(parsed, segment_heads.argument, what,
+                                   words=isinstance(segment_heads, HeadBits))
         is_segment_start_expr = segment_heads.expression
     if is_segment_start_expr is not None:
         is_segment_start_expr = check_code(is_segment_start_expr, "is_segment_start_expr",
@@ -350,14 +367,19 @@ def _check_mask(mask, arguments, input_expr, counts) -> None:
     _check_integer_pointer(arguments, mask.argument, "MaskInput")
 
 
-def _check_integer_pointer(arguments, name: str, what: str) -> None:
-    """The argument a typed description (``what``) names: a pointer to integers or bools."""
+def _check_integer_pointer(arguments, name: str, what: str, words: bool = False) -> None:
+    """The argument a typed description (``what``) names: a pointer to integers or bools
+    (``words``: to 32-bit unsigned integers)."""
     argument = next((a for a in arguments if a.name == name), None)
     if argument is None:
         raise ArgumentError(f"the {what} names {name!r}, which is none of the "
                             f"arguments ({', '.join(a.name for a in arguments)})")
     dtype = argument.scalar_dtype
-    if not argument.pointer or dtype is None or dtype.kind not in "biu":
+    if words:
+        if not argument.pointer or dtype != np.uint32:
+            raise ArgumentError(f"the {what}'s {argument.described} must point to unsigned "
+                                f"32-bit words")
+    elif not argument.pointer or dtype is None or dtype.kind not in "biu":
         raise ArgumentError(f"the {what}'s {argument.described} must point to integers "
                             f"or bools")
 
@@ -463,10 +485,11 @@ class ScanModule:
     def run_heads(self) -> tuple[str, str, str] | None:
         """``(form, argument, C type of its elements)`` where the segment heads are given
         typed (Hooks.segment_heads: ``"flags"`` for one-byte HeadFlags, ``"keys"`` for
-        HeadKeys, ``"rows"`` for HeadRows) and the single pass moves warp runs in array
-        order (of 4, 8 or 16 items for flags and keys): each lane then reads its run's
-        flags or keys in a few wide loads, or takes one remainder by the row length, and
-        finds the heads itself, instead of every item reading (or dividing for) its own,
+        HeadKeys, ``"rows"`` for HeadRows, ``"bits"`` for HeadBits) and the single pass
+        moves warp runs in array order (of 4, 8 or 16 items for flags and keys, at most
+        32 for bits): each lane then reads its run's flags or keys in a few wide loads (its
+        bits in one), or takes one remainder by the row length, and finds the heads
+        itself, instead of every item reading (or dividing for) its own,
         which cost the scan as much as its values did. None otherwise (the heads come with
         each item)."""
         heads = self.hooks.segment_heads
@@ -475,6 +498,12 @@ class ScanModule:
         argument = next(a for a in self.hooks.arguments if a.name == heads.argument)
         if isinstance(heads, HeadRows):
             return "rows", heads.argument, argument.c_type
+        if isinstance(heads, HeadBits):
+            # a run (a power of two of items, starting a multiple of its length into the
+            # array) lies within one word where it is at most a word's bits
+            if self.scan.items_per_thread > 32:
+                return None
+            return "bits", heads.argument, argument.c_type
         if self.scan.items_per_thread not in (4, 8, 16):
             return None
         if isinstance(heads, HeadFlags):

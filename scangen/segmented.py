@@ -8,9 +8,10 @@ kept). The offsets form takes one of two routes, by the segments' number:
   int64 adds lays the segments out from the offsets (each one's first tile and start), and
   the scan_segments kernel scans each segment in tiles of its own, combining the values
   alone (scangen.strategies.columns);
-* head flags otherwise: a kernel of its own (SegmentHeadsModule,
-  templates/segment_heads.cu.j2) writes head flags from the offsets into n bytes of
-  scratch, and the flags form's kernel scans with them.
+* head bits otherwise: a kernel of its own (SegmentHeadsModule,
+  templates/segment_heads.cu.j2) sets a bit for each segment's head in n / 8 bytes of
+  scratch, and a kernel like the flags form's scans with them (a lane takes its run's
+  heads from one word).
 
 Either way the heads kernel checks the offsets first (with no heads to write on the first
 route): a segment test that searched the offsets for every element cost several times the
@@ -26,8 +27,8 @@ import numpy as np
 from . import compile as compiler
 from .arith import ceil_div
 from .args import Argument, c_parameters
-from .kernel import (HeadFlags, HeadKeys, ScanKernel, SegmentTiles, WholeWarpsError,
-                     options_repr)
+from .kernel import (HeadBits, HeadFlags, HeadKeys, ScanKernel, SegmentTiles,
+                     WholeWarpsError, options_repr)
 from .interop import Call, check_array
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count
@@ -70,8 +71,8 @@ _TILES_ARGUMENTS = f"const scan_t *x, scan_t *out, {_LAYOUT.arguments}"
 
 @dataclass(frozen=True)
 class SegmentHeadsModule(Module):
-    """``segment_heads`` (templates/segment_heads.cu.j2): the head flags (bool, zeroed
-    first; none where ``heads`` is NULL) of n elements from CSR offsets of
+    """``segment_heads`` (templates/segment_heads.cu.j2): the head bits (32-bit words,
+    zeroed first; none where ``heads`` is NULL) of n elements from CSR offsets of
     ``offset_dtype``, a thread an offset; where ``verdict`` is not NULL it also checks the
     offsets and sets ``*verdict`` to 1 if any is bad."""
 
@@ -83,7 +84,7 @@ class SegmentHeadsModule(Module):
     def parameters(self) -> tuple[Argument, ...]:
         return (Argument("offsets", MASK_C_TYPES[self.offset_dtype], pointer=True, const=True,
                          restrict=True),
-                Argument("heads", "bool", pointer=True, restrict=True),
+                Argument("heads", "unsigned", pointer=True, restrict=True),
                 Argument("verdict", "long long", pointer=True),
                 Argument("offset_count", "long long"), Argument("n", "long long"))
 
@@ -99,6 +100,19 @@ class SegmentHeadsModule(Module):
                     parameters=c_parameters(self.parameters))
 
 
+def takes_segment_tiles(n: int, segments: int, section: int) -> bool:
+    """Whether the offsets form scans ``n`` elements in ``segments`` segments in tiles of
+    their own (of ``section``): where the segments are no more than the sections. More,
+    shorter segments ran slower so than by head bits at every section tried
+    (benchmarks/segment_tiles_sections.py; docs/design/decisions.md)."""
+    return segments <= ceil_div(n, section)
+
+
+def head_words(n: int) -> int:
+    """The 32-bit words of n elements' head bits."""
+    return ceil_div(n, 32)
+
+
 def _check_offsets_launch(builder: ModulePlanBuilder, module: SegmentHeadsModule, n: int,
                           offsets: int, heads) -> None:
     """The heads kernel's launch over at most ``offsets`` offsets (writing ``heads``, or
@@ -109,9 +123,10 @@ def _check_offsets_launch(builder: ModulePlanBuilder, module: SegmentHeadsModule
         module.block_size,
         dict(offsets=BufferArg("offsets"), heads=heads, verdict=BufferArg("verdict"),
              offset_count=RuntimeArg("offset_count"), n=n),
-        reads=offsets * module.offset_dtype.itemsize, writes=0 if heads is NULL else n,
+        reads=offsets * module.offset_dtype.itemsize,
+        writes=0 if heads is NULL else 4 * head_words(n),
         blocks_per_sm=_HEADS_BLOCKS_PER_SM,
-        why=("heads[offsets[k]] = 1 where offsets[k] < n, a thread an offset of the "
+        why=("bit offsets[k] of heads set where offsets[k] < n, a thread an offset of the "
              "call's <offset_count>, each offset checked against the next where the "
              "call binds a verdict (reads and writes at most, for n + 1 offsets)"
              if heads is not NULL else
@@ -151,17 +166,19 @@ def _segment_tiles_plan(module: SegmentHeadsModule, layout: ScanKernel, kernel: 
 
 def _offsets_plan(module: SegmentHeadsModule, kernel: ScanKernel, n: int,
                   title: str) -> ModulePlan:
-    """The offsets form over n elements: the heads zeroed, the heads kernel (checking the
-    offsets where the call binds a verdict), a checkpoint the call waits for to read the
-    verdict, then ``kernel`` (the flags form's) over x with those heads."""
+    """The offsets form over n elements: the head bits zeroed, the heads kernel (checking
+    the offsets where the call binds a verdict), a checkpoint the call waits for to read
+    the verdict, then ``kernel`` (SegmentedScan.bits_kernel) over x with those heads."""
     builder = ModulePlanBuilder()
     if n:
-        heads = builder.temporary("heads", n, "a head flag an element, from the offsets")
-        builder.zero("heads", n)
+        heads_bytes = 4 * head_words(n)
+        heads = builder.temporary("heads", heads_bytes, "a head bit an element, from the "
+                                                        "offsets")
+        builder.zero("heads", heads_bytes)
         _check_offsets_launch(builder, module, n, n + 1, heads)
         initial = RuntimeArg("initial") if kernel.scan_module.hooks.initial else None
-        builder.scan(kernel, n, dict(x=BufferArg("x"), flags=heads, out=BufferArg("out")),
-                     "the flags form's scan, segments starting where heads is set",
+        builder.scan(kernel, n, dict(x=BufferArg("x"), heads=heads, out=BufferArg("out")),
+                     "the scan by head bits, segments starting where a bit is set",
                      initial=initial)
     return builder.build(title, n, [f"{module.description}: {module.block_size} threads a "
                                     f"block, an offset a thread"])
@@ -179,9 +196,9 @@ class SegmentedScan:
       offsets. Where the segments are no more than the sections of len(x) (and the
       strategy is auto), each segment is then scanned in tiles of its own: a scan of their
       tile counts lays them out (scratch of 16 bytes a segment), and one kernel scans
-      them, combining the values alone. Otherwise the checking kernel also writes each
-      segment's head flag into n bytes of scratch, and the flags form's kernel scans with
-      them. (Scratch is kept per thread and stream, as the primitives keep theirs.) The
+      them, combining the values alone. Otherwise the checking kernel also sets each
+      segment's head bit in n / 8 bytes of scratch, and a kernel like the flags form's
+      scans with them. (Scratch is kept per thread and stream, as the primitives keep theirs.) The
       call queues every step, then waits for the check's verdict alone (the scan runs
       meanwhile, so the GPU does not idle between calls) and raises ValueError naming the
       first bad offset. ``check_offsets=False`` skips the check and the wait: the call
@@ -207,12 +224,12 @@ class SegmentedScan:
     for offsets ``segments=`` (default 1), which decides the route;
     ``check_compile()`` with no form compiles every module of the three. The offsets
     form's plan is a ModulePlan: the ``segment_heads`` launch, then either the layout's
-    scan and the segment tiles' scan, or (the heads zeroed first) the flags form's scan.
-    ``seg.kernel(form, index_dtype)`` is the ScanKernel a form scans with (``.source`` of
-    another form: ``seg.kernel("keys", np.int32).source``); for offsets that is the
-    segment tiles' kernel, ``seg.segment_tiles_kernel`` (None where the options rule it
-    out), whose layout comes from ``seg.layout_kernel(index_dtype)``, or with head flags
-    the flags form's, ``seg.kernel("flags")``; the heads kernel is
+    scan and the segment tiles' scan, or (the head bits zeroed first) the scan by head
+    bits. ``seg.kernel(form, index_dtype)`` is the ScanKernel a form scans with
+    (``.source`` of another form: ``seg.kernel("keys", np.int32).source``); for offsets
+    that is the segment tiles' kernel, ``seg.segment_tiles_kernel`` (None where the
+    options rule it out), whose layout comes from ``seg.layout_kernel(index_dtype)``, or
+    with head bits ``seg.bits_kernel``; the heads kernel is
     ``seg.heads_module(index_dtype)`` (``.source``, ``.check_compile()``).
     """
 
@@ -249,8 +266,8 @@ class SegmentedScan:
     def plan(self, n, form="flags", index_dtype=None, segments=None):
         """The launches that scan ``n`` elements segmented by ``form`` (no GPU needed): the
         kernel's Plan for flags and keys, a ModulePlan for offsets in ``segments``
-        segments (default 1): the heads kernel, then the segment tiles' steps or the flags
-        form's scan."""
+        segments (default 1): the heads kernel, then the segment tiles' steps or the scan
+        by head bits."""
         index_dtype = _index_dtype(form, index_dtype)
         if form == "offsets":
             n = as_count(n)
@@ -263,8 +280,8 @@ class SegmentedScan:
     def check_compile(self, form=None, index_dtype=None) -> None:
         """Compile ``form`` (default: every form, each with its default index dtype) with the
         nvcc on PATH, without a GPU; a C error in the operator raises ScanCompileError with
-        the numbered source around it. The offsets form compiles its heads kernel and the
-        flags form's scan."""
+        the numbered source around it. The offsets form compiles its heads kernel, the
+        scan by head bits and, where the options allow them, the segment tiles' kernels."""
         compiler.check_all_with_nvcc(self.modules_to_compile(form, index_dtype))
 
     def modules_to_compile(self, form=None, index_dtype=None) -> list:
@@ -276,7 +293,7 @@ class SegmentedScan:
         modules = []
         for each in _INDEX_TYPES if form is None else (form,):
             if each == "offsets":
-                found = [self.heads_module(index_dtype), self.kernel("flags").scan_module]
+                found = [self.heads_module(index_dtype), self.bits_kernel.scan_module]
                 if self.segment_tiles_kernel is not None:
                     found += [self.layout_kernel(index_dtype).scan_module,
                               self.segment_tiles_kernel.scan_module]
@@ -286,8 +303,8 @@ class SegmentedScan:
         return modules
 
     def heads_module(self, index_dtype=None) -> SegmentHeadsModule:
-        """The module whose kernel writes the offsets form's head flags from CSR offsets of
-        ``index_dtype`` (int32 or int64; default int64)."""
+        """The module whose kernel checks the offsets form's CSR offsets of
+        ``index_dtype`` (int32 or int64; default int64) and writes their head bits."""
         return SegmentHeadsModule(_index_dtype("offsets", index_dtype))
 
     @property
@@ -307,7 +324,7 @@ class SegmentedScan:
                         title=f"segmented {self.mode} scan by offsets, each segment in "
                               f"tiles of its own", _segment_tiles=_LAYOUT, **options)
                 except WholeWarpsError:
-                    pass  # the head flags' route takes any block
+                    pass  # the head bits' route takes any block
             self._kernels["tiles"] = kernel
         return self._kernels["tiles"]
 
@@ -342,12 +359,12 @@ class SegmentedScan:
     def kernel(self, form: str, index_dtype=None) -> ScanKernel:
         """The ScanKernel of one form ("flags", "offsets", "keys") and index dtype (default:
         bool flags, int64 offsets and keys). The offsets form scans in segment tiles
-        (segment_tiles_kernel) where the options allow it, else with the flags form's
-        kernel over the flags its heads kernel writes (heads_module): for any offsets
-        dtype this is one of those two."""
+        (segment_tiles_kernel) where the options allow it, else with bits_kernel over the
+        head bits its heads kernel writes (heads_module): for any offsets dtype this is
+        one of those two."""
         index_dtype = _index_dtype(form, index_dtype)
         if form == "offsets":
-            return self.segment_tiles_kernel or self.kernel("flags")
+            return self.segment_tiles_kernel or self.bits_kernel
         key = (form, index_dtype)
         if key not in self._kernels:
             c = MASK_C_TYPES[index_dtype]
@@ -362,10 +379,24 @@ class SegmentedScan:
                 title=f"segmented {self.mode} scan by {form}", **heads, **self.scan_options)
         return self._kernels[key]
 
+    @property
+    def bits_kernel(self) -> ScanKernel:
+        """The offsets form's scan where its segments do not take tiles of their own: as
+        the flags form's, its heads the bits (scangen.kernel.HeadBits) of ``heads``, 32-bit
+        words that heads_module's kernel sets from the offsets."""
+        if "bits" not in self._kernels:
+            self._kernels["bits"] = ScanKernel(
+                self.dtype, self.operator,
+                arguments="const scan_t *x, const unsigned *heads, scan_t *out",
+                input_expr="x[i]", output_statement=_OUTPUT[self.mode],
+                title=f"segmented {self.mode} scan by head bits",
+                _segment_heads=HeadBits("heads"), **self.scan_options)
+        return self._kernels["bits"]
+
     def _offsets_plan(self, n: int, index_dtype: np.dtype, segments: int) -> ModulePlan:
         tiles = self.segment_tiles_kernel
-        if tiles is not None and segments > ceil_div(n, tiles.spec.section_size):
-            tiles = None  # more segments than sections: head flags
+        if tiles is not None and not takes_segment_tiles(n, segments, tiles.spec.section_size):
+            tiles = None
         key = (index_dtype, n, segments if tiles else None)
         plan = self._plans.get(key)
         if plan is None:
@@ -373,8 +404,8 @@ class SegmentedScan:
                 self._plans.clear()
             title = f"segmented {self.mode} scan by {index_dtype} offsets"
             if tiles is None:
-                plan = _offsets_plan(self.heads_module(index_dtype), self.kernel("flags"), n,
-                                     title + " through head flags")
+                plan = _offsets_plan(self.heads_module(index_dtype), self.bits_kernel, n,
+                                     title + " through head bits")
             else:
                 plan = _segment_tiles_plan(self.heads_module(index_dtype),
                                            self.layout_kernel(index_dtype), tiles, n,

@@ -125,11 +125,11 @@ def test_segmented_source_is_the_flags_form_built_at_construction():
     seg = scangen.SegmentedScan(np.int32, "add")
     assert seg.source == seg.kernel("flags", np.bool_).source
     assert "flags[i] != 0" in seg.source
-    # offsets: segments in tiles of their own, or where a strategy is named head flags
+    # offsets: segments in tiles of their own, or where a strategy is named head bits
     assert seg.kernel("offsets") is seg.segment_tiles_kernel
     assert seg.segment_tiles_kernel.scan_module.hooks.segment_tiles
     named = scangen.SegmentedScan(np.int32, "add", strategy="chained")
-    assert named.segment_tiles_kernel is None and named.kernel("offsets") is named.kernel("flags")
+    assert named.segment_tiles_kernel is None and named.kernel("offsets") is named.bits_kernel
     assert "segment_heads(const long long" in seg.heads_module().source
     assert "keys[i] != keys[i - 1]" in seg.kernel("keys", np.uint8).source
 
@@ -154,12 +154,12 @@ def test_segmented_plan_takes_a_form_and_index_dtype():
     assert plan.launches[-1].kernel.name == "scan_segments_user"
     segments = ceil_div(5000, section)
     assert len(seg.plan(5000, form="offsets", segments=segments).steps) == 4
-    # more segments than sections: head flags written by the heads kernel, the flags scan
+    # more segments than sections: head bits set by the heads kernel, the scan by them
     plan = seg.plan(5000, form="offsets", index_dtype=np.int32, segments=segments + 1)
     heads, checked, scan = plan.steps
     assert dict(heads.args)["heads"] is not None and checked.name == "offsets checked"
-    assert scan.kernel is seg.kernel("flags")
-    assert plan.launches[1:] == seg.plan(5000).launches
+    assert scan.kernel is seg.bits_kernel
+    assert plan.launches[1:] == seg.bits_kernel.plan(5000).launches
     assert seg.plan(100, form="keys", index_dtype=np.int8).scan_module == \
         seg.kernel("keys", np.dtype(np.int8)).scan_module
     # the default index dtypes
@@ -172,16 +172,17 @@ def test_segmented_check_compile_compiles_every_form_or_the_one_named(monkeypatc
     monkeypatch.setattr(scangen.compile, "check_with_nvcc", lambda module: titles.append(
         module.hooks.title if hasattr(module, "hooks") else module.description))
     seg = scangen.SegmentedScan(np.uint32, "bit_xor")
-    seg.check_compile()  # the flags form's kernel once, though offsets scan with it too
+    seg.check_compile()  # every module once
     section = seg.segment_tiles_kernel.spec.section_size
-    tiles = ["segmented inclusive scan by offsets, each segment in tiles of its own"]
+    offsets = ["segmented inclusive scan by head bits",
+               f"segment tiles of {section} from int64 offsets",
+               "segmented inclusive scan by offsets, each segment in tiles of its own"]
     assert titles == ["segmented inclusive scan by flags", "segment heads from int64 offsets",
-                      f"segment tiles of {section} from int64 offsets", *tiles,
-                      "segmented inclusive scan by keys"]
+                      *offsets, "segmented inclusive scan by keys"]
     titles.clear()
     seg.check_compile(form="offsets", index_dtype=np.int32)
-    assert titles == ["segment heads from int32 offsets", "segmented inclusive scan by flags",
-                      f"segment tiles of {section} from int32 offsets", *tiles]
+    assert titles == ["segment heads from int32 offsets",
+                      *(title.replace("int64", "int32") for title in offsets)]
 
 
 @pytest.mark.parametrize("call,error,message", [

@@ -257,13 +257,13 @@ def test_run_length_encode_plans_heads_then_lengths_on_the_host(rng, monkeypatch
 # --- segmented scans by offsets ----------------------------------------------------------
 
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
-    """More segments than sections: the heads zeroed (a temporary of n bytes),
-    segment_heads over the call's offsets, then the flags form's own scan (its plan's
-    launches) over those heads; nothing for no elements."""
+def test_segmented_offsets_plan_heads_then_the_scan_by_head_bits(index_dtype):
+    """More segments than sections: the head bits zeroed (a temporary of a 4-byte word
+    for every 32 elements), segment_heads over the call's offsets, then the scan by head
+    bits (its plan's launches) over them; nothing for no elements."""
     seg = scangen.SegmentedScan(np.float32)
-    flags = seg.kernel("flags")
-    section = flags.spec.section_size
+    bits = seg.bits_kernel
+    section = bits.spec.section_size
     module = seg.heads_module(index_dtype)
     for n in [1, 255, 256, 257, section - 1, section, section + 1, 5 * section + 3,
               section ** 2 + 1]:
@@ -278,18 +278,22 @@ def test_segmented_offsets_plan_heads_then_the_flags_scan(index_dtype):
                                         verdict=BufferArg("verdict"),
                                         offset_count=RuntimeArg("offset_count"), n=n)
         assert heads.grid == -(-(n + 1) // 256) and heads.block == 256 and heads.blocks_per_sm
-        assert plan.zeroed == (("heads", n),)
+        words = 4 * ((n + 31) // 32)
+        assert plan.zeroed == (("heads", words),)
         (temporary,) = plan.temporaries
-        assert (temporary.name, temporary.nbytes, temporary.persistent) == ("heads", n, False)
-        assert scan.kernel is flags and scan.n == n and scan.initial is None
-        assert dict(scan.args) == dict(x=BufferArg("x"), flags=BufferArg("heads"),
+        assert (temporary.name, temporary.nbytes, temporary.persistent) == \
+            ("heads", words, False)
+        assert scan.kernel is bits and scan.n == n and scan.initial is None
+        assert dict(scan.args) == dict(x=BufferArg("x"), heads=BufferArg("heads"),
                                        out=BufferArg("out"))
-        assert plan.launches[1:] == flags.plan(n).launches
+        assert plan.launches[1:] == bits.plan(n).launches
         text = str(plan)
         assert text.startswith(f"plan: segmented inclusive scan by {np.dtype(index_dtype)} "
-                               f"offsets through head flags over n={n}")
-        assert f"temporary heads: {n} B" in text and f"zeroed first: heads ({n} B)" in text
-        assert "segment_heads<<<" in text and "scan 'segmented inclusive scan by flags'" in text
+                               f"offsets through head bits over n={n}")
+        assert f"temporary heads: {words} B" in text
+        assert f"zeroed first: heads ({words} B)" in text
+        assert "segment_heads<<<" in text
+        assert "scan 'segmented inclusive scan by head bits'" in text
         assert text.index("segment_heads<<<") < text.index("checkpoint 'offsets checked'") \
             < text.index("scan 'segmented")
         assert seg.plan(n, form="offsets", index_dtype=index_dtype,
@@ -337,16 +341,16 @@ def test_segmented_offsets_plan_in_segment_tiles(index_dtype):
         own = str(scan.plan)
         assert f"as {segments} segment(s), each in tiles of its own" in own
         assert scan.plan.strategy == "segment tiles" and "strategy segment tiles," in own
-    # one more segment than sections: head flags
+    # one more segment than sections: head bits
     n = 3 * section
     assert len(seg.plan(n, form="offsets", segments=3).steps) == 4
-    assert seg.plan(n, form="offsets", segments=4).steps[-1].kernel is seg.kernel("flags")
+    assert seg.plan(n, form="offsets", segments=4).steps[-1].kernel is seg.bits_kernel
 
 
 def test_segmented_offsets_plan_passes_the_calls_initial_value():
     seg = scangen.SegmentedScan(np.int32, "max", mode="exclusive", initial=-5)
     for segments, title in [(1, "by offsets, each segment in tiles of its own"),
-                            (1001, "by flags")]:
+                            (1001, "by head bits")]:
         plan = check_launches(seg.plan(1000, form="offsets", segments=segments))
         assert plan.steps[-1].initial == RuntimeArg("initial")
         assert "initial=<initial>" in str(plan)
@@ -357,8 +361,8 @@ def test_segmented_offsets_plan_passes_the_calls_initial_value():
 @pytest.mark.parametrize("mode", scangen.MODES)
 @pytest.mark.parametrize("dtype,op_name", [("int32", "add"), ("uint64", "affine_then")])
 def test_segmented_offsets_plan_runs_on_the_host(rng, strategy, mode, dtype, op_name):
-    """The plan on the host (the heads kernel's model, then the flags scan's own plan
-    interpreted) against the segmented reference: one segment, a segment per element,
+    """The plan on the host (the heads kernel's model, then the scan by head bits, its own
+    plan interpreted) against the segmented reference: one segment, a segment per element,
     random segments with empty ones, for sizes around sections of 4."""
     op = operator(op_name)
     seg = scangen.SegmentedScan(dtype, op, mode=mode, strategy=strategy,
@@ -375,7 +379,7 @@ def test_segmented_offsets_plan_runs_on_the_host(rng, strategy, mode, dtype, op_
                 machine.run(plan, arrays, {"offset_count": offsets.size, "initial": None})
                 assert [name for name, _ in machine.ran] == \
                     ["segment_heads", "checkpoint offsets checked",
-                     f"segmented {mode} scan by flags"]
+                     f"segmented {mode} scan by head bits"]
                 assert verdict[0] == 0, f"valid offsets {offsets} found bad"
                 want = segmented_reference(x, offset_heads(offsets, n), op, mode)
                 np.testing.assert_array_equal(arrays["out"], want,
@@ -586,7 +590,7 @@ def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
     monkeypatch.setattr(type(scangen.SegmentedScan(np.int32).heads_module()), "compiled",
                         lambda self: None)
     seg = scangen.SegmentedScan(np.int32, initial=3)
-    monkeypatch.setattr(seg.kernel("flags"), "launch_converted",
+    monkeypatch.setattr(seg.bits_kernel, "launch_converted",
                         lambda values, n, stream, initial=None, layout=None:
                         events.append(("scan", values, n, initial)))
     arrays = {"x": FakeArray(0x1000, 400), "offsets": FakeArray(0x2000, 24),
@@ -600,7 +604,7 @@ def test_runtime_runs_a_scan_step_with_the_calls_initial_value(monkeypatch):
         (name, event), = got.items()
         recorded.append(event)
         assert name == "offsets checked"
-        assert events == [("zero", 0x700000, 100),
+        assert events == [("zero", 0x700000, 16),
                           ("segment_heads", (0x2000, 0x700000, 0x5000 if verdict else 0, 3, 100)),
                           ("record", event, None),
                           ("scan", (0x1000, 0x700000, 0x3000), 100, given)]

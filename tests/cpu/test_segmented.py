@@ -21,7 +21,7 @@ def test_each_form_is_a_segmented_scan_kernel():
         assert kernel.spec.segmented and kernel.dtype == np.float64
     assert seg.kernel("keys", np.dtype(np.int32)) is seg.kernel("keys", np.dtype(np.int32))
     # offsets: each segment in tiles of its own (one kernel for either offset dtype, whose
-    # layout kernel reads that dtype), or bool head flags the flags form's kernel scans
+    # layout kernel reads that dtype), or head bits the scan by head bits reads
     tiles = seg.segment_tiles_kernel
     hooks = tiles.scan_module.hooks
     assert hooks.segment_tiles and not tiles.spec.segmented
@@ -34,10 +34,10 @@ def test_each_form_is_a_segmented_scan_kernel():
         assert seg.layout_kernel(dtype) is layout
 
 
-def test_offsets_become_head_flags_one_offset_a_thread():
-    """The heads kernel writes a true per offset below n, for int32 and int64 offsets, and
+def test_offsets_become_head_bits_one_offset_a_thread():
+    """The heads kernel sets a bit per offset below n, for int32 and int64 offsets, and
     checks them where given a verdict word; no element-wise search is left in any form's
-    scan."""
+    scan. The scan by head bits takes a lane's run of heads from one word."""
     seg = scangen.SegmentedScan(np.float32)
     for dtype, c_type in ((np.int32, "int"), (np.int64, "long long")):
         module = seg.heads_module(dtype)
@@ -45,14 +45,19 @@ def test_offsets_become_head_flags_one_offset_a_thread():
         (name, parameters), = module.entry_points()
         assert name == "segment_heads"
         assert [p.declaration for p in parameters] == [
-            f"const {c_type} *__restrict__ offsets", "bool *__restrict__ heads",
+            f"const {c_type} *__restrict__ offsets", "unsigned *__restrict__ heads",
             "long long *verdict", "long long offset_count", "long long n"]
-        assert "heads[start] = true;" in module.source
+        assert "atomicOr(heads + (start >> 5), 1u << (start & 31));" in module.source
         assert "__syncthreads_or(bad)" in module.source
         assert f"segment_heads(const {c_type} *__restrict__ offsets" in module.source
     assert seg.heads_module() == seg.heads_module(np.int64)
     for form in ("flags", "keys"):
         assert "offsets" not in seg.kernel(form).source
+    bits = seg.bits_kernel
+    assert bits.scan_module.run_heads == ("bits", "heads", "unsigned")
+    assert bits.scan_module.hooks.is_segment_start_expr == "(heads[i >> 5] >> (i & 31) & 1u) != 0"
+    assert bits.arguments[1].declaration == "const unsigned *heads" and "offsets" not in \
+        bits.source
     with pytest.raises(TypeError, match="offsets has dtype uint32; use one of int32, int64"):
         seg.heads_module(np.uint32)
 

@@ -61,7 +61,7 @@ def _compile_in_parallel():
         initial = values(np.random.default_rng(0), dtype, op_name, 1)[0] \
             if op_name == "affine_pairs" else None
         seg = build_for_offsets(strategy, mode, dtype, op_name, reverse, initial)
-        kernels += [seg.kernel("offsets"), seg.kernel("flags"), seg.heads_module(np.int32),
+        kernels += [seg.kernel("offsets"), seg.bits_kernel, seg.heads_module(np.int32),
                     seg.heads_module(np.int64)]
         if seg.segment_tiles_kernel is not None:
             kernels += [seg.layout_kernel(np.int32), seg.layout_kernel(np.int64)]
@@ -160,7 +160,7 @@ def test_random_offsets(gpu, rng, strategy, mode, types, reverse):
     """CSR offsets of every shape (one segment, a segment per element, random cuts with
     empty segments among them, first and last), int32 and int64, at sizes around the tuned
     section, into poisoned output with a guard. The struct starts every segment from
-    initial= (the constructor's, or a call's). The largest size runs first: its head flags
+    initial= (the constructor's, or a call's). The largest size runs first: its head bits
     stay in the scratch the smaller calls reuse, so a call that did not clear them shows."""
     dtype, op_name = types
     op = AFFINE_PAIRS if op_name == "affine_pairs" else operator(op_name)

@@ -235,12 +235,14 @@ class ModuleMachine:
     # -- segment heads from offsets (segment_heads.cu.j2) -------------------------------------
 
     def segment_heads(self, module, launch, offsets, heads, verdict, offset_count, n):
-        """heads[offsets[k]] = true for each of the call's offsets in [0, n) (the rest of
-        heads is left as it was: the plan must have zeroed it); where a verdict is bound,
-        it becomes 1 if the offsets break the CSR rules and is left as it was if not."""
+        """Bit offsets[k] of heads (bit i % 32 of word i / 32) set for each of the call's
+        offsets in [0, n) (the rest of heads is left as it was: the plan must have zeroed
+        it); where a verdict is bound, it becomes 1 if the offsets break the CSR rules and
+        is left as it was if not."""
         assert offset_count <= offsets.size, "offset_count is past the offsets"
         starts = offsets[:offset_count].astype(np.int64)
-        heads[starts[(starts >= 0) & (starts < n)]] = True
+        inside = starts[(starts >= 0) & (starts < n)]
+        np.bitwise_or.at(heads, inside >> 5, np.left_shift(1, inside & 31).astype(np.uint32))
         if verdict is not None and (starts[0] != 0 or starts[-1] != n or
                                     np.any(np.diff(starts) < 0)):
             verdict[0] = 1
@@ -274,10 +276,10 @@ def _run_heads(machine, n, x, values, starts, count):
     count[0] = first.size
 
 
-def _segmented_by_flags(machine, n, x, flags, out, *, mode):
-    """SegmentedScan's flags form: its own plan run on the scan plan interpreter
-    (tests.support.plan_machine), with the heads the machine holds and the initial value
-    the runtime passes (the call's, else the kernel's)."""
+def _segmented_by_head_bits(machine, n, x, heads, out, *, mode):
+    """SegmentedScan's scan by head bits: its own plan run on the scan plan interpreter
+    (tests.support.plan_machine), with the heads the machine holds (as one flag an
+    element) and the initial value the runtime passes (the call's, else the kernel's)."""
     call = machine.call
     kernel = call.kernel
     assert not kernel.scan_module.hooks.reverse, "the scan plan interpreter scans forward"
@@ -285,14 +287,16 @@ def _segmented_by_flags(machine, n, x, flags, out, *, mode):
     if call.initial is not None:
         initial = machine.values.get(call.initial.name)
         initial = kernel.initial if initial is None else initial
-    out[:n] = run_plan(kernel.plan(n), ScanHooks(x[:n], mode, heads=flags[:n].copy(),
+    flags = np.unpackbits(heads.view(np.uint8), bitorder="little")[:n].astype(bool)
+    out[:n] = run_plan(kernel.plan(n), ScanHooks(x[:n], mode, heads=flags,
                                                  initial=initial), machine.rng)
 
 
 #: What the scans a plan runs between launches do, by their title.
 SCANS = {"radix digit offsets: tile bases": _tile_bases,
          "run_length_encode heads": _run_heads,
-         **{f"segmented {mode} scan by flags": functools.partial(_segmented_by_flags, mode=mode)
+         **{f"segmented {mode} scan by head bits":
+            functools.partial(_segmented_by_head_bits, mode=mode)
             for mode in ("inclusive", "exclusive")}}
 
 
