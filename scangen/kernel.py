@@ -8,6 +8,7 @@ the exclusive prefix ``prev_item`` and the total ``last_item``. ``Scan`` is one 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -60,65 +61,57 @@ class MaskInput:
 
 
 @dataclass(frozen=True)
-class HeadFlags:
-    """Segment heads that are the nonzero elements of an integer or bool array argument:
-    what SegmentedScan's flags form passes a ScanKernel as ``_segment_heads=`` instead of
-    an ``is_segment_start_expr``. The expression comes from here, so the module may load
-    one-byte flags by other means (a lane's run of them in one load:
-    ScanModule.run_heads) without reading the expression."""
+class SegmentHeads:
+    """Segment heads given typed: what a ScanKernel takes as ``_segment_heads=`` instead of
+    an ``is_segment_start_expr`` (SegmentedScan's forms, Scan's rows). The expression comes
+    from here, so the module may find a lane's run of heads by other means
+    (ScanModule.run_heads) without reading the expression. Each kind below says what its
+    argument holds."""
 
-    #: The name of the pointer argument that holds the flags.
+    #: The name of the argument the heads come from.
     argument: str
+    #: The C expression of a head at index i, ``{a}`` standing for the argument.
+    expression_template: ClassVar[str] = ""
 
     @property
     def expression(self) -> str:
-        return f"{self.argument}[i] != 0"
+        return self.expression_template.format(a=self.argument)
 
 
 @dataclass(frozen=True)
-class HeadKeys:
-    """Segment heads where an integer array argument's key differs from the one before it
-    (runs of equal keys, and element 0): what SegmentedScan's keys form passes as
-    ``_segment_heads=``, so a lane may read its run's keys in wide loads and compare them
-    itself (ScanModule.run_heads) without reading the expression."""
+class HeadFlags(SegmentHeads):
+    """Heads at the nonzero elements of an integer or bool array argument (SegmentedScan's
+    flags form): one-byte flags a lane may load a run of at once."""
 
-    #: The name of the pointer argument that holds the keys.
-    argument: str
-
-    @property
-    def expression(self) -> str:
-        return f"i == 0 || {self.argument}[i] != {self.argument}[i - 1]"
+    expression_template: ClassVar[str] = "{a}[i] != 0"
 
 
 @dataclass(frozen=True)
-class HeadRows:
-    """Segment heads every ``argument`` indices (a ``long long`` scalar argument: the rows of
-    a C-contiguous 2-D array, each its own segment): what Scan's rows kernel passes as
-    ``_segment_heads=``, so a lane may find its run's heads from one remainder
-    (ScanModule.run_heads) instead of one 64-bit division per element."""
+class HeadKeys(SegmentHeads):
+    """Heads where an integer array argument's key differs from the one before it (runs of
+    equal keys, and element 0: SegmentedScan's keys form): a lane may read its run's keys
+    in wide loads and compare them itself."""
 
-    #: The name of the scalar argument that holds the row length.
-    argument: str
-
-    @property
-    def expression(self) -> str:
-        return f"i % {self.argument} == 0"
+    expression_template: ClassVar[str] = "i == 0 || {a}[i] != {a}[i - 1]"
 
 
 @dataclass(frozen=True)
-class HeadBits:
-    """Segment heads as the bits of an array argument of 32-bit unsigned words (a head at
-    index i where bit i % 32 of word i / 32 is set): what SegmentedScan's offsets form
-    writes from the offsets (an eighth of the bytes of one-byte flags) and passes as
-    ``_segment_heads=``, so a lane may take its run's heads from one word
-    (ScanModule.run_heads) without reading the expression."""
+class HeadRows(SegmentHeads):
+    """Heads every ``argument`` indices (a ``long long`` scalar argument: the rows of a
+    C-contiguous 2-D array, each its own segment: Scan's rows kernel): a lane may find its
+    run's heads from one remainder instead of one 64-bit division per element."""
 
-    #: The name of the pointer argument that holds the words.
-    argument: str
+    expression_template: ClassVar[str] = "i % {a} == 0"
 
-    @property
-    def expression(self) -> str:
-        return f"({self.argument}[i >> 5] >> (i & 31) & 1u) != 0"
+
+@dataclass(frozen=True)
+class HeadBits(SegmentHeads):
+    """Heads as the bits of an array argument of 32-bit unsigned words (a head at index i
+    where bit i % 32 of word i / 32 is set): what SegmentedScan's offsets form sets from the
+    offsets, an eighth of the bytes of one-byte flags; a lane may take its run's heads from
+    one word."""
+
+    expression_template: ClassVar[str] = "({a}[i >> 5] >> (i & 31) & 1u) != 0"
 
 
 @dataclass(frozen=True)
@@ -185,9 +178,6 @@ class WholeWarpsError(ValueError):
     blocks are not whole warps: what a client with another way to scan catches."""
 
 
-#: The typed descriptions of segment heads a ScanKernel takes as ``_segment_heads`` (not
-#: scangen.tuning.SEGMENT_HEADS, the heads kernel's tuning table).
-SEGMENT_HEAD_TYPES = (HeadFlags, HeadKeys, HeadRows, HeadBits)
 
 
 @dataclass(frozen=True)
@@ -236,7 +226,7 @@ class Hooks:
     #: keys argument changes (HeadKeys), every row length (HeadRows) or a words argument's
     #: set bits (HeadBits); is_segment_start_expr is then its expression.
     #: None: the expression is the user's.
-    segment_heads: HeadFlags | HeadKeys | HeadRows | HeadBits | None = None
+    segment_heads: SegmentHeads | None = None
     #: The indices are an (outer, axis_length, axis_stride) C-contiguous array scanned along
     #: its middle axis, each column (a fixed outer and inner position) on its own: a
     #: scan along any axis but the last of an N-D array (scangen.strategies.columns). The
@@ -299,7 +289,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     check_code(preamble, "preamble", expression=False)
     _check_preamble_macros(preamble)
     if segment_heads is not None:
-        if not isinstance(segment_heads, SEGMENT_HEAD_TYPES):
+        if not isinstance(segment_heads, SegmentHeads):
             raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags, HeadKeys, "
                             f"HeadRows or HeadBits, not {type(segment_heads).__name__}")
         what = type(segment_heads).__name__
