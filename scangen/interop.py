@@ -436,9 +436,10 @@ def overlaps(a, b) -> bool:
 
 # ----------------------------------------------------------------- a kernel's arguments
 
-def convert_arguments(arguments, scan_dtype, args, n, stream=None):
+def convert_arguments(arguments, scan_dtype, args, n, stream=None, with_shape=False):
     """A kernel's arguments (scangen.args.Argument) as it is launched: the values, n, and the
-    stream (as as_stream gives it). A pointer takes a device array (kind_of) or a DevicePointer,
+    stream (as as_stream gives it); ``with_shape``: then also the first array argument's
+    shape (a DevicePointer's is its size). A pointer takes a device array (kind_of) or a DevicePointer,
     nothing else: an int would be launched as an address nobody checked. Raises TypeError
     or ValueError naming a wrong argument, before anything is launched."""
     if len(args) != len(arguments):
@@ -469,7 +470,7 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
             raise TypeError(f"argument {argument.name!r} is declared "
                             f"{argument.declaration} ({expected}) but the array has dtype "
                             f"{view.dtype}")
-        first = first or (argument, view.size)
+        first = first or (argument, view.size, tuple(view.shape))
         values.append(view.ptr if view.size else 0)
     if n is None:
         if first is None:
@@ -481,6 +482,8 @@ def convert_arguments(arguments, scan_dtype, args, n, stream=None):
         if first is not None and n > first[1]:
             raise ValueError(f"n={n} is larger than the first array argument "
                              f"{first[0].name!r} ({first[1]} elements)")
+    if with_shape:
+        return tuple(values), n, call.stream, first[2]
     return tuple(values), n, call.stream
 
 

@@ -8,13 +8,15 @@ the exclusive prefix ``prev_item`` and the total ``last_item``. ``Scan`` is one 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 import numpy as np
 
 from .args import (C_SCALARS, INITIAL_ARGUMENT, Argument, ArgumentError, convert_scalar,
                    parse_arguments)
 from . import compile as compiler
+from .heads import HeadBits, HeadFlags, HeadRows, SegmentHeads
+from .interop import convert_arguments
+from .lines import LineKernels
 from .families import FAMILIES, SCAN_TILES, SCAN_TILES_PERSISTENT
 from . import tuning as tuning_table
 from .ops import resolve_operator
@@ -58,60 +60,6 @@ class MaskInput:
     @property
     def input_expr(self) -> str:
         return counting_condition(f"{self.argument}[i] != 0", self.keep)
-
-
-@dataclass(frozen=True)
-class SegmentHeads:
-    """Segment heads given typed: what a ScanKernel takes as ``_segment_heads=`` instead of
-    an ``is_segment_start_expr`` (SegmentedScan's forms, Scan's rows). The expression comes
-    from here, so the module may find a lane's run of heads by other means
-    (ScanModule.run_heads) without reading the expression. Each kind below says what its
-    argument holds."""
-
-    #: The name of the argument the heads come from.
-    argument: str
-    #: The C expression of a head at index i, ``{a}`` standing for the argument.
-    expression_template: ClassVar[str] = ""
-
-    @property
-    def expression(self) -> str:
-        return self.expression_template.format(a=self.argument)
-
-
-@dataclass(frozen=True)
-class HeadFlags(SegmentHeads):
-    """Heads at the nonzero elements of an integer or bool array argument (SegmentedScan's
-    flags form): one-byte flags a lane may load a run of at once."""
-
-    expression_template: ClassVar[str] = "{a}[i] != 0"
-
-
-@dataclass(frozen=True)
-class HeadKeys(SegmentHeads):
-    """Heads where an integer array argument's key differs from the one before it (runs of
-    equal keys, and element 0: SegmentedScan's keys form): a lane may read its run's keys
-    in wide loads and compare them itself."""
-
-    expression_template: ClassVar[str] = "i == 0 || {a}[i] != {a}[i - 1]"
-
-
-@dataclass(frozen=True)
-class HeadRows(SegmentHeads):
-    """Heads every ``argument`` indices (a ``long long`` scalar argument: the rows of a
-    C-contiguous 2-D array, each its own segment: Scan's rows kernel): a lane may find its
-    run's heads from one remainder instead of one 64-bit division per element."""
-
-    expression_template: ClassVar[str] = "i % {a} == 0"
-
-
-@dataclass(frozen=True)
-class HeadBits(SegmentHeads):
-    """Heads as the bits of an array argument of 32-bit unsigned words (a head at index i
-    where bit i % 32 of word i / 32 is set): what SegmentedScan's offsets form sets from the
-    offsets, an eighth of the bytes of one-byte flags; a lane may take its run's heads from
-    one word."""
-
-    expression_template: ClassVar[str] = "({a}[i >> 5] >> (i & 31) & 1u) != 0"
 
 
 @dataclass(frozen=True)
@@ -265,7 +213,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
     element types) whose C types the code names besides the scan type; ``input`` (a
     MaskInput, for a library client) replaces ``input_expr``, ``segment_heads`` (a
-    HeadFlags or HeadKeys) ``is_segment_start_expr``; ``columns`` scans along the middle
+    scangen.heads.SegmentHeads) ``is_segment_start_expr``; ``columns`` scans along the middle
     axis of an (outer, axis_length, axis_stride) array (Hooks.columns); ``plain_arrays`` (a
     PlainArrays) says that input_expr and output_statement are its plain read and write;
     ``segment_tiles`` (a SegmentTiles) scans segments of any lengths, each in tiles of its
@@ -290,8 +238,9 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     _check_preamble_macros(preamble)
     if segment_heads is not None:
         if not isinstance(segment_heads, SegmentHeads):
-            raise TypeError(f"_segment_heads must be a scangen.kernel.HeadFlags, HeadKeys, "
-                            f"HeadRows or HeadBits, not {type(segment_heads).__name__}")
+            raise TypeError(f"_segment_heads must be a scangen.heads.SegmentHeads (HeadFlags, "
+                            f"HeadKeys, HeadRows or HeadBits), not "
+                            f"{type(segment_heads).__name__}")
         what = type(segment_heads).__name__
         if is_segment_start_expr is not None:
             raise TypeError(f"give is_segment_start_expr or _segment_heads (a {what}), "
@@ -771,7 +720,7 @@ class ScanKernel:
     -----
     Keywords that start with ``_`` are scangen's primitives' own: ``_helpers`` (C emitted
     before the preamble), ``_input`` (a MaskInput in place of ``input_expr``) and
-    ``_segment_heads`` (a HeadFlags or HeadKeys in place of ``is_segment_start_expr``) and
+    ``_segment_heads`` (a scangen.heads.SegmentHeads in place of ``is_segment_start_expr``) and
     ``_columns`` (scan along the middle axis of an (outer, axis_length, axis_stride) array:
     Hooks.columns; launched through ``launch_converted(..., layout=)``) and
     ``_segment_tiles`` (a SegmentTiles: segments of any lengths, each in tiles of its own;
@@ -784,6 +733,9 @@ class ScanKernel:
     only by its address, checked like an array; never a bare int; numbers for scalars);
     ``n`` defaults to the length of the first array argument; ``stream`` (a pycuda, CuPy or
     torch stream, or a raw handle) defaults to the arrays' library's current stream.
+    ``k(..., axis=a)`` scans the lines of the first array argument's shape along axis
+    ``a`` instead, each on its own (``k.lines``: scangen.lines.LineKernels), where the hooks
+    have no segments, counts or ``last_item``; ``i`` stays the C-contiguous index.
     """
 
     def __init__(self, dtype, operator="add", *, arguments, input_expr=None, output_statement,
@@ -792,6 +744,8 @@ class ScanKernel:
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
                  _helpers="", _input=None, _segment_heads=None, _columns=False,
                  _plain_arrays=None, _segment_tiles=None):
+        # Every argument as given (locals() holds only them yet): what variant() rebuilds.
+        self._made_with = {name: value for name, value in locals().items() if name != "self"}
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
@@ -807,6 +761,25 @@ class ScanKernel:
         #: The initial value used when a call gives none (None: the kernel takes none).
         self.initial = None if initial is None else self._initial_value(initial)
         self._runtime = Runtime(self.scan_module)
+        self._lines = None
+
+    @property
+    def made_with(self) -> dict:
+        """The constructor's arguments, every one by name, as they were given."""
+        return dict(self._made_with)
+
+    def variant(self, **changes) -> "ScanKernel":
+        """A ScanKernel built as this one was, but for ``changes`` (the constructor's
+        keywords): the rows and columns kernels of scangen.lines are variants."""
+        return ScanKernel(**{**self._made_with, **changes})
+
+    @property
+    def lines(self) -> LineKernels:
+        """The kernels that scan an N-D array's lines along any axis with these hooks
+        (scangen.lines): this kernel, and its rows and columns variants."""
+        if self._lines is None:
+            self._lines = LineKernels(self)
+        return self._lines
 
     def _initial_value(self, value):
         """``value`` as the scan type, checked exactly as a scalar argument is."""
@@ -856,14 +829,35 @@ class ScanKernel:
         naming the user code an error is in, with the numbered source around it."""
         compiler.check_all_with_nvcc(self.modules_to_compile())
 
-    def __call__(self, *args, n=None, stream=None, initial=None):
+    def __call__(self, *args, n=None, stream=None, initial=None, axis=None):
         """Run the scan over ``n`` indices (default: the first array argument's length);
-        ``initial`` replaces the constructor's initial value for this call."""
+        ``initial`` replaces the constructor's initial value for this call. ``axis``: scan
+        the lines of the first array argument's shape along that axis instead, each on its
+        own (i is still the index into the C-contiguous arrays; see Scan)."""
         if self.initial is not None:
             args = args + (self.initial if initial is None else initial,)
         elif initial is not None:
             raise TypeError(_NO_INITIAL)
-        self._runtime(args, n=n, stream=stream)
+        if axis is None:
+            self._runtime(args, n=n, stream=stream)
+            return
+        self._check_lines(n)
+        values, _, stream, shape = convert_arguments(self.arguments, self.dtype, args, None,
+                                                     stream, with_shape=True)
+        # the lines' kernels append the initial value themselves
+        user_values = values[:len(values) - len(self.initial_argument())]
+        self.lines.launch(user_values, shape, axis, stream, initial)
+
+    def _check_lines(self, n) -> None:
+        """Refuse a scan along an axis that these hooks cannot give (before any work)."""
+        if n is not None:
+            raise TypeError("give n= or axis=, not both: along an axis the first array "
+                            "argument's shape says what is scanned")
+        hooks = self.scan_module.hooks
+        if hooks.is_segment_start_expr is not None or hooks.counts or hooks.uses_last_item \
+                or hooks.columns or hooks.segment_tiles:
+            raise ValueError("axis= scans each line on its own, which a kernel with segments, "
+                             "counts, last_item or last_counted cannot: scan 1-D (no axis=)")
 
     def initial_argument(self, initial=None) -> tuple:
         """What a launch appends for the initial value (the constructor's, or ``initial``),

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from .kernel import HeadRows, ScanKernel
+from .heads import HeadRows
 
 #: The shortest rows that take tiles of their own, one a row, where they are shorter than
 #: a section (a columns kernel of a section of the power of two that holds them); shorter
@@ -54,48 +54,46 @@ def line_shape(shape: tuple, axis) -> tuple[int, int, int]:
 
 class LineKernels:
     """The ScanKernels of one set of hooks that scan an array's lines along any axis: the
-    1-D kernel (built at once, so that its source and nvcc check need no shape), the rows
-    kernel and the columns kernels (each built on first use). ``options`` are ScanKernel's
-    keywords; ``title`` names the scan in plans and module headers."""
+    1-D ``kernel`` given, and the rows kernel and the columns kernels, variants of it
+    (ScanKernel.variant) each built on first use. Plans and module headers name them by
+    the kernel's title."""
 
-    def __init__(self, dtype, operator, *, title: str, **options):
-        self._dtype, self._operator, self._title, self._options = \
-            dtype, operator, title, options
-        self.kernel = ScanKernel(dtype, operator, title=title, **options)
+    def __init__(self, kernel):
+        self.kernel = kernel
         self._rows_kernel = None
-        #: section size (None: the options') -> the columns kernel of that section
+        #: section size (None: the kernel's options') -> the columns kernel of that section
         self._columns_kernels = {}
 
     @property
-    def rows_kernel(self) -> ScanKernel:
+    def rows_kernel(self):
         """The kernel along the last axis: each row a segment, the row length its last
         argument. Every row starts from the initial value, as every segment does."""
         if self._rows_kernel is None:
-            options = dict(self._options,
-                           arguments=self._options["arguments"] + ", long long row_length")
-            self._rows_kernel = ScanKernel(self._dtype, self._operator,
-                                           _segment_heads=HeadRows("row_length"),
-                                           title=f"{self._title} of rows", **options)
+            made = self.kernel.made_with
+            self._rows_kernel = self.kernel.variant(
+                arguments=made["arguments"] + ", long long row_length",
+                _segment_heads=HeadRows("row_length"), title=f"{made['title']} of rows")
         return self._rows_kernel
 
     @property
-    def columns_kernel(self) -> ScanKernel:
+    def columns_kernel(self):
         """The kernel along any other axis: the array as (outer, axis length, inner), each
         of its columns on its own; and along the last for rows of its section or longer."""
         return self._columns_kernel_of(None)
 
-    def _columns_kernel_of(self, section) -> ScanKernel:
+    def _columns_kernel_of(self, section):
         """The columns kernel of the options' tile (``section`` None) or of ``section``."""
         if section not in self._columns_kernels:
-            options, title = self._options, f"{self._title} along an axis"
+            title = f"{self.kernel.made_with['title']} along an axis"
+            changes = {}
             if section is not None:
-                options = dict(options, section_size=section)
+                changes["section_size"] = section
                 title += f" (rows of up to {section})"
-            self._columns_kernels[section] = ScanKernel(self._dtype, self._operator,
-                                                        _columns=True, title=title, **options)
+            self._columns_kernels[section] = self.kernel.variant(_columns=True, title=title,
+                                                                 **changes)
         return self._columns_kernels[section]
 
-    def row_tiles_kernel(self, length: int) -> ScanKernel | None:
+    def row_tiles_kernel(self, length: int):
         """The columns kernel whose row tiles scan rows of ``length``, or None (they are
         segments of the rows kernel): the columns kernel where a row fills its section;
         for shorter rows of SHORT_ROW_TILES_MIN or more, where the options leave the tile's
@@ -104,8 +102,8 @@ class LineKernels:
         holds_a_row = 1 << (length - 1).bit_length()
         if holds_a_row >= kernel.spec.section_size:
             return kernel
-        if length < SHORT_ROW_TILES_MIN or self._options.get("section_size") or \
-                self._options.get("items_per_thread"):
+        made = self.kernel.made_with
+        if length < SHORT_ROW_TILES_MIN or made["section_size"] or made["items_per_thread"]:
             return None
         return self._columns_kernel_of(holds_a_row)
 

@@ -16,7 +16,8 @@ import numbers
 import numpy as np
 
 from .interop import Call, overlaps
-from .lines import LineKernels, line_shape
+from .kernel import ScanKernel
+from .lines import line_shape
 from .one_shot import options_key
 from .ops import Operator
 from .spec import as_flag, check_mode
@@ -55,14 +56,14 @@ def _operand_kernels(operator, names, dtypes, mode, reverse, takes_initial, opti
                 [f"{c} *out_{k}" for k, c in enumerate(c_types)]
     result = "item" if mode == "inclusive" else "prev_item"
     initial = np.zeros((), struct)[()] if takes_initial else None
-    return LineKernels(
+    return ScanKernel(
         struct, operator, title=f"{mode} scan of {len(names)} operands",
         arguments=", ".join(arguments),
         input_expr="scan_t{" + ", ".join(f"x_{k}[i]" for k in range(len(names))) + "}",
         output_statement=" ".join(f"out_{k}[i] = {result}.{name};"
                                   for k, name in enumerate(names)),
         reverse=reverse, initial=initial,
-        **dict(options))
+        **dict(options)).lines
 
 
 def _run(kernels_of, names, arrays, out, axis, stream, initial):
@@ -196,14 +197,14 @@ def _recurrence_kernels(dtype, reverse, h0, options):
         start = conversion(values, state, f"h0[{LINE_OF_ELEMENT}]")
         result = f"lr_add(lr_mul(item.m, {start}), item.c)" if state.is_complex else \
             f"item.m * {start} + item.c"
-    return LineKernels(
+    return ScanKernel(
         pair, _recurrence_operator(state.dtype, reverse),
         title=f"linear recurrence{' in reverse' if reverse else ''}",
         arguments=arguments, input_expr=f"scan_t{{{read[0]}, {read[1]}}}",
         output_statement=f"h[i] = {conversion(state, values, result)};", reverse=reverse,
         # the arrays' C type, where the maps' type does not bring its header
         types=(values.dtype,) if values != state else (),
-        initial=np.ones((), pair)[()] if h0 == "number" else None, **dict(options))
+        initial=np.ones((), pair)[()] if h0 == "number" else None, **dict(options)).lines
 
 
 def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream=None,

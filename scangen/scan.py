@@ -5,7 +5,6 @@ import numpy as np
 
 from .compile import ScanCompileError
 from .kernel import PlainArrays, ScanKernel, options_repr
-from .lines import LineKernels
 from .interop import Call, overlaps
 from .runtime.gpu import GPUUnavailableError
 from .spec import check_mode
@@ -128,8 +127,8 @@ class Scan:
             algorithm=algorithm, section_size=section_size, items_per_thread=items_per_thread,
             strategy=strategy, tuning=tuning)
         #: The kernels along any axis (scangen.lines): 1-D, rows and columns.
-        self.lines = LineKernels(result, operator, title=f"{mode} scan", **options)
-        self.kernel = self.lines.kernel
+        self.kernel = ScanKernel(result, operator, title=f"{mode} scan", **options)
+        self.lines = self.kernel.lines
         self.spec = self.kernel.spec
 
     def __repr__(self):

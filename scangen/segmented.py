@@ -27,8 +27,8 @@ import numpy as np
 from . import compile as compiler
 from .arith import ceil_div
 from .args import Argument, c_parameters
-from .kernel import (HeadBits, HeadFlags, HeadKeys, ScanKernel, SegmentTiles,
-                     WholeWarpsError, options_repr)
+from .heads import HeadBits, HeadFlags, HeadKeys
+from .kernel import ScanKernel, SegmentTiles, WholeWarpsError, options_repr
 from .interop import Call, check_array
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count

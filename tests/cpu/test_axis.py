@@ -184,7 +184,7 @@ def test_rows_find_their_heads_a_run_at_a_time():
 @pytest.mark.parametrize("argument", ["long long *row_length", "int row_length"])
 def test_head_rows_name_a_long_long_scalar(argument):
     from scangen.args import ArgumentError
-    from scangen.kernel import HeadRows
+    from scangen.heads import HeadRows
     with pytest.raises(ArgumentError, match="HeadRows names 'row_length', which must be a "
                                             "long long scalar"):
         ScanKernel(np.float32, "add", arguments=f"const float *x, float *out, {argument}",
@@ -206,6 +206,56 @@ def calls(monkeypatch):
 def device_array(shape, dtype=np.float32, address=0x10000):
     from tests.support import FakeDeviceArray
     return FakeDeviceArray(shape, dtype, address=address)
+
+
+def weighted_kernel(**options):
+    """A ScanKernel of the user's own hooks: x scaled by a weight argument, and an initial
+    value (a scalar argument and the initial value ride along every kernel of lines)."""
+    return scangen.ScanKernel(np.float32, "add", arguments="const float *x, float *out, "
+                              "float weight", input_expr="weight * x[i]",
+                              output_statement="out[i] = item;", initial=0.0,
+                              title="weighted", **options)
+
+
+@pytest.mark.parametrize("shape,axis,title,columns,row_length", [
+    ((3, 4, 5), 0, "weighted along an axis", (3, 20), None),
+    ((3, 4, 5), 1, "weighted along an axis", (4, 5), None),
+    ((3, 4, 5), -1, "weighted of rows", None, 5),
+    ((60,), 0, "weighted", None, None),
+    ((1, 60, 1), 1, "weighted", None, None)])
+def test_a_scan_kernel_along_an_axis_launches_the_kernel_of_its_axis(
+        calls, shape, axis, title, columns, row_length):
+    """The first array argument's shape along ``axis``: the user's scalars, then the row
+    length where rows are segments, then the call's initial value."""
+    kernel = weighted_kernel()
+    kernel(device_array(shape), device_array(shape, address=0x80000), 2.5, axis=axis,
+           initial=1.5)
+    ((got_title, values, n, _, got_columns),) = calls
+    assert (got_title, n, got_columns) == (title, 60, columns)
+    pointers, rest = tuple(int(v) for v in values[:2]), values[2:]
+    assert pointers == (0x10000, 0x80000)
+    assert [float(v) for v in rest] == [2.5] + ([] if row_length is None else
+                                                 [row_length]) + [1.5]
+    # the same kernels each call, and the 1-D one is the kernel itself
+    assert kernel.lines.kernel is kernel and kernel.lines.rows_kernel is \
+        kernel.lines.rows_kernel
+    assert kernel.lines.rows_kernel.made_with["arguments"].endswith(", long long row_length")
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(is_segment_start_expr="i % 7 == 0"), "segments, counts, last_item"),
+    (dict(output_statement="out[i] = item + last_item;"), "segments, counts, last_item"),
+])
+def test_a_scan_kernel_along_an_axis_refuses_what_lines_cannot_give(calls, options, message):
+    made = dict(arguments="const float *x, float *out", input_expr="x[i]",
+                output_statement="out[i] = item;")
+    kernel = scangen.ScanKernel(np.float32, "add", **{**made, **options})
+    x, out = device_array((3, 4)), device_array((3, 4), address=0x80000)
+    with pytest.raises(ValueError, match=message):
+        kernel(x, out, axis=0)
+    with pytest.raises(TypeError, match="give n= or axis=, not both"):
+        weighted_kernel()(x, out, 1.0, n=12, axis=0)
+    assert calls == []
 
 
 @pytest.mark.parametrize("shape,axis,title,columns,row_length", [

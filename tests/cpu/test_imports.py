@@ -42,7 +42,7 @@ PACKAGE = Path(scangen.__file__).resolve().parent
 
 LAYERS = [
     ("foundation", ["usercode", "arith", "cache", "devices", "types", "args", "ops", "tuning",
-                    "families"]),
+                    "families", "heads"]),
     ("strategies", ["strategies", "strategies.*"]),
     ("spec", ["spec", "reference"]),
     ("plan", ["plan"]),

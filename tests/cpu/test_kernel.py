@@ -8,7 +8,8 @@ import scangen
 from scangen.args import ArgumentError, c_parameters, launch_format, parse_arguments
 from scangen import UserCodeError
 from scangen import interop
-from scangen.kernel import HeadBits, HeadFlags, HeadKeys, MaskInput
+from scangen.heads import HeadBits, HeadFlags, HeadKeys
+from scangen.kernel import MaskInput
 from scangen.runtime import launcher
 from tests.support import COMPACTION, FakeDeviceArray, simulate_device
 from tests.support import needs_nvcc
@@ -448,8 +449,8 @@ def test_typed_heads_are_loaded_a_run_at_a_time():
     (dict(is_segment_start_expr="heads[i]"), TypeError,
      r"give is_segment_start_expr or _segment_heads \(a HeadFlags\), not both"),
     (dict(heads="heads[i] != 0"), TypeError,
-     "_segment_heads must be a scangen.kernel.HeadFlags, HeadKeys, HeadRows or HeadBits, "
-     "not str"),
+     r"_segment_heads must be a scangen.heads.SegmentHeads \(HeadFlags, HeadKeys, HeadRows "
+     r"or HeadBits\), not str"),
     (dict(heads=HeadKeys("heads"), argument="const double *heads"), ArgumentError,
      r"HeadKeys's argument 'heads' \(const double \*heads\) must point to integers"),
     (dict(heads=HeadBits("heads"), argument="const int *heads"), ArgumentError,

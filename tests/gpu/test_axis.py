@@ -1,5 +1,6 @@
-"""Scans of N-D arrays along any axis on the GPU: the columns kernel (every axis but the
-last, and its row tiles along the last) and the rows kernel (short rows), against tests.support.axis_reference, which scans
+"""Scans of N-D arrays along any axis on the GPU (Scan's, and a ScanKernel's own hooks): the
+columns kernel (every axis but the last, and its row tiles along the last) and the rows
+kernel (short rows), against tests.support.axis_reference, which scans
 each line with the operator itself. Non-commutative operators, struct values (split tile
 status), reverse and initial, exclusive, result_dtype, in place, poisoned outputs, and
 shapes on both sides of a column tile's width (a warp) and of its rows (section / warp),
@@ -103,6 +104,29 @@ def test_every_line_starts_from_initial(gpu, rng, types, mode):
         want = axis_reference(x, op, mode, axis,
                               initial=initial if start is None else start)
         assert_scan_equal(got.ravel(), want.ravel(), dtype_of(dtype, op_name), x.size, op=op)
+
+
+def test_a_scan_kernel_along_every_axis(gpu, rng):
+    """A ScanKernel's own hooks along an axis: a non-commutative operator, a scalar
+    argument in the input, an initial value given per call (or the constructor's), and
+    ``i`` the index into the C-contiguous arrays, written beside the scan."""
+    op = operator("affine_then")
+    start, other = values(rng, "uint64", "affine_then", (2,))
+    kernel = scangen.ScanKernel(
+        np.uint64, op, arguments="const unsigned long long *x, unsigned long long *out, "
+        "long long *at, unsigned long long shift", input_expr="x[i] ^ shift",
+        output_statement="out[i] = item; at[i] = i;", initial=start, section_size=SECTION)
+    precompile([kernel.lines.columns_kernel, kernel.lines.rows_kernel, kernel])
+    shift = np.uint64(0x5A5A)
+    for (shape, axis), given in itertools.product(SHAPES, (None, other)):
+        x = values(rng, "uint64", "affine_then", shape)
+        out = poisoned(gpu, rng, x.size, np.uint64).reshape(shape)
+        at = poisoned(gpu, rng, x.size, np.int64).reshape(shape)
+        kernel(gpu.to_gpu(x), out, at, shift, axis=axis, initial=given)
+        want = axis_reference(x ^ shift, op, "inclusive", axis,
+                              initial=start if given is None else given)
+        np.testing.assert_array_equal(out.get(), want, err_msg=f"{shape} along {axis}")
+        np.testing.assert_array_equal(at.get().ravel(), np.arange(x.size))
 
 
 def test_in_place_and_shapes_in_turn(gpu, rng):
