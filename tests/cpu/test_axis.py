@@ -255,6 +255,10 @@ def test_a_scan_kernel_along_an_axis_refuses_what_lines_cannot_give(calls, optio
         kernel(x, out, axis=0)
     with pytest.raises(TypeError, match="give n= or axis=, not both"):
         weighted_kernel()(x, out, 1.0, n=12, axis=0)
+    with pytest.raises(ValueError, match="axis 2 is out of range for an array of 2"):
+        weighted_kernel()(x, out, 1.0, axis=2)
+    weighted_kernel()(device_array((3, 0)), device_array((3, 0), address=0x80000), 1.0,
+                      axis=0)  # nothing to scan: nothing launched
     assert calls == []
 
 
