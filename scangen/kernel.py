@@ -745,7 +745,8 @@ class ScanKernel:
                  _helpers="", _input=None, _segment_heads=None, _columns=False,
                  _plain_arrays=None, _segment_tiles=None):
         # Every argument as given (locals() holds only them yet): what variant() rebuilds.
-        self._made_with = {name: value for name, value in locals().items() if name != "self"}
+        self._made_with = {name: value for name, value in locals().items()
+                           if name != "self" and not name.startswith("__")}
         etype = element_type(dtype)
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
