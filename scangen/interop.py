@@ -439,9 +439,9 @@ def overlaps(a, b) -> bool:
 def convert_arguments(arguments, scan_dtype, args, n, stream=None, with_shape=False):
     """A kernel's arguments (scangen.args.Argument) as it is launched: the values, n, and the
     stream (as as_stream gives it); ``with_shape``: then also the first array argument's
-    shape (a DevicePointer's is its size). A pointer takes a device array (kind_of) or a DevicePointer,
-    nothing else: an int would be launched as an address nobody checked. Raises TypeError
-    or ValueError naming a wrong argument, before anything is launched."""
+    shape (a DevicePointer's is its size). A pointer takes a device array (kind_of) or a
+    DevicePointer, nothing else: an int would be launched as an address nobody checked.
+    Raises TypeError or ValueError naming a wrong argument, before anything is launched."""
     if len(args) != len(arguments):
         # The initial value, last, is not passed positionally: count what the user passes.
         user = [a.name for a in arguments if a.name != INITIAL_ARGUMENT]

@@ -126,8 +126,6 @@ class WholeWarpsError(ValueError):
     blocks are not whole warps: what a client with another way to scan catches."""
 
 
-
-
 @dataclass(frozen=True)
 class Counting:
     """What a counting scan (``counts=True``: ``input_expr`` is 0 or 1, the scan adds
@@ -845,8 +843,8 @@ class ScanKernel:
         self._check_lines(n)
         values, _, stream, shape = convert_arguments(self.arguments, self.dtype, args, None,
                                                      stream, with_shape=True)
-        # the lines' kernels append the initial value themselves
-        user_values = values[:len(values) - len(self.initial_argument())]
+        # the lines' kernels append the initial value themselves: leave out the one converted
+        user_values = values[:-1] if self.initial is not None else values
         self.lines.launch(user_values, shape, axis, stream, initial)
 
     def _check_lines(self, n) -> None:

@@ -103,14 +103,14 @@ class SegmentHeadsModule(Module):
 def takes_segment_tiles(n: int, segments: int, section: int) -> bool:
     """Whether the offsets form scans ``n`` elements in ``segments`` segments in tiles of
     their own (of ``section``): where the segments are no more than the sections. More,
-    shorter segments ran slower so than by head bits at every section tried
+    shorter segments ran slower that way than by head bits at every section tried
     (benchmarks/segment_tiles_sections.py; docs/design/decisions.md)."""
     return segments <= ceil_div(n, section)
 
 
-def head_words(n: int) -> int:
-    """The 32-bit words of n elements' head bits."""
-    return ceil_div(n, 32)
+def head_bytes(n: int) -> int:
+    """The bytes of n elements' head bits: a 32-bit word for every 32 elements."""
+    return 4 * ceil_div(n, 32)
 
 
 def _check_offsets_launch(builder: ModulePlanBuilder, module: SegmentHeadsModule, n: int,
@@ -124,7 +124,7 @@ def _check_offsets_launch(builder: ModulePlanBuilder, module: SegmentHeadsModule
         dict(offsets=BufferArg("offsets"), heads=heads, verdict=BufferArg("verdict"),
              offset_count=RuntimeArg("offset_count"), n=n),
         reads=offsets * module.offset_dtype.itemsize,
-        writes=0 if heads is NULL else 4 * head_words(n),
+        writes=0 if heads is NULL else head_bytes(n),
         blocks_per_sm=_HEADS_BLOCKS_PER_SM,
         why=("bit offsets[k] of heads set where offsets[k] < n, a thread an offset of the "
              "call's <offset_count>, each offset checked against the next where the "
@@ -171,10 +171,9 @@ def _offsets_plan(module: SegmentHeadsModule, kernel: ScanKernel, n: int,
     the verdict, then ``kernel`` (SegmentedScan.bits_kernel) over x with those heads."""
     builder = ModulePlanBuilder()
     if n:
-        heads_bytes = 4 * head_words(n)
-        heads = builder.temporary("heads", heads_bytes, "a head bit an element, from the "
-                                                        "offsets")
-        builder.zero("heads", heads_bytes)
+        heads = builder.temporary("heads", head_bytes(n), "a head bit an element, from the "
+                                                          "offsets")
+        builder.zero("heads", head_bytes(n))
         _check_offsets_launch(builder, module, n, n + 1, heads)
         initial = RuntimeArg("initial") if kernel.scan_module.hooks.initial else None
         builder.scan(kernel, n, dict(x=BufferArg("x"), heads=heads, out=BufferArg("out")),
