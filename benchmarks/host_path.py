@@ -1,8 +1,8 @@
-"""The host's share of a small scan call, measured without a GPU: Scan(x) and Scan(x, out=)
-on CuPy-like arrays at n = 1024 (one section, one launch), with the driver faked; with
-``--primitives`` also a histogram, a select, a unique and a run_length_encode at n = 2^26
-(the count left on the device, outputs given), whose host work a single call waits for
-before its first kernel starts.
+"""The host's share of a small scan call, measured without a GPU: Scan(x), Scan(x, out=)
+and a call of Scan.prepare(x, out) on CuPy-like arrays at n = 1024 (one section, one
+launch), with the driver faked; with ``--primitives`` also a histogram, a select, a unique
+and a run_length_encode at n = 2^26 (the count left on the device, outputs given), whose
+host work a single call waits for before its first kernel starts.
 
 Everything scangen does in Python per call runs as on a GPU host (the array boundary, the
 stream, the launcher lookup, the packing of the arguments, the ctypes call of
@@ -115,7 +115,8 @@ def main(argv=None):
         fake_gpu(monkeypatch)
         scan = scangen.Scan(np.float32, "add")
         x, out = FakeCupyArray(args.n, np.float32), FakeCupyArray(args.n, np.float32, ptr=0x8000)
-        cases = {"scan(x)": lambda: scan(x), "scan(x, out=out)": lambda: scan(x, out=out)}
+        cases = {"scan(x)": lambda: scan(x), "scan(x, out=out)": lambda: scan(x, out=out),
+                 "prepared()": scan.prepare(x, out)}
         for name, call in cases.items():
             print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
                   f"(n={args.n}, host work only)")

@@ -1,12 +1,14 @@
-"""Per-call cost of a small scan from Python: a reusable Scan and the one-shot
-inclusive_scan, at n = 1024 (default), on pycuda GPUArray, CuPy and torch inputs.
+"""Per-call cost of a small scan from Python: a reusable Scan, a prepared one
+(Scan.prepare) and the one-shot inclusive_scan, at n = 1024 (default), on pycuda GPUArray,
+CuPy and torch inputs, and the floor: an empty kernel launched by pycuda and by CuPy.
 
 At this size the GPU work is a single launch of a few microseconds, so back-to-back calls
 are bound by what the host does per call: the boundary (array kind, views, stream), the
 output allocation and the launch itself. Each case runs ``--calls`` calls back to back on
 the library's current stream, with a new output each call (as a user writes ``y = scan(x)``),
-and once more into a preallocated ``out=``; the device is synchronised at the end, and the
-wall time divided by the calls is printed in microseconds. Warm-up calls come first (the
+once more into a preallocated ``out=``, and as ``Scan.prepare(x, out)`` called again; the
+device is synchronised at the end, and the wall time divided by the calls is printed in
+microseconds. Warm-up calls come first (the
 compile and the bound launchers are not measured). Libraries that are not installed are
 skipped. Run on the GPU host:
 
@@ -45,6 +47,25 @@ def kinds(n):
             lambda: torch.empty(n, dtype=torch.float32, device="cuda"), torch.cuda.synchronize
 
 
+def empty_launches():
+    """(name, launch, synchronize): an empty kernel's launch by pycuda's prepared call and
+    by a CuPy RawKernel, the least a launch from Python costs on this host."""
+    import pycuda.driver as driver
+    from pycuda.compiler import SourceModule
+
+    function = SourceModule('extern "C" __global__ void nothing() {}', no_extern_c=True
+                            ).get_function("nothing")
+    function.prepare("")
+    yield "pycuda", lambda: function.prepared_async_call((1, 1), (32, 1, 1), None), \
+        driver.Context.synchronize
+    try:
+        import cupy
+    except ImportError:
+        return
+    kernel = cupy.RawKernel('extern "C" __global__ void nothing() {}', "nothing")
+    yield "CuPy", lambda: kernel((1,), (32,), ()), cupy.cuda.Device().synchronize
+
+
 def microseconds_per_call(call, calls, synchronize):
     for _ in range(100):
         call()
@@ -64,14 +85,20 @@ def main(argv=None):
     scan_compile.current_context()
     scan = scangen.Scan(np.float32, "add")
     print(f"n = {args.n}, {args.calls} calls each, us per call (wall time / calls)")
-    print(f"{'input':10} {'Scan(x)':>10} {'Scan(x, out)':>13} {'inclusive_scan(x)':>18}")
+    for name, launch, synchronize in empty_launches():
+        print(f"an empty kernel launched by {name}: "
+              f"{microseconds_per_call(launch, args.calls, synchronize):.1f}")
+    print(f"{'input':10} {'Scan(x)':>10} {'Scan(x, out)':>13} {'prepared':>9} "
+          f"{'inclusive_scan(x)':>18}")
     for name, x, make_out, synchronize in kinds(args.n):
         out = make_out()
         reusable = microseconds_per_call(lambda: scan(x), args.calls, synchronize)
         into = microseconds_per_call(lambda: scan(x, out), args.calls, synchronize)
+        prepared = microseconds_per_call(scan.prepare(x, out), args.calls, synchronize)
         one_shot = microseconds_per_call(lambda: scangen.inclusive_scan(x), args.calls,
                                          synchronize)
-        print(f"{name:10} {reusable:10.1f} {into:13.1f} {one_shot:18.1f}", flush=True)
+        print(f"{name:10} {reusable:10.1f} {into:13.1f} {prepared:9.1f} {one_shot:18.1f}",
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from .runtime.contexts import current_context
 from .runtime.pool import free_pooled_memory
 from .kernel import ScanKernel
 from .interop import DevicePointer
-from .scan import Scan, ScanCompileError, GPUUnavailableError
+from .scan import PreparedScan, Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
 from .check import OperatorReport, check_operator
 from .one_shot import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
@@ -27,8 +27,8 @@ from . import dask, out_of_core
 
 __all__ = [
     # scans
-    "Scan", "ScanKernel", "SegmentedScan", "DevicePointer", "Operator", "BUILTIN_OPERATORS",
-    "LAST_NONZERO",
+    "Scan", "PreparedScan", "ScanKernel", "SegmentedScan", "DevicePointer", "Operator",
+    "BUILTIN_OPERATORS", "LAST_NONZERO",
     "check_operator", "OperatorReport", "reference_scan", "inclusive_scan", "exclusive_scan",
     "cumsum", "cumprod", "cummax", "cummin", "associative_scan", "linear_recurrence",
     # primitives

@@ -833,19 +833,39 @@ class ScanKernel:
         ``initial`` replaces the constructor's initial value for this call. ``axis``: scan
         the lines of the first array argument's shape along that axis instead, each on its
         own (i is still the index into the C-contiguous arrays; see Scan)."""
+        values, n, stream, shape = self._converted(args, n, stream, initial, axis)
+        if axis is None:
+            self._runtime.launch(values, n, stream)
+        else:
+            self.lines.launch(values, shape, axis, stream, initial)
+
+    def prepare(self, *args, n=None, stream=None, initial=None, axis=None):
+        """This call bound once: the arguments converted and checked, the plan bound to the
+        stream (the arrays' current stream now, where none is given) and its scratch.
+        Returns a scangen.runtime.launcher.PreparedLaunch whose every call ``launch()`` runs
+        the same scan again with nothing else done on the host, the cheapest way to launch
+        one scan many times (each call does what ``kernel(*args, ...)`` would). It holds the
+        arrays given; their contents are read at each call, not now."""
+        values, n, stream, shape = self._converted(args, n, stream, initial, axis)
+        if axis is None:
+            return self._runtime.prepare(values, n, stream, keep=args)
+        return self.lines.prepare(values, shape, axis, stream, initial, keep=args)
+
+    def _converted(self, args, n, stream, initial, axis):
+        """(values, n, stream, shape) of a call: its arguments converted (scangen.interop)
+        with the initial value, its stream resolved; along an axis, n is None, the shape is
+        the first array argument's and the values leave out the initial value, which the
+        lines' kernels append themselves."""
         if self.initial is not None:
             args = args + (self.initial if initial is None else initial,)
         elif initial is not None:
             raise TypeError(_NO_INITIAL)
         if axis is None:
-            self._runtime(args, n=n, stream=stream)
-            return
+            return (*convert_arguments(self.arguments, self.dtype, args, n, stream), None)
         self._check_lines(n)
         values, _, stream, shape = convert_arguments(self.arguments, self.dtype, args, None,
                                                      stream, with_shape=True)
-        # the lines' kernels append the initial value themselves: leave out the one converted
-        user_values = values[:-1] if self.initial is not None else values
-        self.lines.launch(user_values, shape, axis, stream, initial)
+        return (values[:-1] if self.initial is not None else values), None, stream, shape
 
     def _check_lines(self, n) -> None:
         """Refuse a scan along an axis that these hooks cannot give (before any work)."""
@@ -877,3 +897,10 @@ class ScanKernel:
         initial value (the constructor's, or ``initial``) is converted here, as a call
         converts it. ``layout``: as for plan."""
         self._runtime.launch(values + self.initial_argument(initial), n, stream, layout)
+
+    def prepare_converted(self, values: tuple, n: int, stream=None, initial=None, layout=None,
+                          keep=()):
+        """launch_converted's launch, bound once: a PreparedLaunch (see prepare). ``keep``:
+        the arrays the values point into, held while it lives."""
+        return self._runtime.prepare(values + self.initial_argument(initial), n, stream,
+                                     layout, keep)

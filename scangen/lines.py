@@ -131,14 +131,25 @@ class LineKernels:
         """Scan an array of ``shape`` along ``axis``, the hooks' arguments already converted
         (``pointers``: every argument of the hooks but the row length and the initial
         value), on a stream resolved by scangen.interop."""
+        kernel, values, n, layout = self._launch_of(pointers, shape, axis)
+        if n:
+            kernel.launch_converted(values, n, stream, initial, layout)
+
+    def prepare(self, pointers: tuple, shape: tuple, axis, stream, initial=None, keep=()):
+        """The launch ``launch`` makes, bound once (scangen.runtime.launcher.PreparedLaunch):
+        each call of what it returns launches it again. ``keep``: the arrays to hold."""
+        kernel, values, n, layout = self._launch_of(pointers, shape, axis)
+        return kernel.prepare_converted(values, n, stream, initial, layout, keep)
+
+    def _launch_of(self, pointers: tuple, shape: tuple, axis):
+        """(kernel, values, n, layout) that scan an array of ``shape`` along ``axis``."""
         outer, length, inner = line_shape(shape, axis)
         n = outer * length * inner
-        if n == 0:
-            return
+        if n == 0:  # nothing to launch (whose launch does nothing)
+            return self.kernel, pointers, 0, None
         kernel, lines = self._pick(outer, length, inner)
         if isinstance(lines, tuple):  # a columns kernel: along columns, or rows in tiles
-            kernel.launch_converted(pointers, n, stream, initial, lines)
-        elif lines is not None:  # the row length, a plain int as the launch packs it
-            kernel.launch_converted(pointers + (lines,), n, stream, initial)
-        else:
-            kernel.launch_converted(pointers, n, stream, initial)
+            return kernel, pointers, n, lines
+        if lines is not None:  # the row length, a plain int as the launch packs it
+            return kernel, pointers + (lines,), n, None
+        return kernel, pointers, n, None

@@ -10,7 +10,7 @@ from .runtime.gpu import GPUUnavailableError
 from .spec import check_mode
 from .types import conversion, element_type
 
-__all__ = ["Scan", "GPUUnavailableError", "ScanCompileError"]
+__all__ = ["Scan", "PreparedScan", "GPUUnavailableError", "ScanCompileError"]
 
 #: What Scan's output statement writes, per mode (PlainArrays("x", "out", ...) says so).
 _OUTPUT = {"inclusive": "out[i] = item;", "exclusive": "out[i] = prev_item;"}
@@ -41,9 +41,9 @@ class Scan:
         operands in array order.
     initial:
         A value combined first: inclusive ``initial op x0 op ...``; exclusive ``y[0] =
-        initial``; with N-D input, every line along the axis starts from it. A call may pass another
-        (``scan(x, initial=carry)``). For a struct type, a tuple of field values (or an
-        np.void); for complex, a complex number.
+        initial``; with N-D input, every line along the axis starts from it. A call may pass
+        another (``scan(x, initial=carry)``). For a struct type, a tuple of field values (or
+        an np.void); for complex, a complex number.
     algorithm:
         How one block scans its section: naive, kogge_stone, kogge_stone_double_buffered,
         brent_kung, coarsened or warp_shuffle (the default, the fast one).
@@ -185,17 +185,34 @@ class Scan:
         by that library (see scangen.interop). ``axis`` (default: the last) is the axis
         scanned, every line along it on its own. ``stream`` (a pycuda, CuPy or torch stream,
         or a raw handle) defaults to the array library's current stream."""
+        out, pointers, shape, stream = self._arrays(x, out, stream, initial)
+        self.lines.launch(pointers, shape, axis, stream, initial)
+        return out
+
+    def prepare(self, x, out=None, *, axis=-1, stream=None, initial=None) -> PreparedScan:
+        """This call bound once, for a scan run again and again on the same arrays: checks
+        ``x`` and ``out`` (allocating ``out`` now where None), resolves the stream (the
+        arrays' current stream now, where none is given) and binds the plan. Returns a
+        PreparedScan whose every call ``run()`` scans ``x``'s contents at that time into
+        ``out`` and returns ``out``, doing nothing else on the host (see __call__ for the
+        arguments)."""
+        out, pointers, shape, stream = self._arrays(x, out, stream, initial)
+        launch = self.lines.prepare(pointers, shape, axis, stream, initial, keep=(x, out))
+        return PreparedScan(launch, out)
+
+    def _arrays(self, x, out, stream, initial):
+        """(out, pointers, shape, stream) of a call: the arrays checked, ``out`` made where
+        None, the stream resolved (scangen.interop), a bad ``initial`` refused before any
+        work."""
         call = Call(stream, {"x": x, "out": out}, writes=("out",))
         x_view, out_view = call.views["x"], call.views["out"]
         self._check_arrays(x_view, out_view, out is x)
         if initial is not None:
-            self.kernel.initial_argument(initial)  # a bad one is refused before any work
+            self.kernel.initial_argument(initial)
         if out is None:
             out, out_view = call.empty(x_view.shape, self.dtype)
         # ints: the launch packs them as pointers
-        self.lines.launch((x_view.ptr, out_view.ptr), tuple(x_view.shape), axis, call.stream,
-                          initial)
-        return out
+        return out, (x_view.ptr, out_view.ptr), tuple(x_view.shape), call.stream
 
     def _check_arrays(self, x, out, in_place):
         """Check the views (scangen.interop) of the input and of out (None: a new one) against
@@ -216,3 +233,18 @@ class Scan:
                 raise ValueError(f"out has shape {out.shape}, but x has shape {x.shape}")
             if x.size and overlaps(x, out):
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")
+
+
+class PreparedScan:
+    """One Scan call bound once (Scan.prepare): calling it scans the input's contents at
+    that time into ``out`` again, on the stream bound, and returns ``out``; the host does
+    nothing but the launch (a single pass also takes its tickets)."""
+
+    __slots__ = ("_launch", "out")
+
+    def __init__(self, launch, out):
+        self._launch, self.out = launch, out
+
+    def __call__(self):
+        self._launch()
+        return self.out

@@ -9,7 +9,6 @@ import threading
 import numpy as np
 
 from ..compile import compile_module
-from ..interop import convert_arguments
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from ..strategies.tile_state import TileState
 from .contexts import check_context_not_switched, release_at_exit, stream_key
@@ -147,11 +146,6 @@ class Runtime:
     def plan(self, n, layout=None):
         return cached_plan(self.scan_module, n, layout)
 
-    def __call__(self, args, *, n=None, stream=None) -> None:
-        values, n, stream = convert_arguments(self.scan_module.hooks.arguments,
-                                              self.scan_module.scan.etype.dtype, args, n, stream)
-        self.launch(values, n, stream)
-
     def launch(self, user_values: tuple, n: int, stream, layout=None) -> None:
         """Launch over n indices with already converted argument values, on a stream as
         scangen.interop.as_stream gives it (None, a pycuda Stream or a RawStream);
@@ -161,7 +155,22 @@ class Runtime:
         with self._lock:
             self._launch(user_values, n, stream, layout)
 
+    def prepare(self, user_values: tuple, n: int, stream, layout=None, keep=()):
+        """A PreparedLaunch of these converted values over n indices on ``stream`` (as
+        launch takes them), bound now: each of its calls launches again, doing nothing
+        else. ``keep``: the arrays the values point into, held while it lives."""
+        if n == 0:
+            return PreparedLaunch(self, None, user_values, n, stream, layout, keep)
+        with self._lock:
+            launcher = self._launcher(n, stream, layout)
+        return PreparedLaunch(self, launcher, user_values, n, stream, layout, keep)
+
     def _launch(self, user_values: tuple, n: int, stream, layout) -> None:
+        self._launcher(n, stream, layout)(user_values, stream)
+
+    def _launcher(self, n: int, stream, layout) -> Launcher:
+        """The bound Launcher of n indices on ``stream`` (made, or made again where its
+        scratch was replaced). Called under the lock."""
         where = stream_key(stream)
         # Whose stream it is decides how the launcher launches (see launch_function).
         key = (n, layout, where, type(stream) is RawStream)
@@ -177,4 +186,27 @@ class Runtime:
             if len(self._launchers) >= _MAX_LAUNCHERS:
                 self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
             self._launchers[key] = launcher
-        launcher(user_values, stream)
+        return launcher
+
+
+class PreparedLaunch:
+    """One launch of a kernel's plan, its arguments converted and its plan bound once
+    (Runtime.prepare): a call takes the runtime's lock and launches, the single pass's
+    ticket base and epoch its only new values. A larger call on the same stream that
+    replaces the scratch makes the next call bind again. Calls return None."""
+
+    __slots__ = ("_runtime", "_launcher", "_values", "_n", "_stream", "_layout", "keep")
+
+    def __init__(self, runtime, launcher, values, n, stream, layout, keep):
+        self._runtime, self._launcher, self._values = runtime, launcher, values
+        self._n, self._stream, self._layout, self.keep = n, stream, layout, keep
+
+    def __call__(self) -> None:
+        launcher = self._launcher
+        if launcher is None:  # no elements: nothing to launch
+            return
+        with self._runtime._lock:
+            if launcher.stale():
+                launcher = self._launcher = self._runtime._launcher(self._n, self._stream,
+                                                                    self._layout)
+            launcher(self._values, self._stream)

@@ -273,7 +273,7 @@ def test_the_host_path_model_runs_without_a_gpu():
                              "--calls", "200", "--primitives"], capture_output=True, text=True,
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("us per call") == 6
+    assert result.stdout.count("us per call") == 7
 
 
 @pytest.mark.parametrize("what,predicate", [("select", "x > 0.5f"), ("remove_if", "x > 0.5f"),

@@ -204,3 +204,20 @@ def test_numpy_cumulative_functions(gpu, rng, dtype):
     assert wide.dtype == np.complex128
     assert_scan_equal(wide.ravel(), np.cumsum(x, axis=1, dtype=np.complex128).ravel(),
                       np.complex128, x.size, op="add")
+
+
+def test_a_prepared_scan_along_every_axis(gpu, rng):
+    """Scan.prepare along each axis: every call scans the input's contents at that time
+    (written between calls), through the same kernels as a call along that axis."""
+    op = operator("affine_then")
+    scan = scangen.Scan(np.uint64, op, section_size=SECTION)
+    for shape, axis in SHAPES:
+        x = gpu.to_gpu(values(rng, "uint64", "affine_then", shape))
+        out = poisoned(gpu, rng, x.size, np.uint64).reshape(shape)
+        run = scan.prepare(x, out, axis=axis)
+        for _ in range(2):
+            host = values(rng, "uint64", "affine_then", shape)
+            x.set(host)
+            assert run() is out
+            np.testing.assert_array_equal(out.get(), axis_reference(host, op, "inclusive", axis),
+                                          err_msg=f"{shape} along {axis}")

@@ -125,6 +125,14 @@ def test_cli_demo(gpu, capsys, algorithm):
     assert "static __device__ __forceinline__ scan_t combine" in out
 
 
+def test_the_guides_prepared_scan_runs(gpu):
+    require_module("cupy")
+    namespace = run_docs_block(".prepare(x)", "prepared scan")
+    x, y = namespace["x"].get(), namespace["y"]
+    assert y is namespace["step"].out
+    np.testing.assert_allclose(y.get(), reference(x, "add"), rtol=1e-4)
+
+
 def test_readme_primitives_section_runs(gpu):
     namespace = run_docs_block("scangen.select(x, \"x > 0.0f\")", "primitives")
     x, mask = namespace["x"].get(), namespace["mask"].get()
