@@ -124,15 +124,19 @@ def contenders(args, dtype, op_name, op, driver):
         return lambda: driver.memcpy_dtod_async(y.gpudata, x.gpudata, nbytes)
     out.append(("copy", copy, None))
 
-    def scangen_contender(**kwargs):
+    def scangen_contender(prepared=False, **kwargs):
         scan = Scan(dtype, op, **kwargs)
 
         def make(x, y, _):
-            return lambda: scan(x, out=y)
+            # prepared: the arrays checked and the plan bound once, each call a launch
+            return scan.prepare(x, y) if prepared else lambda: scan(x, out=y)
         return make
 
     for strategy in args.strategies:
         out.append((f"scangen/{strategy}", scangen_contender(strategy=strategy), op))
+        if args.prepared:
+            out.append((f"scangen/{strategy}/prepared",
+                        scangen_contender(prepared=True, strategy=strategy), op))
     for config in args.tiles:
         threads, items = (int(v) for v in config.lower().split("x"))
         out.append((f"scangen/decoupled_lookback/{threads}x{items}",
@@ -370,6 +374,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiles", nargs="*", default=[], metavar="THREADSxITEMS",
                         help="also time decoupled look-back with these warp_shuffle tiles, "
                              "e.g. 256x16 128x32 (for tuning)")
+    parser.add_argument("--prepared", action="store_true",
+                        help="also time each strategy's prepared call (Scan.prepare: the "
+                             "arrays checked and the plan bound once, each call a launch)")
     parser.add_argument("--no-peers", action="store_true",
                         help="skip torch, cupy and pycuda even if installed")
     parser.add_argument("--cub", action="store_true",

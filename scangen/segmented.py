@@ -449,7 +449,6 @@ class SegmentedScan:
                                     initial)
         return out
 
-
     def _scan_by_offsets(self, call, x, offsets, out, initial, check_offsets) -> None:
         """Queue the offsets plan; with ``check_offsets``, wait for the heads kernel's
         verdict and raise if the offsets are bad."""

@@ -12,8 +12,9 @@ from ..compile import compile_module
 from ..plan import NULL, USER_ARGS, BufferArg, RuntimeArg, make_plan
 from ..strategies.tile_state import TileState
 from .contexts import check_context_not_switched, release_at_exit, stream_key
+from . import streams
 from .gpu import check_shared_memory, resident_grid
-from .scratch import StreamScratch
+from .scratch import GraphScratch, StreamScratch
 from .streams import RawLaunch, RawStream
 
 #: Bound launchers kept per kernel spec (one per distinct n, stream and context).
@@ -35,6 +36,9 @@ class Launcher:
         self.generation = scratch.generation
         #: Tickets a call takes (scangen.strategies.base.Launch.tickets).
         self.tickets = 0
+        #: Whether a launch uses the scratch (temporaries, single-pass state): then a
+        #: capture into a CUDA graph needs scratch of the graph's own.
+        self.keeps_scratch = bool(bindings)
         self.steps = []
         for launch in plan.launches:
             grid = launch.grid
@@ -159,41 +163,71 @@ class Runtime:
         """A PreparedLaunch of these converted values over n indices on ``stream`` (as
         launch takes them), bound now: each of its calls launches again, doing nothing
         else. ``keep``: the arrays the values point into, held while it lives."""
-        if n == 0:
-            return PreparedLaunch(self, None, user_values, n, stream, layout, keep)
-        with self._lock:
-            launcher = self._launcher(n, stream, layout)
+        launcher = None
+        if n:
+            with self._lock:
+                launcher = self._launcher(n, stream, layout)
         return PreparedLaunch(self, launcher, user_values, n, stream, layout, keep)
 
-    def _launch(self, user_values: tuple, n: int, stream, layout) -> None:
-        self._launcher(n, stream, layout)(user_values, stream)
-
-    def _launcher(self, n: int, stream, layout) -> Launcher:
-        """The bound Launcher of n indices on ``stream`` (made, or made again where its
-        scratch was replaced). Called under the lock."""
-        where = stream_key(stream)
-        # Whose stream it is decides how the launcher launches (see launch_function).
-        key = (n, layout, where, type(stream) is RawStream)
-        launcher = self._launchers.get(key)
-        if launcher is None or launcher.stale():
-            scratch = self._scratch.get(where)
-            if scratch is None:
-                scratch = self._scratch[where] = StreamScratch(
-                    TileState.of(self.scan_module.scan))
-            check_shared_memory(self.scan_module)
-            plan = self.plan(n, layout)
-            launcher = Launcher(plan, compile_module(plan.part), scratch, stream)
-            if len(self._launchers) >= _MAX_LAUNCHERS:
-                self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
-            self._launchers[key] = launcher
+    def _launch(self, user_values: tuple, n: int, stream, layout, launcher=None):
+        """Launch with ``launcher`` (a PreparedLaunch's, where still bound) or the one kept
+        for these n, stream and layout; return the launcher used (None: the launch was
+        captured with scratch of its own). Called under the lock."""
+        launcher = self._launcher(n, stream, layout, launcher)
+        if launcher is None:
+            self._launch_captured(user_values, n, stream, layout)
+        else:
+            launcher(user_values, stream)
         return launcher
+
+    def _launcher(self, n: int, stream, layout, launcher=None):
+        """The bound Launcher of n indices on ``stream``: ``launcher`` where given and still
+        bound, else the one kept for them, made or made again where its scratch was
+        replaced. None where the stream is being captured into a CUDA graph and the plan
+        keeps scratch, whose launch takes scratch of the graph's own (_launch_captured);
+        a plan of no scratch is captured as it is. Called under the lock."""
+        if launcher is None or launcher.stale():
+            # Whose stream it is decides how the launcher launches (see launch_function).
+            where = stream_key(stream)
+            key = (n, layout, where, type(stream) is RawStream)
+            launcher = self._launchers.get(key)
+            if launcher is None or launcher.stale():
+                if streams.capturing(stream):
+                    return None  # binding would allocate and zero the stream's scratch
+                scratch = self._scratch.get(where)
+                if scratch is None:
+                    scratch = self._scratch[where] = StreamScratch(
+                        TileState.of(self.scan_module.scan))
+                check_shared_memory(self.scan_module)
+                plan = self.plan(n, layout)
+                launcher = Launcher(plan, compile_module(plan.part), scratch, stream)
+                if len(self._launchers) >= _MAX_LAUNCHERS:
+                    self._launchers.clear()  # many distinct sizes: rebinding is cheap enough
+                self._launchers[key] = launcher
+        if launcher.keeps_scratch and streams.capturing(stream):
+            return None
+        return launcher
+
+    def _launch_captured(self, user_values: tuple, n: int, stream, layout) -> None:
+        """Launch into the CUDA graph ``stream`` is being captured into, with scratch the
+        graph owns (GraphScratch): a replay cannot follow the stream's ticket count and
+        epoch (it replays the values it was captured with), and the stream's scratch may be
+        replaced, freed or used by another replay while the graph lives. The plan's module
+        is compiled and loaded by an earlier call outside the capture, as CUDA graphs need
+        (a warm-up call), or here."""
+        check_shared_memory(self.scan_module)
+        plan = self.plan(n, layout)
+        scratch = GraphScratch(TileState.of(self.scan_module.scan))
+        Launcher(plan, compile_module(plan.part), scratch, stream)(user_values, stream)
+        scratch.free(stream)
 
 
 class PreparedLaunch:
     """One launch of a kernel's plan, its arguments converted and its plan bound once
     (Runtime.prepare): a call takes the runtime's lock and launches, the single pass's
     ticket base and epoch its only new values. A larger call on the same stream that
-    replaces the scratch makes the next call bind again. Calls return None."""
+    replaces the scratch makes the next call bind again; a call into a CUDA graph being
+    captured is captured as Runtime.launch captures it. Calls return None."""
 
     __slots__ = ("_runtime", "_launcher", "_values", "_n", "_stream", "_layout", "keep")
 
@@ -202,11 +236,9 @@ class PreparedLaunch:
         self._n, self._stream, self._layout, self.keep = n, stream, layout, keep
 
     def __call__(self) -> None:
-        launcher = self._launcher
-        if launcher is None:  # no elements: nothing to launch
+        if not self._n:
             return
-        with self._runtime._lock:
-            if launcher.stale():
-                launcher = self._launcher = self._runtime._launcher(self._n, self._stream,
-                                                                    self._layout)
-            launcher(self._values, self._stream)
+        runtime = self._runtime
+        with runtime._lock:
+            self._launcher = runtime._launch(self._values, self._n, self._stream,
+                                             self._layout, self._launcher)

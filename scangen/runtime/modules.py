@@ -12,6 +12,7 @@ from ..modules import ArgumentSlots, Checkpoint, ScanCall, address_of, c_scalar
 from .contexts import release_at_exit, stream_key
 from .gpu import gpuarray as _gpuarray, wave_grid
 from .launcher import launch_function
+from . import streams
 from .scratch import StreamScratch
 from .streams import RawStream, StreamEvent, memset_d8_async
 
@@ -140,7 +141,14 @@ class ModuleRuntime:
         the plan gives them (views with ``ptr`` and ``size``, None for none), ``values``
         the call's scalars (RuntimeArg; a scan's initial value among them, None for the
         kernel's own). Returns the event recorded at each of the plan's checkpoints, by
-        name (each is this thread's and stream's, recorded again by its next call)."""
+        name (each is this thread's and stream's, recorded again by its next call).
+        Refused on a stream being captured into a CUDA graph: a replay would use the
+        stream's scratch, which later calls replace and reuse."""
+        if streams.capturing(stream):
+            raise RuntimeError(f"{plan.title} cannot be captured into a CUDA graph: it keeps "
+                               "scratch of its stream, which later calls replace and reuse. "
+                               "Call it outside the capture (Scan, ScanKernel and the "
+                               "one-shot scans can be captured)")
         scratch = self.scratch(stream)
         events = {}
         buffers = {**arrays, **scratch.bind(plan, stream)}

@@ -8,12 +8,16 @@ may run at once, so each stream gets its own. Two parts:
   scangen.strategies.tile_state. The status is tagged with a per-call epoch, so it needs no
   reset between calls; the ticket keeps counting, and each call is told where its tickets
   start.
+
+A launch captured into a CUDA graph takes GraphScratch instead: the graph replays the
+arguments it was captured with, so it cannot follow the stream's ticket count or epoch, and
+a later call may replace the stream's scratch while the graph still uses it.
 """
 from __future__ import annotations
 
 from ..strategies.tile_state import EPOCH_LIMIT, TileState, aligned
 from .gpu import require_pycuda
-from .streams import memset_d8_async
+from .streams import mem_alloc_async, mem_free_async, memset_d8_async
 
 
 class StreamScratch:
@@ -33,12 +37,8 @@ class StreamScratch:
         foreign handle (a RawStream): scratch is keyed by handle, whoever made the stream."""
         driver = require_pycuda()
         bindings = {}
-        per_call = [t for t in plan.temporaries if not t.persistent]
-        if per_call:
-            offsets, total = {}, 0
-            for temp in per_call:
-                offsets[temp.name] = total
-                total += aligned(temp.nbytes)
+        offsets, total = temporary_offsets(plan)
+        if offsets:
             if self.temporaries is None or self.temporaries[1] < total:
                 self.temporaries = (driver.mem_alloc(total), total)
                 self.generation += 1
@@ -79,3 +79,50 @@ class StreamScratch:
         ticket_base = self.ticket_base
         self.ticket_base += tiles
         return ticket_base, self.epoch
+
+
+def temporary_offsets(plan) -> tuple[dict, int]:
+    """({name: byte offset}, total bytes) of the plan's per-call temporaries, one after the
+    other in one allocation, each aligned."""
+    offsets, total = {}, 0
+    for temp in plan.temporaries:
+        if not temp.persistent:
+            offsets[temp.name] = total
+            total += aligned(temp.nbytes)
+    return offsets, total
+
+
+class GraphScratch:
+    """The scratch of one launch captured into a CUDA graph, which the graph owns: one
+    allocation from the stream-ordered pool, made and freed by nodes of the graph around
+    the launch (mem_alloc_async, then free after it), so each replay has its own and no
+    call outside the graph shares or frees it. A memset node zeroes its single-pass state,
+    so every replay takes tickets from 0 with epoch 1, whatever ran before."""
+
+    #: Never replaced: a launcher bound to it is never stale.
+    generation = 0
+
+    def __init__(self, tile_state: TileState):
+        self.tile_state = tile_state
+        self.allocation = None
+
+    def bind(self, plan, stream) -> dict:
+        """As StreamScratch.bind, in an allocation made on ``stream`` for this launch."""
+        offsets, total = temporary_offsets(plan)
+        state_at, tiles = total, plan.single_pass_tiles
+        state_bytes = self.tile_state.allocation_bytes(tiles) if tiles else 0
+        self.allocation = mem_alloc_async(max(1, total + state_bytes), stream)
+        bindings = {name: self.allocation + offset for name, offset in offsets.items()}
+        if tiles:
+            memset_d8_async(self.allocation + state_at, 0, state_bytes, stream)
+            bindings.update({name: self.allocation + state_at + offset for name, offset in
+                             self.tile_state.offsets(tiles).items()})
+        return bindings
+
+    def next_single_pass_call(self, tiles: int, stream) -> tuple[int, int]:
+        """(ticket base, epoch) of the launch: the state was zeroed just before it."""
+        return 0, 1
+
+    def free(self, stream) -> None:
+        """Free the allocation after the launch, on ``stream``."""
+        mem_free_async(self.allocation, stream)

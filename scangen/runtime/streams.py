@@ -13,7 +13,9 @@ for a RawStream this module calls the CUDA driver itself, through ctypes: it loa
 module's cubin a second time (cuModuleLoadData) to get CUfunction handles, and launches
 with cuLaunchKernel on the handle, with the same packed parameter buffer pycuda builds. It
 also pins host arrays in place (cuMemHostRegister), which pycuda's register_host_memory
-cannot do under numpy 2, and asks whether host memory is pinned. Everything else keeps
+cannot do under numpy 2, asks whether host memory is pinned, asks whether a stream is being
+captured into a CUDA graph, and takes a captured launch's scratch from the stream-ordered
+allocator (cuMemAllocAsync), which pycuda lacks. Everything else keeps
 going through pycuda. This module is the only one that calls libcuda on the GPU's work
 (scangen.devices only asks which GPU there is); it imports nothing from pycuda.
 """
@@ -80,6 +82,9 @@ _SIGNATURES = {
     "cuMemHostGetFlags": [ctypes.POINTER(_UINT), _VOID_P],
     "cuCtxGetCurrent": [ctypes.POINTER(_VOID_P)],
     "cuCtxSetCurrent": [_VOID_P],
+    "cuStreamIsCapturing": [_VOID_P, ctypes.POINTER(ctypes.c_int)],
+    "cuMemAllocAsync": [ctypes.POINTER(_CUDEVICEPTR), _SIZE_T, _VOID_P],
+    "cuMemFreeAsync": [_CUDEVICEPTR, _VOID_P],
 }
 #: CU_EVENT_DISABLE_TIMING: an event without timing is cheaper to record and wait on.
 _EVENT_DISABLE_TIMING = 2
@@ -163,6 +168,34 @@ def memset_d8_async(address: int, value: int, nbytes: int, stream) -> None:
         import pycuda.driver as driver
 
         driver.memset_d8_async(address, value, nbytes, stream)
+
+
+def capturing(stream) -> bool:
+    """Whether ``stream`` is being captured into a CUDA graph (or was, and the capture broke):
+    its work is then recorded as the graph's nodes, not run. The legacy default stream
+    (None) never is."""
+    if stream is None:
+        return False
+    status = ctypes.c_int()
+    _check(_lib().cuStreamIsCapturing(ctypes.c_void_p(stream.handle), ctypes.byref(status)),
+           "cuStreamIsCapturing")
+    return status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE
+
+
+def mem_alloc_async(nbytes: int, stream) -> int:
+    """``nbytes`` of device memory from the device's memory pool, ordered on ``stream`` (in a
+    capture: a node of the graph, allocated by each replay)."""
+    address = _CUDEVICEPTR()
+    _check(_lib().cuMemAllocAsync(ctypes.byref(address), nbytes,
+                                  ctypes.c_void_p(None if stream is None else stream.handle)),
+           "cuMemAllocAsync")
+    return address.value
+
+
+def mem_free_async(address: int, stream) -> None:
+    """Free what mem_alloc_async gave, ordered on ``stream``."""
+    _check(_lib().cuMemFreeAsync(address, ctypes.c_void_p(None if stream is None else
+                                                          stream.handle)), "cuMemFreeAsync")
 
 
 def before_host_read(stream) -> None:

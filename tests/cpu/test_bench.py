@@ -135,6 +135,22 @@ def test_a_16_byte_struct_scan_is_an_option():
     assert scan.spec.acc_itemsize == 16
 
 
+def test_prepared_calls_are_a_contender_beside_each_strategy(monkeypatch):
+    """--prepared: each strategy's scan also as a prepared call, made from the contender's
+    arrays (checked, bound once) and run as it is by the timer."""
+    args = bench_arguments("--strategies", "auto", "chained", "--prepared", "--no-peers")
+    entries = bench.contenders(args, np.dtype(np.float32), "add", "add", driver=None)
+    assert [name for name, _, _ in entries] == [
+        "copy", "scangen/auto", "scangen/auto/prepared", "scangen/chained",
+        "scangen/chained/prepared"]
+    prepared = []
+    monkeypatch.setattr(scangen.Scan, "prepare", lambda scan, x, out: prepared.append(
+        (scan.spec.strategy, x, out)) or "the prepared call")
+    _, make, _ = entries[4]
+    assert make("x", "y", None) == "the prepared call"
+    assert prepared == [("chained", "x", "y")]
+
+
 def test_the_struct_input_and_check_follow_the_operator(rng):
     args = bench_arguments("--struct", "affine-f64x2", "--dtypes", "int32")
     scalar, work = bench.workloads(args)

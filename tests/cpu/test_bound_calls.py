@@ -1,28 +1,42 @@
-"""Prepared calls without a GPU (Scan.prepare, ScanKernel.prepare): the arrays are checked and
-the plan bound once, each call launches the same values again, a replaced scratch binds
-again, and a prepared call launches exactly what the plain call launches."""
+"""How a scan's launches are bound, without a GPU. Prepared calls (Scan.prepare,
+ScanKernel.prepare): the arrays are checked and the plan bound once, each call launches the
+same values again, a replaced scratch binds again, and a prepared call launches exactly what
+the plain call launches. Calls on a stream being captured into a CUDA graph: a plan that
+keeps scratch takes scratch of the graph's own, allocated, zeroed and freed on the stream
+around the launch, with tickets from 0 and epoch 1, and leaves the stream's scratch alone;
+a primitive refuses to be captured."""
+import types
+
 import numpy as np
 import pytest
 
 import scangen
-from scangen.runtime import launcher
+from scangen.runtime import launcher, scratch, streams
+from scangen.runtime.modules import ModuleRuntime
 from tests.support import FakeCupyArray, fake_cupy_module, record_launches, simulate_device
 
 
 class FakeLauncher:
-    """A bound plan that notes what it was bound to and each launch instead of running it."""
+    """A bound plan that binds its scratch as Launcher does and notes each launch (its
+    values and single-pass tickets) instead of running it."""
 
     made = []
 
     def __init__(self, plan, compiled, scratch, stream=None):
-        self.plan, self.stream, self.launched, self.is_stale = plan, stream, [], False
+        self.plan, self.scratch, self.stream = plan, scratch, stream
+        self.bindings = scratch.bind(plan, stream)
+        self.keeps_scratch = bool(self.bindings)
+        self.launched, self.is_stale = [], False
         FakeLauncher.made.append(self)
 
     def stale(self):
         return self.is_stale
 
     def __call__(self, values, stream):
+        tickets = self.scratch.next_single_pass_call(1, stream) \
+            if self.plan.single_pass_tiles else None
         self.launched.append((values, stream))
+        self.tickets = tickets
 
 
 @pytest.fixture
@@ -33,6 +47,11 @@ def device(monkeypatch):
     FakeLauncher.made = []
     monkeypatch.setattr(launcher, "Launcher", FakeLauncher)
     monkeypatch.setattr(launcher, "compile_module", lambda part: None)
+    # the stream's scratch, as pycuda would allocate it
+    addresses = iter(range(1 << 40, 1 << 41, 1 << 30))
+    monkeypatch.setattr(scratch, "require_pycuda", lambda: types.SimpleNamespace(
+        mem_alloc=lambda nbytes: next(addresses)))
+    monkeypatch.setattr(scratch, "memset_d8_async", lambda *args: None)
     return FakeLauncher.made
 
 
@@ -120,3 +139,104 @@ def test_a_prepared_scan_kernel_holds_its_arrays_and_takes_scalars_once(device):
     assert [float(v) for v in values[2:]] == [3.0, 1.5]
     with pytest.raises(TypeError, match="argument 'weight'"):
         kernel.prepare(x, out, "heavy")
+
+
+@pytest.fixture
+def capture(device, monkeypatch):
+    """``device``, with a switch for whether streams are being captured, and the driver's
+    stream-ordered allocations and memsets in order as (call, address, ...) tuples."""
+    state = types.SimpleNamespace(on=False, driver=[], made=device)
+    monkeypatch.setattr(streams, "capturing", lambda stream: stream is not None and state.on)
+    addresses = iter(range(1 << 44, 1 << 45, 1 << 30))
+
+    def alloc(nbytes, stream):
+        state.driver.append(("alloc", next(addresses), nbytes, stream.handle))
+        return state.driver[-1][1]
+
+    monkeypatch.setattr(scratch, "mem_alloc_async", alloc)
+    monkeypatch.setattr(scratch, "mem_free_async", lambda address, stream: state.driver.append(
+        ("free", address, stream.handle)))
+    monkeypatch.setattr(scratch, "memset_d8_async", lambda address, value, nbytes, stream:
+                        state.driver.append(("memset", address, value, nbytes, stream.handle)))
+    return state
+
+
+def single_pass_call(rng):
+    """A scan whose plan at n is one single pass (tile status, tickets), and its arrays."""
+    scan = scangen.Scan(np.float32, "add", strategy="decoupled_lookback", section_size=256)
+    n = int(rng.integers(10_000, 1 << 22))
+    assert scan.plan(n).single_pass_tiles > 1
+    return scan, FakeCupyArray(n, np.float32), FakeCupyArray(n, np.float32, ptr=1 << 36)
+
+
+def test_a_captured_single_pass_takes_scratch_of_the_graphs_own(capture, rng):
+    scan, x, out = single_pass_call(rng)
+    scan(x, out)
+    scan(x, out)
+    (plain,) = capture.made
+    stream_scratch, stream_tickets = plain.scratch, plain.tickets
+    capture.driver.clear()  # the stream scratch's first zeroing
+    capture.on = True
+    for _ in range(2):
+        scan(x, out)
+    capture.on = False
+    scan(x, out)
+    assert capture.made[0] is plain and len(capture.made) == 3
+    for captured in capture.made[1:]:
+        assert isinstance(captured.scratch, scratch.GraphScratch)
+        assert captured.tickets == (0, 1)
+        assert captured.launched == [((x.data.ptr, out.data.ptr), captured.launched[0][1])]
+        assert set(captured.bindings.values()) != set(plain.bindings.values())
+    # each capture: allocate, zero the single-pass state inside it, free after the launch
+    assert [call[0] for call in capture.driver] == ["alloc", "memset", "free"] * 2
+    for (_, address, nbytes, _), (_, zeroed, value, zeroed_bytes, _), (_, freed, _) in zip(
+            capture.driver[0::3], capture.driver[1::3], capture.driver[2::3]):
+        assert value == 0 and freed == address
+        assert address <= zeroed and zeroed + zeroed_bytes == address + nbytes
+    # the stream's own scratch went on counting for the plain calls alone
+    assert plain.scratch is stream_scratch and len(plain.launched) == 3
+    assert plain.tickets[1] == stream_tickets[1] + 1
+
+
+def test_a_plan_without_scratch_is_captured_as_it_is(capture):
+    scan = scangen.Scan(np.float32, "add")
+    x, out = FakeCupyArray(1000, np.float32), FakeCupyArray(1000, np.float32, ptr=1 << 36)
+    scan(x, out)
+    capture.on = True
+    scan(x, out)
+    (bound,) = capture.made
+    assert not bound.keeps_scratch and len(bound.launched) == 2 and capture.driver == []
+
+
+def test_a_first_call_inside_a_capture_leaves_the_streams_scratch_unmade(capture, rng):
+    scan, x, out = single_pass_call(rng)
+    capture.on = True
+    run = scan.prepare(x, out)
+    run()
+    (captured,) = capture.made
+    assert isinstance(captured.scratch, scratch.GraphScratch)
+    capture.on = False
+    run()
+    assert isinstance(capture.made[-1].scratch, scratch.StreamScratch)
+    assert capture.made[-1].tickets[1] == 1
+
+
+def test_a_prepared_call_inside_a_capture_is_captured(capture, rng):
+    scan, x, out = single_pass_call(rng)
+    run = scan.prepare(x, out)
+    run()
+    capture.on = True
+    run()
+    capture.on = False
+    run()
+    plain, captured = capture.made
+    assert len(plain.launched) == 2 and len(captured.launched) == 1
+    assert isinstance(captured.scratch, scratch.GraphScratch)
+
+
+def test_a_primitive_refuses_a_capture(monkeypatch):
+    monkeypatch.setattr(streams, "capturing", lambda stream: True)
+    plan = types.SimpleNamespace(title="histogram of float32 into 10 bins")
+    with pytest.raises(RuntimeError, match="histogram of float32 into 10 bins cannot be "
+                                           "captured into a CUDA graph"):
+        ModuleRuntime().run(plan, {}, streams.RawStream(0x5000))

@@ -83,6 +83,8 @@ def test_scan_scratch_and_launchers_are_per_context(contexts, monkeypatch):
     used = []
 
     class Launcher:
+        keeps_scratch = False
+
         def __init__(self, plan, compiled, scratch, stream=None):
             self.scratch = scratch
 
@@ -110,8 +112,17 @@ def test_a_call_compiles_only_the_kernels_its_plan_launches(contexts, monkeypatc
     """The first call of a size compiles its plan's part of the module (ScanModule.part),
     not every kernel the strategy may launch at some size."""
     compiled = []
-    monkeypatch.setattr(launcher, "Launcher", lambda plan, module, scratch, stream: (
-        lambda values, stream: None))
+
+    class Launcher:
+        keeps_scratch = False
+
+        def __init__(self, plan, module, scratch, stream):
+            pass
+
+        def __call__(self, values, stream):
+            pass
+
+    monkeypatch.setattr(launcher, "Launcher", Launcher)
     monkeypatch.setattr(launcher, "compile_module", compiled.append)
     kernel = scangen.ScanKernel(np.float32, "add", arguments="const scan_t *x, scan_t *out",
                                 input_expr="x[i]", output_statement="out[i] = item;")

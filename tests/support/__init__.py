@@ -712,7 +712,8 @@ def record_launches(monkeypatch, run=False) -> list:
 def simulate_device(monkeypatch, device=0, context=0xC0):
     """Let scangen.interop check devices and streams without a GPU: every pointer is on
     ``device``, the current context is ``context`` on ``device`` (scangen.current_context
-    gives a FakeContext of that handle), and every stream handle belongs to it."""
+    gives a FakeContext of that handle), every stream handle belongs to it, and no stream
+    is being captured into a CUDA graph."""
     from scangen import interop
     from scangen.runtime import contexts, gpu, streams
 
@@ -728,6 +729,7 @@ def simulate_device(monkeypatch, device=0, context=0xC0):
     monkeypatch.setattr(interop, "_current_context_handle", lambda: context)
     monkeypatch.setattr(streams, "pointer_device", lambda address: device)
     monkeypatch.setattr(streams, "stream_context", lambda handle: context)
+    monkeypatch.setattr(streams, "capturing", lambda stream: False)
 
 
 # --- radix keys -------------------------------------------------------------------------
@@ -1195,7 +1197,8 @@ __all__ = ["AFFINE", "AFFINE_MAPS", "AFFINE_PAIR", "AFFINE_PAIRS", "ARGMAX",
            "assert_scan_equal", "BFLOAT16", "boundary_sizes", "COMPACTION", "digits", "DTYPES",
            "dtype_label", "ELEMENT_DTYPES", "exact_affine_pairs", "expected",
            "record_launches", "RecordedLaunch",
-           "FakeDeviceArray", "flipped", "integers_as", "keep_predicate", "kind", "MIXED", "MIXED_COMBINE", "MODES",
+           "FakeDeviceArray", "flipped", "integers_as", "keep_predicate", "kind", "MIXED",
+           "MIXED_COMBINE", "MODES",
            "needs_bfloat16", "operator", "OPERATORS", "ordered_bits", "PARTITION",
            "offset_heads", "poison_values", "poisoned", "precompile", "random_chunks",
            "random_input", "random_offsets",
