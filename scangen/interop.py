@@ -145,6 +145,12 @@ class _Kind:
         GPUArray's memory comes from scangen's pool for that stream (runtime/pool.py)."""
         return gpu.gpuarray().empty(shape, dtype, allocator=allocator(stream))
 
+    def new_view(self, native, shape, dtype) -> DeviceArray:
+        """The view of an array ``empty`` just made (packed, on the context's device, of
+        ``shape`` and ``dtype``): nothing to check. Kinds whose ``empty`` makes GPUArrays
+        view them as pycuda's."""
+        return PYCUDA.view(native, "out", None)
+
 
 class _PyCUDA(_Kind):
     label = "pycuda GPUArray"
@@ -185,6 +191,9 @@ class _CuPy(_Kind):
               if from_external is not None and hasattr(stream, "__cuda_stream__") else
               cupy.cuda.ExternalStream(stream.handle, like.device.id)):
             return cupy.empty(shape, dtype)
+
+    def new_view(self, native, shape, dtype):
+        return DeviceArray(native.data.ptr, tuple(shape), dtype, native)
 
 
 #: torch dtype name -> numpy dtype (None: no numpy twin; refused).
@@ -235,6 +244,9 @@ class _Torch(_Kind):
             torch.cuda.ExternalStream(stream.handle, device=like.device)
         with torch.cuda.stream(owner):
             return torch.empty(shape, dtype=torch_dtype, device=like.device)
+
+    def new_view(self, native, shape, dtype):
+        return DeviceArray(native.data_ptr(), tuple(shape), dtype, native)
 
 
 def _same_stream(stream, current: int) -> bool:
@@ -407,7 +419,7 @@ class Call:
         dtype = np.dtype(dtype)
         native = self.kind.empty(shape, dtype, self.like, self.stream, self._default_stream)
         # Kinds without an allocator of their own (DLPack, the array interface) get GPUArrays.
-        return native, kind_of(native).view(native, "out", self.stream)
+        return native, self.kind.new_view(native, shape, dtype)
 
     def to_host(self, name) -> np.ndarray:
         """A host copy of one argument, after the work queued on the call's stream."""

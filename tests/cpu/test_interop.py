@@ -268,6 +268,20 @@ def test_torch_outputs_of_bfloat16_and_what_torch_cannot_hold(fake_torch):
             interop.TORCH.empty((3,), dtype, like, None, True)
 
 
+def test_a_new_output_is_viewed_as_made(fake_torch, launches):
+    """A new output's view is the address, shape and dtype it was made with (neither read
+    back nor checked again), for each kind that allocates its own: torch's here, and the
+    scan launches into it."""
+    x = FakeTensor((2, 8), "int64", ptr=0x4000)
+    call = interop.Call(None, {"x": x, "out": None}, writes=("out",))
+    native, view = call.empty((2, 8), np.dtype(np.int64))
+    assert isinstance(native, FakeTensor) and view.base is native
+    assert (view.ptr, view.shape, view.dtype, view.size) == (0xA0000, (2, 8),
+                                                             np.dtype(np.int64), 16)
+    out = scangen.Scan(np.int64, "add")(x)
+    assert launches[-1][1][:2] == (0x4000, out.data_ptr())  # then the row length
+
+
 def test_one_view_for_an_array_given_twice(launches):
     x = FakeDeviceArray(5, np.float32, 0x1000)
     assert scangen.Scan(np.float32, "max")(x, out=x) is x  # in place

@@ -168,6 +168,23 @@ def test_inside_torch_compile(torch):
         torch.testing.assert_close(t.grad, e.grad)
 
 
+def test_inside_torch_compile_with_cuda_graphs(torch):
+    """mode="reduce-overhead": the compiled model's scans are captured into CUDA graphs
+    and replayed; each replay's values are eager's for that call's inputs. The columns
+    kernel along dim 1 of many tiles keeps scratch (its tile status), which a capture takes
+    from the graph's own."""
+    def model(a, b):
+        h = differentiable.linear_recurrence(torch.sigmoid(a), b, 1)
+        return differentiable.cumsum(h, 1) + differentiable.cumprod(torch.sigmoid(b), 2)
+
+    shape = (2, 3000, 40)
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(5):  # warm-up, recording, then replays
+            a, b = (torch.randn(shape, dtype=torch.float64, device="cuda") for _ in range(2))
+            torch.testing.assert_close(compiled(a, b).clone(), model(a, b))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_sixteen_bit_recurrence_matches_float32_and_differentiates(torch, dtype):
     """16-bit tensors recur in float32 (the state is never rounded to 16 bits): forward and
