@@ -147,9 +147,10 @@ class _Kind:
 
     def new_view(self, native, shape, dtype) -> DeviceArray:
         """The view of an array ``empty`` just made (packed, on the context's device, of
-        ``shape`` and ``dtype``): nothing to check. Kinds whose ``empty`` makes GPUArrays
-        view them as pycuda's."""
-        return PYCUDA.view(native, "out", None)
+        ``shape`` and ``dtype``). Kinds whose ``empty`` makes another library's arrays
+        (GPUArrays, where the library has no allocator scangen calls) view them as that
+        library's; CuPy and torch read the address alone, with nothing to check."""
+        return kind_of(native).view(native, "out", None)
 
 
 class _PyCUDA(_Kind):

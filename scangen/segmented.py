@@ -30,6 +30,7 @@ from .args import Argument, c_parameters
 from .heads import HeadBits, HeadFlags, HeadKeys
 from .kernel import ScanKernel, SegmentTiles, WholeWarpsError, options_repr
 from .interop import Call, check_array
+from .lines import normalized_axis
 from .modules import Module, ModulePlan, ModulePlanBuilder
 from .plan import as_count
 from .runtime.contexts import release_at_exit
@@ -44,6 +45,11 @@ from .types import MASK_C_TYPES, element_type
 
 #: The dtypes CSR offsets may have.
 _OFFSET_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+#: The rows kernels' argument: the length of the last axis (SegmentedScan.rows_kernel).
+_ROW_LENGTH = "row_length"
+_ROWS_OF_OFFSETS = ("offsets= are CSR offsets of a 1-D array; along the rows of an N-D array "
+                    "give flags= or keys= of x's shape")
 
 #: The forms a segmentation may take, each with the index dtypes it may have.
 _INDEX_TYPES = {
@@ -206,6 +212,10 @@ class SegmentedScan:
     * ``keys=k``: an integer array of len(x); a segment is a run of equal consecutive keys
       (CUB's scan-by-key).
 
+    ``x`` may also be N-D, scanned along its last axis with flags or keys of its shape:
+    each row is scanned on its own, its first element a head (``seg.rows_kernel(form)`` is
+    that kernel).
+
     ``dtype`` and ``operator`` are as for Scan: int8 .. uint64, float16, float32, float64,
     complex64, complex128, ml_dtypes' bfloat16, or a numpy structured dtype of those. The
     first element always starts a segment. Exclusive mode restarts from the identity at
@@ -364,18 +374,38 @@ class SegmentedScan:
         index_dtype = _index_dtype(form, index_dtype)
         if form == "offsets":
             return self.segment_tiles_kernel or self.bits_kernel
-        key = (form, index_dtype)
+        return self._index_kernel(form, index_dtype, rows=False)
+
+    def rows_kernel(self, form: str, index_dtype=None) -> ScanKernel:
+        """The ScanKernel of the flags or keys form (``index_dtype`` as for kernel) along
+        the last axis of an N-D array: every row's first element is a head too, so each
+        row's segments are scanned on their own. It takes one more argument after ``out``,
+        ``long long row_length``; its heads come with each item (an expression of both),
+        not a run at a time as the 1-D form's."""
+        index_dtype = _index_dtype(form, index_dtype)
+        if form == "offsets":
+            raise ValueError(_ROWS_OF_OFFSETS)
+        return self._index_kernel(form, index_dtype, rows=True)
+
+    def _index_kernel(self, form: str, index_dtype: np.dtype, rows: bool) -> ScanKernel:
+        """The flags or keys form's kernel, of rows (see rows_kernel) or of one array."""
+        key = (form, index_dtype, rows)
         if key not in self._kernels:
-            c = MASK_C_TYPES[index_dtype]
-            if form == "flags":
-                arguments, heads = f"const {c} *flags", dict(_segment_heads=HeadFlags("flags"))
+            heads = (HeadFlags if form == "flags" else HeadKeys)(form)
+            arguments = f"const scan_t *x, const {MASK_C_TYPES[index_dtype]} *{form}, " \
+                        "scan_t *out"
+            if rows:
+                arguments += f", long long {_ROW_LENGTH}"
+                given = dict(is_segment_start_expr=f"i % {_ROW_LENGTH} == 0 || "
+                                                   f"{heads.expression}")
+                title = f"segmented {self.mode} scan of rows by {form}"
             else:
-                arguments, heads = f"const {c} *keys", dict(_segment_heads=HeadKeys("keys"))
+                given = dict(_segment_heads=heads)
+                title = f"segmented {self.mode} scan by {form}"
             self._kernels[key] = ScanKernel(
-                self.dtype, self.operator,
-                arguments=f"const scan_t *x, {arguments}, scan_t *out", input_expr="x[i]",
-                output_statement=_OUTPUT[self.mode],
-                title=f"segmented {self.mode} scan by {form}", **heads, **self.scan_options)
+                self.dtype, self.operator, arguments=arguments, input_expr="x[i]",
+                output_statement=_OUTPUT[self.mode], title=title, **given,
+                **self.scan_options)
         return self._kernels[key]
 
     @property
@@ -413,12 +443,16 @@ class SegmentedScan:
         return plan
 
     def __call__(self, x, out=None, *, flags=None, offsets=None, keys=None, stream=None,
-                 initial=None, check_offsets=True):
+                 initial=None, check_offsets=True, axis=-1):
         """Scan ``x`` segment by segment into ``out`` (new if None) and return ``out``.
-        Arrays are 1-D device arrays of one kind (pycuda GPUArray, CuPy, torch, ...; see
-        Scan); ``stream`` defaults to the array library's current stream; ``initial``
-        replaces the constructor's initial value (every segment starts from it) for this
-        call. ``check_offsets=False``: see the class docstring."""
+        Arrays are device arrays of one kind (pycuda GPUArray, CuPy, torch, ...; see Scan),
+        C-contiguous; ``stream`` defaults to the array library's current stream;
+        ``initial`` replaces the constructor's initial value (every segment starts from it)
+        for this call. ``check_offsets=False``: see the class docstring.
+
+        An N-D ``x`` is scanned along its last axis (``axis=-1``, the one it takes), each
+        row on its own: a row's first element starts a segment, and ``flags`` or ``keys``
+        (of x's shape) start the others; offsets are a 1-D array's only."""
         given = {name: value for name, value in
                  (("flags", flags), ("offsets", offsets), ("keys", keys)) if value is not None}
         if len(given) != 1:
@@ -426,6 +460,9 @@ class SegmentedScan:
         (form, index), = given.items()
         call = Call(stream, {"x": x, "out": out, form: index}, writes=("out",))
         x_view, index = call.views["x"], call.views[form]
+        if len(x_view.shape) != 1:
+            return self._scan_rows(call, form, x_view, index, out, axis, initial)
+        normalized_axis(x_view.shape, axis)  # a bad axis is refused for 1-D x too
         check_array("x", x_view, self.dtype)
         if initial is not None:  # a bad one is refused before any work
             self.kernel("flags").initial_argument(initial)
@@ -449,6 +486,37 @@ class SegmentedScan:
                                     initial)
         return out
 
+    def _scan_rows(self, call, form, x, index, out, axis, initial):
+        """Scan the rows of an N-D ``x`` (views, as __call__ has them) along the last
+        axis, each row's segments on their own; return ``out``."""
+        shape = tuple(x.shape)
+        if normalized_axis(shape, axis) != len(shape) - 1:
+            raise ValueError(f"SegmentedScan scans an N-D array along its last axis only "
+                             f"(axis -1), not axis {axis}: make the axis the last one "
+                             f"(a contiguous copy of x.swapaxes({axis}, -1)) first")
+        if form == "offsets":
+            raise ValueError(_ROWS_OF_OFFSETS)
+        _check_shaped("x", x, shape, self.dtype)
+        _check_shaped(form, index, shape)
+        kernel = self.rows_kernel(form, index.dtype)  # refuses an index dtype of another form
+        if initial is not None:  # a bad one is refused before any work
+            kernel.initial_argument(initial)
+        if out is None:
+            out, out_view = call.empty(shape, self.dtype)
+        else:
+            out_view = call.views["out"]
+            _check_shaped("out", out_view, shape, self.dtype)
+        n, row_length = x.size, shape[-1]
+        if n == 0:
+            return out
+        if n == row_length:  # one row: the 1-D form, which reads its heads a run at a time
+            kernel = self.kernel(form, index.dtype)
+            kernel.launch_converted((x.ptr, index.ptr, out_view.ptr), n, call.stream, initial)
+        else:
+            kernel.launch_converted((x.ptr, index.ptr, out_view.ptr, row_length), n,
+                                    call.stream, initial)
+        return out
+
     def _scan_by_offsets(self, call, x, offsets, out, initial, check_offsets) -> None:
         """Queue the offsets plan; with ``check_offsets``, wait for the heads kernel's
         verdict and raise if the offsets are bad."""
@@ -469,6 +537,14 @@ class SegmentedScan:
             raise ValueError("offsets are not CSR offsets of len(x) elements (the device "
                              "found a bad one, which was gone when the host looked: were "
                              "they being written meanwhile?)")
+
+
+def _check_shaped(name, view, shape, dtype=None) -> None:
+    """An array view of x's ``shape`` (and ``dtype``), or a clear error."""
+    if dtype is not None and view.dtype != dtype:
+        raise TypeError(f"{name} has dtype {view.dtype}; expected {dtype}")
+    if tuple(view.shape) != shape:
+        raise ValueError(f"{name} has shape {tuple(view.shape)}; expected x's shape {shape}")
 
 
 def _index_dtype(form: str, index_dtype) -> np.dtype:

@@ -90,3 +90,91 @@ def test_construction_errors():
         scangen.SegmentedScan(np.int32, mode="both")
     with pytest.raises(TypeError, match="bitwise"):
         scangen.SegmentedScan(np.float32, "bit_and")
+
+
+# --- along the rows of an N-D array --------------------------------------------------------
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Every scan launch, recorded instead of run, on a simulated device."""
+    from tests.support import record_launches, simulate_device
+
+    simulate_device(monkeypatch)
+    return record_launches(monkeypatch)
+
+
+def device_array(shape, dtype, address):
+    from tests.support import FakeDeviceArray
+    return FakeDeviceArray(shape, dtype, address=address)
+
+
+def test_rows_kernels_start_a_segment_at_each_row():
+    seg = scangen.SegmentedScan(np.float64, scangen.LAST_NONZERO, mode="exclusive",
+                                reverse=True)
+    for form, dtype, head in (("flags", np.uint8, "flags[i] != 0"),
+                              ("keys", np.int32, "i == 0 || keys[i] != keys[i - 1]")):
+        kernel = seg.rows_kernel(form, dtype)
+        hooks = kernel.scan_module.hooks
+        assert hooks.is_segment_start_expr == f"i % row_length == 0 || {head}"
+        assert [a.name for a in kernel.arguments] == ["x", form, "out", "row_length"]
+        assert kernel.arguments[-1].declaration == "long long row_length"
+        assert hooks.reverse and hooks.output_statement == "out[i] = prev_item;"
+        assert kernel.scan_module.run_heads is None  # the heads come with each item
+        assert seg.rows_kernel(form, np.dtype(dtype)) is kernel
+        assert kernel is not seg.kernel(form, dtype)
+    with pytest.raises(ValueError, match="offsets= are CSR offsets of a 1-D array"):
+        seg.rows_kernel("offsets")
+
+
+@pytest.mark.parametrize("form,dtype", [("flags", np.bool_), ("keys", np.int64)])
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 3, 7), (1, 500), (4, 1), (0, 9), (9, 0)])
+def test_rows_launch_with_their_length(launches, form, dtype, shape):
+    seg = scangen.SegmentedScan(np.float32, "add", initial=1.0)
+    x = device_array(shape, np.float32, 0x10000)
+    index = device_array(shape, dtype, 0x80000)
+    out = device_array(shape, np.float32, 0x100000)
+    assert seg(x, out, axis=-1, initial=2.5, **{form: index}) is out
+    n = int(np.prod(shape))
+    if n == 0:
+        assert launches == []
+        return
+    (launch,) = launches
+    assert launch.n == n and launch.values[:3] == (0x10000, 0x80000, 0x100000)
+    assert float(launch.values[-1]) == 2.5  # the call's initial value, last
+    if n == shape[-1]:  # one row: the 1-D form
+        assert launch.title == f"segmented inclusive scan by {form}"
+        assert len(launch.values) == 4
+    else:
+        assert launch.title == f"segmented inclusive scan of rows by {form}"
+        assert launch.values[3] == shape[-1]
+
+
+def test_rows_refuse_what_they_cannot_scan(launches):
+    seg = scangen.SegmentedScan(np.float32)
+    x = device_array((3, 40), np.float32, 0x10000)
+    flags = device_array((3, 40), np.bool_, 0x80000)
+    with pytest.raises(ValueError, match="along its last axis only .* not axis 0"):
+        seg(x, flags=flags, axis=0)
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        seg(x, flags=flags, axis=2)
+    with pytest.raises(ValueError, match="offsets= are CSR offsets of a 1-D array"):
+        seg(x, offsets=device_array(4, np.int64, 0x80000))
+    with pytest.raises(ValueError, match=r"flags has shape \(120,\); expected x's shape"):
+        seg(x, flags=device_array(120, np.bool_, 0x80000))
+    with pytest.raises(ValueError, match=r"out has shape \(40, 3\)"):
+        seg(x, device_array((40, 3), np.float32, 0x100000), flags=flags)
+    with pytest.raises(TypeError, match="out has dtype float64; expected float32"):
+        seg(x, device_array((3, 40), np.float64, 0x100000), flags=flags)
+    with pytest.raises(TypeError, match="keys has dtype float32"):
+        seg(x, keys=device_array((3, 40), np.float32, 0x80000))
+    with pytest.raises(ValueError, match="axis 1 is out of range"):
+        seg(device_array(40, np.float32, 0x10000), flags=device_array(40, np.bool_, 0x80000),
+            axis=1)
+    assert launches == []
+
+
+@needs_nvcc
+def test_rows_kernels_compile():
+    seg = scangen.SegmentedScan(np.uint64, scangen.LAST_NONZERO, reverse=True)
+    seg.rows_kernel("flags").check_compile()
+    seg.rows_kernel("keys", np.int32).check_compile()

@@ -71,13 +71,20 @@ def _compile_in_parallel():
                     seg.layout_kernel(np.int64)]
     for strategy, mode, (dtype, op_name), reverse in CASES:
         seg = build(strategy, mode, dtype, op_name, reverse)
-        kernels += [seg.kernel("flags", np.dtype(np.uint8)), seg.kernel("keys", np.dtype(np.int32)),
+        kernels += [seg.kernel("flags", np.dtype(np.uint8)),
+                    seg.kernel("keys", np.dtype(np.int32)),
                     seg.kernel("offsets", np.dtype(np.int64))]
     for strategy, mode, (dtype, op_name), reverse in INITIAL_CASES:
         seg = build(strategy, mode, dtype, op_name, reverse,
                     initial=values(np.random.default_rng(0), dtype, op_name, 1)[0])
-        kernels += [seg.kernel("flags", np.dtype(np.bool_)), seg.kernel("keys", np.dtype(np.int64)),
+        kernels += [seg.kernel("flags", np.dtype(np.bool_)),
+                    seg.kernel("keys", np.dtype(np.int64)),
                     seg.kernel("offsets", np.dtype(np.int32))]
+    for strategy, mode, (dtype, op_name), reverse in ROW_CASES:
+        seg = build(strategy, mode, dtype, op_name, reverse, initial=values(
+            np.random.default_rng(0), dtype, op_name, 1)[0])
+        kernels += [seg.rows_kernel("flags"), seg.rows_kernel("keys", np.int32),
+                    seg.kernel("flags"), seg.kernel("keys", np.int32)]
     precompile(kernels)
 
 
@@ -134,6 +141,40 @@ def test_every_segment_starts_from_initial(gpu, rng, strategy, mode, types, reve
                 seg(x_gpu, out.out, initial=initial, **{form: gpu.to_gpu(index)})
                 np.testing.assert_array_equal(assert_guard_untouched(out), want,
                                               err_msg=f"{form} n={n}")
+
+
+#: Shapes scanned along the last axis: rows shorter than, as long as and longer than a
+#: section (64), many short rows, a row of one, three dimensions, one row.
+ROW_SHAPES = [(5, 7), (3, 64), (4, 65), (2, 3 * 64 + 5), (300, 3), (6, 1), (2, 3, 50),
+              (1, 700)]
+ROW_CASES = list(itertools.product(("auto", "decoupled_lookback", "hierarchical"), MODES,
+                                   [("uint64", "affine_then"), ("int32", "last_nonzero")],
+                                   (False, True)))
+
+
+@pytest.mark.parametrize("strategy,mode,types,reverse", ROW_CASES)
+def test_rows_of_an_n_d_array(gpu, rng, strategy, mode, types, reverse):
+    """Along the last axis, each row's segments on their own (a row's first element a head
+    too), by flags and by keys of x's shape, from the constructor's or the call's initial
+    value; references scan each row with the operator itself."""
+    dtype, op_name = types
+    op = operator(op_name)
+    default = values(rng, dtype, op_name, 1)[0]
+    seg = build(strategy, mode, dtype, op_name, reverse, initial=default)
+    for shape in ROW_SHAPES:
+        x = values(rng, dtype, op_name, int(np.prod(shape))).reshape(shape)
+        heads = rng.random(shape) < rng.choice([0.0, 0.05, 0.5])
+        keys = np.cumsum(heads.ravel()).astype(np.int32).reshape(shape)
+        for initial in (None, values(rng, dtype, op_name, 1)[0]):
+            start = default if initial is None else initial
+            want = np.stack([segmented_reference(row, row_heads, op, mode, reverse=reverse,
+                                                 initial=start)
+                             for row, row_heads in zip(x.reshape(-1, shape[-1]),
+                                                       heads.reshape(-1, shape[-1]))])
+            for form, index in (("flags", heads), ("keys", keys)):
+                out = seg(gpu.to_gpu(x), initial=initial, **{form: gpu.to_gpu(index)})
+                np.testing.assert_array_equal(out.get().reshape(want.shape), want,
+                                              err_msg=f"{form} {shape}")
 
 
 def test_call_validation(gpu):
@@ -278,8 +319,8 @@ def test_bad_offsets_are_found_on_the_device(gpu, rng):
 
 #: One-byte flags and keys read a run at a time (ScanModule.run_heads): each run length, with a
 #: non-commutative operator on 8 and 16 bytes, in both modes.
-RUN_HEAD_CASES = list(itertools.product((4, 8, 16), MODES,
-                                        [("uint64", "affine_then"), (AFFINE_PAIR, "affine_pairs")]))
+RUN_HEAD_CASES = list(itertools.product(
+    (4, 8, 16), MODES, [("uint64", "affine_then"), (AFFINE_PAIR, "affine_pairs")]))
 
 
 def shifted_view(gpu, host, shift):
