@@ -460,6 +460,8 @@ class SegmentedScan:
         (form, index), = given.items()
         call = Call(stream, {"x": x, "out": out, form: index}, writes=("out",))
         x_view, index = call.views["x"], call.views[form]
+        if len(x_view.shape) == 0:
+            raise ValueError("x must have at least one dimension, got a 0-d array")
         if len(x_view.shape) != 1:
             return self._scan_rows(call, form, x_view, index, out, axis, initial)
         normalized_axis(x_view.shape, axis)  # a bad axis is refused for 1-D x too

@@ -170,6 +170,8 @@ def test_rows_refuse_what_they_cannot_scan(launches):
     with pytest.raises(ValueError, match="axis 1 is out of range"):
         seg(device_array(40, np.float32, 0x10000), flags=device_array(40, np.bool_, 0x80000),
             axis=1)
+    with pytest.raises(ValueError, match="x must have at least one dimension"):
+        seg(device_array((), np.float32, 0x10000), flags=device_array((), np.bool_, 0x80000))
     assert launches == []
 
 
