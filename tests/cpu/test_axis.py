@@ -217,12 +217,18 @@ def weighted_kernel(**options):
                               title="weighted", **options)
 
 
-@pytest.mark.parametrize("shape,axis,title,columns,row_length", [
-    ((3, 4, 5), 0, "weighted along an axis", (3, 20), None),
-    ((3, 4, 5), 1, "weighted along an axis", (4, 5), None),
-    ((3, 4, 5), -1, "weighted of rows", None, 5),
-    ((60,), 0, "weighted", None, None),
-    ((1, 60, 1), 1, "weighted", None, None)])
+#: (shape, axis, what the launched kernel's title adds to the 1-D one's, the columns
+#: kernel's layout, the row length the rows kernel takes): 60 elements along each kind of
+#: axis, and along an axis that holds every element.
+LAUNCHES_BY_AXIS = [
+    ((3, 4, 5), 0, " along an axis", (3, 20), None),
+    ((3, 4, 5), 1, " along an axis", (4, 5), None),
+    ((3, 4, 5), -1, " of rows", None, 5),
+    ((60,), 0, "", None, None),
+    ((1, 60, 1), 1, "", None, None)]
+
+
+@pytest.mark.parametrize("shape,axis,title,columns,row_length", LAUNCHES_BY_AXIS)
 def test_a_scan_kernel_along_an_axis_launches_the_kernel_of_its_axis(
         calls, shape, axis, title, columns, row_length):
     """The first array argument's shape along ``axis``: the user's scalars, then the row
@@ -231,7 +237,7 @@ def test_a_scan_kernel_along_an_axis_launches_the_kernel_of_its_axis(
     kernel(device_array(shape), device_array(shape, address=0x80000), 2.5, axis=axis,
            initial=1.5)
     ((got_title, values, n, _, got_columns),) = calls
-    assert (got_title, n, got_columns) == (title, 60, columns)
+    assert (got_title, n, got_columns) == ("weighted" + title, 60, columns)
     pointers, rest = tuple(int(v) for v in values[:2]), values[2:]
     assert pointers == (0x10000, 0x80000)
     assert [float(v) for v in rest] == [2.5] + ([] if row_length is None else
@@ -262,18 +268,13 @@ def test_a_scan_kernel_along_an_axis_refuses_what_lines_cannot_give(calls, optio
     assert calls == []
 
 
-@pytest.mark.parametrize("shape,axis,title,columns,row_length", [
-    ((3, 4, 5), 0, "inclusive scan along an axis", (3, 20), None),
-    ((3, 4, 5), 1, "inclusive scan along an axis", (4, 5), None),
-    ((3, 4, 5), -1, "inclusive scan of rows", None, 5),
-    ((60,), 0, "inclusive scan", None, None),
-    ((1, 60, 1), 1, "inclusive scan", None, None)])
+@pytest.mark.parametrize("shape,axis,title,columns,row_length", LAUNCHES_BY_AXIS)
 def test_a_call_launches_the_kernel_of_its_axis(calls, shape, axis, title, columns,
                                                 row_length):
     x, out = device_array(shape), device_array(shape, address=0x80000)
     assert scangen.Scan(np.float32)(x, out=out, axis=axis) is out
     ((got_title, values, n, _, got_columns),) = calls
-    assert (got_title, n, got_columns) == (title, 60, columns)
+    assert (got_title, n, got_columns) == ("inclusive scan" + title, 60, columns)
     expected = (0x10000, 0x80000) + (() if row_length is None else (row_length,))
     assert tuple(int(v) for v in values) == expected
 
