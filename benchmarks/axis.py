@@ -14,7 +14,8 @@ the array, the floor of any scan that reads it once and writes it once. Along an
 axis other than the last, scangen takes its columns kernel (``Scan.plan(shape, axis=)``
 says so); along the last, its rows kernel. ``--tiles BLOCKxITEMS ...`` adds a scangen row per
 tile shape (block size x items per thread; a column tile is 32 columns by block / 32 x items
-rows), the sweep a tuning choice comes from. ``--recurrence`` times
+rows, whatever the table's columns_max_items_per_thread), the sweep a tuning choice comes
+from. ``--recurrence`` times
 ``scangen.linear_recurrence(a, b, axis)`` (float32 a, b, h) on the same shapes instead, against
 a copy of the bytes it must move (two arrays read, one written) and, where torch.compile
 works here, torch's associative_scan compiled with the same combine.
@@ -59,6 +60,9 @@ def main(argv=None) -> int:
                         help="also time scangen with these tiles")
     parser.add_argument("--recurrence", action="store_true",
                         help="time linear_recurrence instead of a sum")
+    parser.add_argument("--queued", action="store_true",
+                        help="queue one untimed call before each timed batch, so the host's "
+                             "work overlaps the kernels ahead (the GPU's time a call)")
     parser.add_argument("--model-shapes", action="store_true",
                         help="the shapes of models' sequences instead of --shapes")
     args = parser.parse_args(argv)
@@ -71,7 +75,7 @@ def main(argv=None) -> int:
     driver = require_pycuda()
     current_context()
     device = driver.Context.get_device().name()
-    timer = Timer(driver, args.trials, args.warmup)
+    timer = Timer(driver, args.trials, args.warmup, queued=args.queued)
     if args.recurrence:
         return recurrence(args, torch, timer, device)
     scan = scangen.Scan("float32", "add")
@@ -104,7 +108,7 @@ def main(argv=None) -> int:
         for tile in args.tiles:
             block, items = (int(part) for part in tile.split("x"))
             tiled = scangen.Scan("float32", "add", section_size=block * items,
-                                 items_per_thread=items)
+                                 items_per_thread=items, tuning=whole_tile(items))
             calls.append((f"scangen {tile}",
                           lambda tiled=tiled: tiled(x, out=out, axis=axis)))
         times = time_calls(timer, text, calls, 2 * x.numel() * x.element_size(), results,
@@ -125,6 +129,12 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def whole_tile(items: int):
+    """A Tuning whose column tiles take every one of a tile's ``items`` rows a thread (the
+    tile swept, not the table's limit on it)."""
+    return scangen.Tuning(columns_max_items_per_thread=items)
 
 
 def time_calls(timer, text, calls, n_bytes, results, may_fail=(), **record) -> dict:
@@ -164,6 +174,13 @@ def recurrence(args, torch, timer, device) -> int:
         compiled = _compiled_recurrence(torch, axis)
         if compiled is not None:
             calls.append(("torch.compile", lambda: compiled(a, b)))
+        for tile in args.tiles:
+            block, items = (int(part) for part in tile.split("x"))
+            calls.append((f"scangen {tile}", lambda block=block, items=items:
+                          scangen.linear_recurrence(a, b, axis=axis, out=h,
+                                                    section_size=block * items,
+                                                    items_per_thread=items,
+                                                    tuning=whole_tile(items))))
         times = time_calls(timer, text, calls, 3 * a.numel() * 4, results,
                            may_fail={"torch.compile"}, shape=list(shape), axis=axis,
                            work="linear_recurrence", device=device)
@@ -171,6 +188,10 @@ def recurrence(args, torch, timer, device) -> int:
         print(f"| {'x'.join(map(str, shape))} | {axis} | {times['copy'] * 1e6:.1f} | "
               f"{times['scangen'] * 1e6:.1f} | {peer} | "
               f"{100 * times['copy'] / times['scangen']:.0f}% |")
+        for tile in args.tiles:
+            seconds = times[f"scangen {tile}"]
+            print(f"|  |  | tile {tile} | {seconds * 1e6:.1f} |  | "
+                  f"{100 * times['copy'] / seconds:.0f}% |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

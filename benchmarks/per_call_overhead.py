@@ -10,9 +10,12 @@ once more into a preallocated ``out=``, and as ``Scan.prepare(x, out)`` called a
 device is synchronised at the end, and the wall time divided by the calls is printed in
 microseconds. Warm-up calls come first (the
 compile and the bound launchers are not measured). Libraries that are not installed are
-skipped. Run on the GPU host:
+skipped. ``--torch-functions`` times instead the calls of models' code on small (2, 64, 32)
+torch tensors along dim 1: scangen.torch's functions (and their ``torch.ops.scangen``
+operators called directly), forward and forward plus backward, scangen.linear_recurrence
+and scangen.cumsum, beside torch.cumsum and an elementwise torch op. Run on the GPU host:
 
-    python benchmarks/per_call_overhead.py [--n 1024] [--calls 20000]
+    python benchmarks/per_call_overhead.py [--n 1024] [--calls 20000] [--torch-functions]
 """
 import argparse
 import time
@@ -77,12 +80,65 @@ def microseconds_per_call(call, calls, synchronize):
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def torch_functions(calls):
+    """The --torch-functions table: us per call of each, wall time over ``calls``."""
+    import torch
+    import scangen.torch as differentiable
+    from scangen.torch import _ops
+
+    shape = (2, 64, 32)
+    a = torch.rand(shape, device="cuda") * 0.5 + 0.5
+    b = torch.rand(shape, device="cuda") - 0.5
+    h = torch.empty_like(a)
+    grad_a, grad_b = a.clone().requires_grad_(), b.clone().requires_grad_()
+    ops = _ops()
+    recurrence, cumsum = ops.linear_recurrence, ops.cumsum
+
+    def backward(forward):
+        return lambda: forward().sum().backward()
+    rows = [
+        ("torch: b + 1 (one elementwise kernel)", lambda: b + 1),
+        ("torch.cumsum(b, 1)", lambda: torch.cumsum(b, 1)),
+        ("scangen.cumsum(b, axis=1)", lambda: scangen.cumsum(b, axis=1)),
+        ("scangen.linear_recurrence(a, b, 1, out=h)",
+         lambda: scangen.linear_recurrence(a, b, axis=1, out=h)),
+        ("scangen.linear_recurrence(a, b, 1)", lambda: scangen.linear_recurrence(a, b, axis=1)),
+        ("scangen.torch.cumsum(b, 1)", lambda: differentiable.cumsum(b, 1)),
+        ("torch.ops.scangen.cumsum(b, 1, False)", lambda: cumsum(b, 1, False)),
+        ("scangen.torch.linear_recurrence(a, b, 1)",
+         lambda: differentiable.linear_recurrence(a, b, 1)),
+        ("torch.ops.scangen.linear_recurrence(a, b, 1, ...)",
+         lambda: recurrence(a, b, 1, 0.0, 0.0, False)),
+        ("forward + backward: torch.cumsum", backward(lambda: torch.cumsum(grad_b, 1))),
+        ("forward + backward: scangen.torch.linear_recurrence",
+         backward(lambda: differentiable.linear_recurrence(grad_a, grad_b, 1))),
+        ("forward + backward: torch.ops.scangen.linear_recurrence",
+         backward(lambda: recurrence(grad_a, grad_b, 1, 0.0, 0.0, False))),
+    ]
+    # The host's speed wanders: every row is timed in rounds taken in turn, and its best
+    # round is kept, so rows compared were timed under the same conditions.
+    rounds = 5
+    best = {name: float("inf") for name, _ in rows}
+    for _ in range(rounds):
+        for name, call in rows:
+            best[name] = min(best[name], microseconds_per_call(call, calls // rounds,
+                                                               torch.cuda.synchronize))
+    print(f"torch tensors of shape {shape} along dim 1, {rounds} rounds of {calls // rounds} "
+          "calls each in turn, us per call (the best round)")
+    for name, _ in rows:
+        print(f"{name:58} {best[name]:8.1f}", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--torch-functions", action="store_true",
+                        help="time scangen.torch's functions and the calls models make")
     args = parser.parse_args(argv)
     scan_compile.current_context()
+    if args.torch_functions:
+        return torch_functions(args.calls)
     scan = scangen.Scan(np.float32, "add")
     print(f"n = {args.n}, {args.calls} calls each, us per call (wall time / calls)")
     for name, launch, synchronize in empty_launches():

@@ -205,8 +205,9 @@ class _Torch(_Kind):
     label = "torch tensor"
 
     def view(self, value, name, stream):
-        if value.device.type != "cuda":
-            raise TypeError(f"{name} is a torch tensor on {value.device}; scangen scans device "
+        device = value.device  # each read of a tensor's device makes a new object
+        if device.type != "cuda":
+            raise TypeError(f"{name} is a torch tensor on {device}; scangen scans device "
                             f"memory: move it first ({name}.cuda() or {name}.to('cuda'))")
         if not value.is_contiguous():
             raise _not_contiguous(name, f"{name}.contiguous()")
@@ -216,14 +217,15 @@ class _Torch(_Kind):
             raise ValueError(f"{name} is a lazy {'conjugate' if value.is_conj() else 'negated'} "
                              f"view of its memory; pass {name}.resolve_conj() (or "
                              f"{name}.resolve_neg()), which holds its values")
-        _check_device(name, value.device.index)
+        _check_device(name, device.index)
         return DeviceArray(value.data_ptr(), tuple(value.shape), _torch_dtype(value.dtype, name),
                            value)
 
     def default_stream(self, value):
-        if value.device.type != "cuda":
+        device = value.device
+        if device.type != "cuda":
             return None  # refused by view(), with a message that says what to do
-        return sys.modules["torch"].cuda.current_stream(value.device)
+        return _torch_current_stream(device)
 
     def contiguous(self, value):
         return value.contiguous()
@@ -236,7 +238,7 @@ class _Torch(_Kind):
         if not isinstance(torch_dtype, torch.dtype):
             raise TypeError(f"torch has no dtype for {dtype}; pass CuPy arrays or pycuda "
                             "GPUArrays for this scan")
-        if current or _same_stream(stream, torch.cuda.current_stream(like.device).cuda_stream):
+        if current or _same_stream(stream, _torch_current_stream(like.device)):
             return torch.empty(shape, dtype=torch_dtype, device=like.device)
         # The caching allocator ties a block to the stream current at allocation: allocate
         # on the stream that writes it (see _CuPy.empty).
@@ -248,6 +250,16 @@ class _Torch(_Kind):
 
     def new_view(self, native, shape, dtype):
         return DeviceArray(native.data_ptr(), tuple(shape), dtype, native)
+
+
+def _torch_current_stream(device) -> int:
+    """The handle of torch's current stream on ``device``: read alone where torch has the
+    call for it (torch.compile's generated code calls it), which costs a fraction of making
+    the torch.cuda.Stream (several microseconds on a slow host)."""
+    torch = sys.modules["torch"]
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    return raw(device.index) if raw is not None else \
+        torch.cuda.current_stream(device).cuda_stream
 
 
 def _same_stream(stream, current: int) -> bool:

@@ -137,6 +137,13 @@ class ScanSpec:
         return ALGORITHMS[self.algorithm].block_size(self.section_size, self.items_per_thread)
 
     @property
+    def column_items_per_thread(self) -> int:
+        """Each thread's rows of a tile of the scan along columns: items_per_thread, at most
+        Tuning.columns_max_items_per_thread."""
+        limit = self.tuning.at(self.acc_itemsize).columns_max_items_per_thread
+        return self.items_per_thread if limit is None else min(self.items_per_thread, limit)
+
+    @property
     def uses_warp_runs(self) -> bool:
         """Whether the single-pass tile kernel moves data warp by warp (Tuning.tile_warp_runs,
         which applies to the warp_shuffle algorithm in blocks of whole warps)."""

@@ -5,7 +5,7 @@ strategy a spec names: a ScanKernel built along columns has these two kernels.
 
 * Columns apart (axis_stride > 1), one single-pass launch
   (templates/kernels/scan_columns.cuh.j2): a tile is a warp's width of consecutive columns
-  by SECTION_SIZE / WARP_SIZE consecutive rows, so each row of a tile a warp reads is
+  by rows_per_tile consecutive rows, so each row of a tile a warp reads is
   consecutive elements; tiles go in ticket order, chunk of rows by chunk of rows, and each
   column's carry crosses chunks through a status entry per (chunk, column), one look-back
   per column. About 2n of traffic plus n / (section / warp) status entries.
@@ -48,8 +48,9 @@ def check_columns(n: int, columns) -> tuple[int, int]:
 
 
 def rows_per_tile(spec) -> int:
-    """The rows of a column tile: a section's elements over a warp's width of columns."""
-    return spec.section_size // WARP_SIZE
+    """The rows of a column tile: each warp of a block takes column_items_per_thread rows
+    of a warp's width of columns."""
+    return spec.block_size // WARP_SIZE * spec.column_items_per_thread
 
 
 class Columns:

@@ -85,7 +85,7 @@ def test_columns_plan(dtype, outer, length, inner):
     scan = scangen.Scan(dtype)
     plan = scan.plan((outer, length, inner), axis=1)
     spec = scan.columns_kernel.spec
-    rows = spec.section_size // WARP_SIZE
+    rows = spec.block_size // WARP_SIZE * spec.column_items_per_thread
     chunks, columns = ceil_div(length, rows), outer * inner
     (launch,) = plan.launches
     assert launch.kernel.name == "scan_columns_user"
@@ -97,6 +97,27 @@ def test_columns_plan(dtype, outer, length, inner):
     assert f"as (outer, {length}, {inner}) along the middle axis" in text
     assert f"axis_length={length}, axis_stride={inner}" in text
     assert "strategy columns," in text
+
+
+def test_column_tiles_take_the_tuned_rows_a_thread():
+    """A column tile's thread takes the spec's items, at most the tuning's limit for its
+    size (16 for 4-byte values by default, none for 8-byte ones); the plan and the kernel's
+    source agree on the tile's rows."""
+    float32 = scangen.Scan(np.float32).columns_kernel.spec
+    assert (float32.items_per_thread, float32.column_items_per_thread) == (32, 16)
+    float64 = scangen.Scan(np.float64).columns_kernel.spec
+    assert float64.column_items_per_thread == float64.items_per_thread
+    capped = scangen.Scan(np.float64, tuning=scangen.Tuning(columns_max_items_per_thread=2))
+    spec = capped.columns_kernel.spec
+    assert spec.column_items_per_thread == 2
+    rows = spec.block_size // WARP_SIZE * 2
+    plan = capped.plan((3, 5 * rows + 1, 40), axis=1)
+    assert f"x {rows} rows" in str(plan)
+    assert plan.launches[0].grid == 6 * ceil_div(3 * 40, WARP_SIZE)
+    source = capped.columns_kernel.source
+    assert "static const int COLUMN_ITEMS = 2;" in source
+    with pytest.raises(ValueError, match="columns_max_items_per_thread"):
+        scangen.Tuning(columns_max_items_per_thread=0)
 
 
 def test_columns_sources_have_only_their_kernel():

@@ -103,6 +103,9 @@ def fake_torch(monkeypatch, device):
         current_stream=lambda device=None: FakeTorchStream(state.current),
         Stream=FakeTorchStream)
     FAKE_TORCH.empty = lambda shape, dtype, device: FakeTensor(shape, dtype.name, ptr=0xA0000)
+    # torch's read of the current stream's handle alone (the fast path); test_torch_default_
+    # stream_and_dtypes also takes it away
+    FAKE_TORCH._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: state.current)
     monkeypatch.setitem(sys.modules, "torch", FAKE_TORCH)
     return state
 
@@ -240,7 +243,12 @@ def test_cupy_output_allocated_on_the_call_stream(fake_cupy, launches):
     assert fake_cupy.allocated_under == [0x6000] and fake_cupy.current == 0x5000
 
 
-def test_torch_default_stream_and_dtypes(fake_torch, launches):
+@pytest.mark.parametrize("handle_alone", [True, False])
+def test_torch_default_stream_and_dtypes(fake_torch, launches, monkeypatch, handle_alone):
+    """torch's current stream, its handle read alone or (a torch without that call) from
+    the torch.cuda.Stream."""
+    if not handle_alone:
+        monkeypatch.delattr(FAKE_TORCH, "_C")
     x = FakeTensor(8, "int64", ptr=0x4000)
     out = FakeTensor(8, "int64", ptr=0x8000)
     assert scangen.Scan(np.int64, "add", mode="exclusive")(x, out) is out

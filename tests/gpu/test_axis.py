@@ -161,6 +161,31 @@ def test_default_section_and_result_dtype(gpu, rng):
     assert_scan_equal(got.ravel(), want.ravel(), np.float32, half.size, op="add")
 
 
+@pytest.mark.parametrize("dtype,op_name,tuning", [
+    ("int32", "last_nonzero", None),  # 4 bytes: the table's limit on a thread's rows
+    ("uint64", "affine_then", scangen.Tuning(columns_max_items_per_thread=2)),
+    ("float64", "add", scangen.Tuning(columns_max_items_per_thread=3))])
+def test_column_tiles_of_a_limited_rows_a_thread(gpu, rng, dtype, op_name, tuning):
+    """Column tiles whose threads take fewer rows than the spec's items per thread (the
+    tuned tile, or a named limit, 3 not a power of two): columns on both sides of the
+    tile's rows and many times them, with a non-commutative operator."""
+    op = operator(op_name)
+    scans = {reverse: scangen.Scan(dtype, op, tuning=tuning, reverse=reverse)
+             for reverse in (False, True)}
+    spec = scans[False].columns_kernel.spec
+    assert spec.column_items_per_thread < spec.items_per_thread
+    rows = spec.block_size // WARP_SIZE * spec.column_items_per_thread
+    for shape, axis in [((rows - 1, 33), 0), ((rows, 32), 0), ((2, rows + 1, 31), 1),
+                        ((7 * rows + 5, 40), 0), ((3, 2 * rows, 70), 1)]:
+        for reverse, scan in scans.items():
+            x = values(rng, dtype, op_name, shape)
+            out = poisoned(gpu, rng, x.size, np.dtype(dtype)).reshape(shape)
+            scan(gpu.to_gpu(x), out=out, axis=axis)
+            want = axis_reference(x, op, "inclusive", axis, reverse=reverse)
+            assert_scan_equal(out.get().ravel(), want.ravel(), np.dtype(dtype), x.size, op=op,
+                              reverse=reverse)
+
+
 def test_one_shot_functions_take_an_axis(gpu, rng):
     x = random_input(rng, np.int32, "add", 4 * 300 * 5).reshape(4, 300, 5)
     for axis in (0, 1, 2, -3):
