@@ -2,7 +2,8 @@
 a copy of the same bytes.
 
     python benchmarks/axis.py [--shapes 8x4096x1024:1 4096x8192:0 ... | --model-shapes]
-                              [--json out.json] [--tiles 128x32 256x16 ...] [--recurrence]
+                              [--json out.json] [--tiles 128x32 256x16 ...] [--queued]
+                              [--recurrence [--backward]]
 
 Each case is ``SHAPE:AXIS`` (float32 add); ``--model-shapes`` takes the shapes of models'
 sequences instead: (B, L, D) along L and (B, D, L) along the last axis, for B in 1, 8, 16,
@@ -18,7 +19,11 @@ rows, whatever the table's columns_max_items_per_thread), the sweep a tuning cho
 from. ``--recurrence`` times
 ``scangen.linear_recurrence(a, b, axis)`` (float32 a, b, h) on the same shapes instead, against
 a copy of the bytes it must move (two arrays read, one written) and, where torch.compile
-works here, torch's associative_scan compiled with the same combine.
+works here, torch's associative_scan compiled with the same combine; ``--backward`` adds
+its gradients (scangen.linear_recurrence_gradients, against a copy of the five arrays they
+move) and forward plus backward through scangen.torch and torch.compile. ``--queued``
+queues a call ahead of each timed batch: the GPU's time, without the host's work before a
+call's first kernel (a batch at these sizes is one call).
 """
 from __future__ import annotations
 
@@ -60,6 +65,9 @@ def main(argv=None) -> int:
                         help="also time scangen with these tiles")
     parser.add_argument("--recurrence", action="store_true",
                         help="time linear_recurrence instead of a sum")
+    parser.add_argument("--backward", action="store_true",
+                        help="with --recurrence: also time its gradients, alone and forward "
+                             "plus backward through scangen.torch (and torch.compile's)")
     parser.add_argument("--queued", action="store_true",
                         help="queue one untimed call before each timed batch, so the host's "
                              "work overlaps the kernels ahead (the GPU's time a call)")
@@ -157,7 +165,7 @@ def time_calls(timer, text, calls, n_bytes, results, may_fail=(), **record) -> d
 
 def recurrence(args, torch, timer, device) -> int:
     """The --recurrence table: h[t] = a[t] h[t-1] + b[t] along each case's axis."""
-    results = []
+    results, backward_rows = [], []
     print(f"float32 linear recurrence along an axis ({device}); times in us\n")
     print("| shape | axis | copy of 3 arrays' bytes | scangen | torch.compile associative_scan "
           "| scangen % of copy |")
@@ -181,9 +189,12 @@ def recurrence(args, torch, timer, device) -> int:
                                                     section_size=block * items,
                                                     items_per_thread=items,
                                                     tuning=whole_tile(items))))
+        if args.backward:
+            calls += backward_calls(torch, a, b, h, axis, compiled)
         times = time_calls(timer, text, calls, 3 * a.numel() * 4, results,
-                           may_fail={"torch.compile"}, shape=list(shape), axis=axis,
-                           work="linear_recurrence", device=device)
+                           may_fail={"torch.compile", "torch.compile forward + backward"},
+                           shape=list(shape), axis=axis, work="linear_recurrence",
+                           device=device)
         peer = f"{times['torch.compile'] * 1e6:.1f}" if "torch.compile" in times else "n/a"
         print(f"| {'x'.join(map(str, shape))} | {axis} | {times['copy'] * 1e6:.1f} | "
               f"{times['scangen'] * 1e6:.1f} | {peer} | "
@@ -192,9 +203,55 @@ def recurrence(args, torch, timer, device) -> int:
             seconds = times[f"scangen {tile}"]
             print(f"|  |  | tile {tile} | {seconds * 1e6:.1f} |  | "
                   f"{100 * times['copy'] / seconds:.0f}% |")
+        if args.backward:
+            backward_rows.append((text, times))
+    if backward_rows:
+        print_backward(backward_rows)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def backward_calls(torch, a, b, h, axis, compiled):
+    """The --backward contenders: a copy of the five arrays' bytes the gradients move (a,
+    h and grad_h read, grad_a and grad_b written), scangen.linear_recurrence_gradients
+    alone, and forward plus backward (torch.autograd.grad of the loss's gradient at h)
+    through scangen.torch and, where it compiles, torch.compile's associative_scan."""
+    import scangen.torch as differentiable
+
+    grad = torch.rand_like(a)
+    grad_a, grad_b = torch.empty_like(a), torch.empty_like(a)
+    moved = a.numel() * 5 // 2
+    source, target = torch.empty(moved, device="cuda"), torch.empty(moved, device="cuda")
+    a_, b_ = a.clone().requires_grad_(), b.clone().requires_grad_()
+    calls = [("copy of 5 arrays", lambda: target.copy_(source)),
+             ("scangen gradients", lambda: scangen.linear_recurrence_gradients(
+                 a, h, grad, axis=axis, grad_a=grad_a, grad_b=grad_b)),
+             ("scangen forward + backward", lambda: torch.autograd.grad(
+                 differentiable.linear_recurrence(a_, b_, axis), (a_, b_), grad))]
+    if compiled is not None:
+        calls.append(("torch.compile forward + backward",
+                      lambda: torch.autograd.grad(compiled(a_, b_), (a_, b_), grad)))
+    return calls
+
+
+def print_backward(rows):
+    """The --backward table: the gradients alone against the copy of their bytes, and
+    forward plus backward against the forward's floor (the copy of 3 arrays' bytes)."""
+    print("\nits gradients; times in us\n")
+    print("| shape | axis | copy of 5 arrays' bytes | scangen gradients | % of copy | "
+          "scangen forward + backward | x the forward's copy | torch.compile forward + "
+          "backward |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for text, times in rows:
+        shape, axis = parse_case(text)
+        both = times["scangen forward + backward"]
+        peer = times.get("torch.compile forward + backward")
+        copy, alone = times["copy of 5 arrays"], times["scangen gradients"]
+        cells = ["x".join(map(str, shape)), axis, f"{copy * 1e6:.1f}", f"{alone * 1e6:.1f}",
+                 f"{100 * copy / alone:.0f}%", f"{both * 1e6:.1f}",
+                 f"{both / times['copy']:.2f}x", "n/a" if peer is None else f"{peer * 1e6:.1f}"]
+        print("| " + " | ".join(map(str, cells)) + " |")
 
 
 def _compiled_recurrence(torch, axis):

@@ -17,7 +17,7 @@ from .scan import PreparedScan, Scan, ScanCompileError, GPUUnavailableError
 from .segmented import SegmentedScan
 from .check import OperatorReport, check_operator
 from .one_shot import cummax, cummin, cumprod, cumsum, exclusive_scan, inclusive_scan
-from .operands import associative_scan, linear_recurrence
+from .operands import associative_scan, linear_recurrence, linear_recurrence_gradients
 from . import primitives
 # Every primitive's public names, as its own module lists them (scangen.primitives).
 from .primitives import *  # noqa: F401,F403
@@ -31,6 +31,7 @@ __all__ = [
     "BUILTIN_OPERATORS", "LAST_NONZERO",
     "check_operator", "OperatorReport", "reference_scan", "inclusive_scan", "exclusive_scan",
     "cumsum", "cumprod", "cummax", "cummin", "associative_scan", "linear_recurrence",
+    "linear_recurrence_gradients",
     # primitives
     *primitives.__all__,
     # specs, tables and tuning

@@ -434,6 +434,16 @@ class Call:
         # Kinds without an allocator of their own (DLPack, the array interface) get GPUArrays.
         return native, self.kind.new_view(native, shape, dtype)
 
+    def outputs(self, given: dict, shape, dtype) -> dict:
+        """``given`` (output name -> array, or None) with a new array of the call's kind, of
+        ``shape`` and ``dtype``, for each None, its view set for the kernels."""
+        made = {}
+        for name, array in given.items():
+            if array is None:
+                array, self.views[name] = self.empty(shape, dtype)
+            made[name] = array
+        return made
+
     def to_host(self, name) -> np.ndarray:
         """A host copy of one argument, after the work queued on the call's stream."""
         view = self.views[name]

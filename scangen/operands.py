@@ -23,7 +23,7 @@ from .ops import Operator
 from .spec import as_flag, check_mode
 from .types import conversion, element_type
 
-__all__ = ["associative_scan", "linear_recurrence"]
+__all__ = ["associative_scan", "linear_recurrence", "linear_recurrence_gradients"]
 
 
 def _fields(operands) -> tuple[tuple[str, ...], tuple]:
@@ -207,6 +207,56 @@ def _recurrence_kernels(dtype, reverse, h0, options):
         initial=np.ones((), pair)[()] if h0 == "number" else None, **dict(options)).lines
 
 
+@functools.lru_cache(maxsize=64)
+def _gradient_kernels(dtype, reverse, h0, options):
+    """The LineKernels of a linear recurrence's gradients (linear_recurrence_gradients) over
+    arrays of ``dtype``, the recurrence ``reverse`` or not and ``h0`` False, "number" or
+    "lines" as for _recurrence_kernels: one scan, in the other direction, of the maps
+    (conj(a[next]), grad_h[t]) (next: the step after t in the recurrence's direction; 0 at
+    a line's last step), whose offsets are g; it writes grad_b = g and grad_a = g *
+    conj(h[before]) (before: the step ahead of t; h0 at a line's first step). ``i`` is the
+    index into the C-contiguous arrays and ``(i / inner) % length`` the step along the
+    axis, both arguments of the kernel."""
+    values, state = element_type(dtype), element_type(recurrence_state_dtype(dtype))
+    c, s = values.c_name, state.c_name
+    pair = np.dtype([("m", state.dtype), ("c", state.dtype)], align=True)
+    step = "(i / inner) % length"
+    # The step after t in the recurrence's direction, and the one before it.
+    last, after = ("0", "i - inner") if reverse else ("length - 1", "i + inner")
+    first, before = ("length - 1", "i + inner") if reverse else ("0", "i - inner")
+    arguments = f"const {c} *a, const {c} *grad_h, const {c} *h, {c} *grad_a, {c} *grad_b, " \
+                "long long length, long long inner"
+    if h0 == "lines":
+        arguments += f", const {c} *h0"
+        start = conversion(values, state, "h0[(i / (length * inner)) * inner + i % inner]")
+    elif h0 == "number":
+        arguments += ", double h0_re, double h0_im"
+        part = element_type(np.dtype(f"float{4 * state.itemsize}")).c_name if \
+            state.is_complex else s
+        start = f"{s}{{({part})h0_re, ({part})h0_im}}" if state.is_complex else f"({s})h0_re"
+    else:
+        start = state.literal(0)
+    if state.is_complex:
+        preamble = (f"static __device__ __forceinline__ {s} lr_conj({s} x)\n"
+                    f"{{ return {s}{{x.re, -x.im}}; }}")
+        conj, mul = "lr_conj({})", "lr_mul({}, {})"
+    else:
+        preamble, conj, mul = "", "{}", "{} * {}"
+    multiplier = conj.format(conversion(values, state, f"a[{after}]"))
+    earlier = f"({step} == {first} ? {start} : {conversion(values, state, f'h[{before}]')})"
+    grad_a = conversion(state, values, mul.format("item.c", conj.format(earlier)))
+    return ScanKernel(
+        pair, _recurrence_operator(state.dtype, not reverse),
+        title=f"linear recurrence{' in reverse' if reverse else ''}: gradients",
+        arguments=arguments, preamble=preamble,
+        input_expr=f"scan_t{{{step} == {last} ? {state.literal(0)} : {multiplier}, "
+                   f"{conversion(values, state, 'grad_h[i]')}}}",
+        output_statement=f"grad_b[i] = {conversion(state, values, 'item.c')}; "
+                         f"grad_a[i] = {grad_a};",
+        reverse=not reverse, types=(values.dtype,) if values != state else (),
+        **dict(options)).lines
+
+
 def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream=None,
                       **options):
     """The linear recurrence ``h[t] = a[t] * h[t-1] + b[t]`` along ``axis`` (``h[-1]`` =
@@ -224,32 +274,91 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     last bits: the maps are composed in a tree.
     """
     reverse, key = as_flag("reverse", reverse), options_key(options)
-    per_line = h0 is not None and not isinstance(h0, numbers.Number)
-    call = Call(stream, {"a": a, "b": b, "h": out, **({"h0": h0} if per_line else {})},
-                writes=("h",))
+    call, shape, dtype, form, (length, inner) = _recurrence_call(
+        stream, {"a": a, "b": b}, {"h": out}, axis, h0)
     views = call.views
-    dtype, shape = views["a"].dtype, tuple(views["a"].shape)
-    if views["b"].dtype != dtype or element_type(dtype).kind not in "fc":
-        raise TypeError(f"a and b must share one float or complex dtype, not {dtype} and "
-                        f"{views['b'].dtype}")
-    if tuple(views["b"].shape) != shape or not shape:
-        raise ValueError(f"a and b must have one shape of at least one dimension, not "
-                         f"{shape} and {views['b'].shape}")
-    outer, length, inner = line_shape(shape, axis)  # a bad axis raises before any allocation
+    out = call.outputs({"h": out}, shape, dtype)["h"]
+    pointers = (views["a"].ptr, views["b"].ptr, views["h"].ptr)
+    if form == "lines":
+        pointers += (views["h0"].ptr, length * inner, inner)
+    _recurrence_kernels(dtype, reverse, form, key).launch(
+        pointers, shape, axis, call.stream, (1, h0) if form == "number" else None)
+    return out
+
+
+def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False,
+                                grad_a=None, grad_b=None, stream=None, **options):
+    """The gradients of ``h = linear_recurrence(a, b, axis, h0=h0, reverse=reverse)``
+    given ``grad_h``, the gradient of a loss at ``h``: ``(grad_a, grad_b)``, in one scan.
+
+    With ``g[t]`` the whole gradient at ``h[t]``, ``g[t] = grad_h[t] + conj(a[t+1]) g[t+1]``
+    (the recurrence in the other direction over the multipliers one step on), ``grad_b =
+    g`` and ``grad_a[t] = g[t] conj(h[t-1])``, ``h[-1] = h0`` (complex arrays: the conjugate
+    Wirtinger gradient, torch's convention). The gradient at an array ``h0`` (one value per
+    line) is ``conj(a) * grad_b`` at each line's first step. ``a``, ``h`` and ``grad_h``:
+    C-contiguous device arrays of one shape, kind and dtype, as for linear_recurrence;
+    ``grad_a`` and ``grad_b``: where to write (default: new arrays of their kind). One
+    launch reads a, h and grad_h and writes both, where building them from torch's
+    operations moves about twice the bytes.
+    """
+    reverse, key = as_flag("reverse", reverse), options_key(options)
+    call, shape, dtype, form, (length, inner) = _recurrence_call(
+        stream, {"a": a, "h": h, "grad_h": grad_h}, {"grad_a": grad_a, "grad_b": grad_b},
+        axis, h0)
+    views = call.views
+    given = {"grad_a": views["grad_a"], "grad_b": views["grad_b"]}
+    for name, out in given.items():  # the kernel reads neighbouring steps of its inputs
+        for other in ("a", "h", "grad_h", *given):
+            if other != name and views[other] is not None and out is not None and \
+                    out.size and overlaps(views[other], out):
+                raise ValueError(f"{name} overlaps {other}: the gradients are written to "
+                                 "memory of their own")
+    outputs = call.outputs({"grad_a": grad_a, "grad_b": grad_b}, shape, dtype)
+    pointers = tuple(views[name].ptr for name in ("a", "grad_h", "h", "grad_a", "grad_b")) \
+        + (length, inner)
+    if form == "lines":
+        pointers += (views["h0"].ptr,)
+    elif form == "number":
+        pointers += (complex(h0).real, complex(h0).imag)
+    _gradient_kernels(dtype, reverse, form, key).launch(pointers, shape, axis, call.stream,
+                                                        None)
+    return outputs["grad_a"], outputs["grad_b"]
+
+
+def _recurrence_call(stream, inputs: dict, outputs: dict, axis, h0):
+    """The Call of a recurrence's arrays, checked: ``inputs`` of one shape and float or
+    complex dtype, ``outputs`` (None: to be made) of theirs, ``h0`` a number or an array of
+    one value per line. Returns ``(call, shape, dtype, form, (length, inner))``, ``form``
+    False (no h0), "number" or "lines"; nothing is allocated."""
+    per_line = h0 is not None and not isinstance(h0, numbers.Number)
+    call = Call(stream, {**inputs, **outputs, **({"h0": h0} if per_line else {})},
+                writes=tuple(outputs))
+    views = call.views
+    first, *others = inputs
+    dtype, shape = views[first].dtype, tuple(views[first].shape)
+    names = " and ".join(inputs)
+    for name in others:
+        if views[name].dtype != dtype:
+            raise TypeError(f"{names} must share one float or complex dtype, not {dtype} "
+                            f"and {views[name].dtype}")
+        if tuple(views[name].shape) != shape:
+            raise ValueError(f"{names} must have one shape of at least one dimension, not "
+                             f"{shape} and {views[name].shape}")
+    if element_type(dtype).kind not in "fc":
+        raise TypeError(f"{names} must share one float or complex dtype, not {dtype}")
+    if not shape:
+        raise ValueError(f"{names} must have one shape of at least one dimension, not ()")
+    _, length, inner = line_shape(shape, axis)  # a bad axis raises before any allocation
     if per_line:
         lines = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
         if views["h0"].dtype != dtype or tuple(views["h0"].shape) != lines:
             raise ValueError(f"h0 must be a number or an array of dtype {dtype} and shape "
-                             f"{lines} (a's shape without axis {axis}), not "
+                             f"{lines} ({first}'s shape without axis {axis}), not "
                              f"{views['h0'].dtype} {tuple(views['h0'].shape)}")
-    if out is None:
-        out, views["h"] = call.empty(shape, dtype)
-    elif views["h"].dtype != dtype or tuple(views["h"].shape) != shape:
-        raise ValueError(f"out must have shape {shape} and dtype {dtype}")
+    for name in outputs:
+        view = views[name]
+        if view is not None and (view.dtype != dtype or tuple(view.shape) != shape):
+            what = "out" if name == "h" else name
+            raise ValueError(f"{what} must have shape {shape} and dtype {dtype}")
     form = "lines" if per_line else ("number" if h0 is not None else False)
-    kernels = _recurrence_kernels(dtype, reverse, form, key)
-    pointers = (views["a"].ptr, views["b"].ptr, views["h"].ptr)
-    if per_line:
-        pointers += (views["h0"].ptr, length * inner, inner)
-    kernels.launch(pointers, shape, axis, call.stream, (1, h0) if form == "number" else None)
-    return out
+    return call, shape, dtype, form, (length, inner)

@@ -8,8 +8,10 @@ gradients registered), so ``torch.compile`` keeps each as one opaque call in its
 * linear_recurrence, ``h[t] = a[t] h[t-1] + b[t]``: with ``g[t]`` the whole gradient of the
   loss at ``h[t]``, ``g[t] = grad_h[t] + conj(a[t+1]) g[t+1]``, a linear recurrence in the
   other direction over the multipliers shifted by one step; then ``grad_b = g`` and
-  ``grad_a[t] = g[t] conj(h[t-1])`` (``h[-1] = h0``). Complex tensors follow torch's
-  convention (the conjugate Wirtinger gradient).
+  ``grad_a[t] = g[t] conj(h[t-1])`` (``h[-1] = h0``): one scan writes both
+  (scangen.linear_recurrence_gradients, its own operator). Complex tensors follow torch's
+  convention (the conjugate Wirtinger gradient). Gradients are first derivatives only: the
+  gradients' operator has none of its own.
 * cumprod is the recurrence with ``a = x``, ``b = 0`` and ``h0 = 1``, so its gradient is the
   recurrence's: no division, exact where ``x`` has zeros.
 * cummax and cummin scan (value, index) pairs, the later of equal values winning and NaN
@@ -32,6 +34,7 @@ import numpy as np
 from .one_shot import inclusive_scan
 from .operands import associative_scan
 from .operands import linear_recurrence as _linear_recurrence
+from .operands import linear_recurrence_gradients as _linear_recurrence_gradients
 from .ops import Operator
 from .runtime.contexts import in_a_borrowed_thread
 
@@ -149,20 +152,6 @@ def _cumulative_extreme(x, dim: int, compare: str):
         return associative_scan(_extreme(compare, x.is_floating_point()), (x, index), axis=dim)
 
 
-def _shifted(x, dim: int, later: bool, fill):
-    """``x`` moved one step along ``dim``: each position takes its later neighbour's value
-    (``later``) or its earlier one's, and the position left empty takes ``fill`` (a number,
-    or a tensor of one value per line)."""
-    import torch
-
-    steps = x.shape[dim]
-    edge = fill.unsqueeze(dim).to(x.dtype) if isinstance(fill, torch.Tensor) else \
-        torch.full_like(x.narrow(dim, 0, 1), fill)
-    if later:
-        return torch.cat([x.narrow(dim, 1, steps - 1), edge], dim)
-    return torch.cat([edge, x.narrow(dim, 0, steps - 1)], dim)
-
-
 def _recurrence_gradients(a, h, grad_h, dim: int, h0, reverse: bool):
     """``(grad_a, grad_b, grad_h0)`` of ``h = linear_recurrence(a, b, dim, h0, reverse)``
     given the gradient ``grad_h`` of the loss at ``h`` (the module's docstring derives
@@ -174,15 +163,14 @@ def _recurrence_gradients(a, h, grad_h, dim: int, h0, reverse: bool):
     if h.shape[dim] == 0:
         return torch.zeros_like(a), torch.zeros_like(h), \
             h.new_zeros(h.shape[:dim] + h.shape[dim + 1:])
-    # The step after t in the recurrence's own direction feeds back into t.
-    # resolve_conj: torch's conj() is a lazy view; the kernels read memory.
-    multipliers = _shifted(a, dim, later=not reverse, fill=0).conj().resolve_conj()
-    g = _ops().linear_recurrence(multipliers, grad_h.contiguous(), dim, 0.0, 0.0, not reverse)
-    if not isinstance(h0, torch.Tensor) and not a.is_complex():
-        h0 = h0.real
-    before = _shifted(h, dim, later=reverse, fill=h0)
+    if not isinstance(h0, torch.Tensor):
+        h0 = complex(h0)
+        grad_a, grad_b = _ops().linear_recurrence_gradients(a, h, grad_h, dim, h0.real,
+                                                             h0.imag, reverse)
+        return grad_a, grad_b, None
+    grad_a, grad_b = _ops().linear_recurrence_gradients_from(a, h, grad_h, h0, dim, reverse)
     first = h.shape[dim] - 1 if reverse else 0
-    return g * before.conj(), g, g.select(dim, first) * a.select(dim, first).conj()
+    return grad_a, grad_b, grad_b.select(dim, first) * a.select(dim, first).conj()
 
 
 #: Whether this process has registered the operators (_ops).
@@ -234,6 +222,27 @@ def _ops():
             return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim,
                                       h0=h0.contiguous(), reverse=reverse)
 
+    # The gradients of a recurrence, in one scan (scangen.linear_recurrence_gradients).
+    # No gradient of their own: a second derivative of the recurrence is not supported.
+    @custom_op("scangen::linear_recurrence_gradients", mutates_args=(), device_types="cuda",
+               schema="(Tensor a, Tensor h, Tensor grad_h, int dim, float h0_real, "
+                      "float h0_imag, bool reverse) -> (Tensor, Tensor)")
+    def gradients_op(a, h, grad_h, dim, h0_real, h0_imag, reverse):
+        with in_a_borrowed_thread():
+            return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
+                                                grad_h.contiguous(), axis=dim,
+                                                h0=complex(h0_real, h0_imag), reverse=reverse)
+
+    @custom_op("scangen::linear_recurrence_gradients_from", mutates_args=(),
+               device_types="cuda",
+               schema="(Tensor a, Tensor h, Tensor grad_h, Tensor h0, int dim, bool reverse) "
+                      "-> (Tensor, Tensor)")
+    def gradients_from_op(a, h, grad_h, h0, dim, reverse):
+        with in_a_borrowed_thread():
+            return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
+                                                grad_h.contiguous(), axis=dim,
+                                                h0=h0.contiguous(), reverse=reverse)
+
     # What each returns, for tracing: new C-contiguous tensors of the input's shape.
     cumsum_op.register_fake(lambda x, dim, reverse: x.new_empty(x.shape))
     cumprod_op.register_fake(lambda x, dim: x.new_empty(x.shape))
@@ -242,6 +251,8 @@ def _ops():
     recurrence_op.register_fake(lambda a, b, dim, h0_real, h0_imag, reverse: a.new_empty(
         a.shape))
     recurrence_from_op.register_fake(lambda a, b, h0, dim, reverse: a.new_empty(a.shape))
+    for op in (gradients_op, gradients_from_op):
+        op.register_fake(lambda a, *_: (a.new_empty(a.shape), a.new_empty(a.shape)))
 
     def cumsum_setup(ctx, inputs, output):
         ctx.dim, ctx.reverse = inputs[1] % inputs[0].dim(), inputs[2]
@@ -295,7 +306,9 @@ def _ops():
 
     return types.SimpleNamespace(cumsum=cumsum_op, cumprod=cumprod_op,
                                  cumulative_extreme=extreme_op, linear_recurrence=recurrence_op,
-                                 linear_recurrence_from=recurrence_from_op)
+                                 linear_recurrence_from=recurrence_from_op,
+                                 linear_recurrence_gradients=gradients_op,
+                                 linear_recurrence_gradients_from=gradients_from_op)
 
 
 # Imported after torch (as a model's code does): registered now, before anything traces.

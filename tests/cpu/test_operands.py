@@ -8,8 +8,9 @@ import pytest
 import scangen
 from scangen.one_shot import options_key
 from scangen.lines import line_shape
-from scangen.operands import (LINE_OF_ELEMENT, _fields, _operand_kernels, _recurrence_kernels,
-                              _recurrence_operator, recurrence_state_dtype)
+from scangen.operands import (LINE_OF_ELEMENT, _fields, _gradient_kernels, _operand_kernels,
+                              _recurrence_kernels, _recurrence_operator,
+                              recurrence_state_dtype)
 from scangen.types import as_dtype, element_type
 
 from tests.support import (AFFINE_PAIRS, BFLOAT16, FakeDeviceArray, needs_nvcc,
@@ -63,9 +64,11 @@ def test_every_operand_kernel_compiles(nvcc):
                _operand_kernels(pair_sums, ("f0", "f1"),
                                 (np.dtype(np.float16), np.dtype(np.int32)), "inclusive",
                                 False, False, ())]
-    kernels += [_recurrence_kernels(as_dtype(d), reverse, h0, ())
+    kernels += [make(as_dtype(d), reverse, h0, ())
+                for make in (_recurrence_kernels, _gradient_kernels)
                 for d in NARROW + ("float32", "complex64", "complex128")
                 for reverse, h0 in ((False, "number"), (True, "lines"))]
+    kernels += [_gradient_kernels(np.dtype(np.float64), True, False, ())]
     modules = [k.scan_module for lines in kernels
                for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel)]
     scangen.compile.check_all_with_nvcc(modules)
@@ -122,3 +125,68 @@ def test_a_per_line_h0_is_checked_before_any_work(monkeypatch):
                                                                  address=0x4000), out=out)
     (launch,) = launched
     assert launch.values[3:] == (0x4000, 3 * 5, 5)  # h0, the line span, the inner size
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradient_kernels_read_the_steps_around_each_element(reverse):
+    """The gradients' scan runs against the recurrence's direction over (conj(a) one step
+    on, grad_h), 0 at each line's last step, and writes grad_a from h one step back (h0 at
+    each line's first step): its C, for real, complex and 16-bit arrays."""
+    real = _gradient_kernels(np.dtype(np.float64), reverse, "number", ())
+    hooks = real.kernel.scan_module.hooks
+    assert real.kernel.scan_module.hooks.reverse is (not reverse)
+    step = "(i / inner) % length"
+    after, before = ("i - inner", "i + inner") if reverse else ("i + inner", "i - inner")
+    last, first = ("0", "length - 1") if reverse else ("length - 1", "0")
+    assert hooks.input_expr == f"scan_t{{{step} == {last} ? 0.0 : a[{after}], grad_h[i]}}"
+    assert hooks.output_statement == (
+        f"grad_b[i] = item.c; grad_a[i] = item.c * ({step} == {first} ? (double)h0_re : "
+        f"h[{before}]);")
+    assert [a.name for a in hooks.arguments] == [
+        "a", "grad_h", "h", "grad_a", "grad_b", "length", "inner", "h0_re", "h0_im"]
+    complex_hooks = _gradient_kernels(np.dtype(np.complex64), reverse, "lines", ()) \
+        .kernel.scan_module.hooks
+    assert f"lr_conj(a[{after}])" in complex_hooks.input_expr
+    assert "lr_mul(item.c, lr_conj(" in complex_hooks.output_statement
+    assert "h0[(i / (length * inner)) * inner + i % inner]" in complex_hooks.output_statement
+    narrow = _gradient_kernels(np.dtype(np.float16), reverse, False, ()).kernel
+    assert narrow.spec.etype.dtype["m"] == np.float32
+    assert narrow.scan_module.hooks.output_statement.startswith(
+        "grad_b[i] = (__half)(float)(item.c);")
+
+
+def test_gradients_launch_with_their_shape_and_refuse_what_they_cannot_do(monkeypatch):
+    """One launch of the gradients' kernel: the three inputs, the two outputs, the axis's
+    length and inner size, and h0 as (real, imaginary) or an array of one value per line;
+    outputs that overlap an input, and arrays of other shapes or dtypes, are refused before
+    any work."""
+    simulate_device(monkeypatch)
+    launched = record_launches(monkeypatch)
+
+    def array(address, shape=(3, 5, 4), dtype=np.complex64):
+        return FakeDeviceArray(shape, dtype, address=address)
+    a, h, grad_h = array(0x10000), array(0x20000), array(0x30000)
+    grad_a, grad_b = array(0x40000), array(0x50000)
+    assert scangen.linear_recurrence_gradients(a, h, grad_h, axis=1, h0=0.5 - 2j,
+                                               grad_a=grad_a, grad_b=grad_b) == (grad_a, grad_b)
+    (launch,) = launched
+    assert launch.values == (0x10000, 0x30000, 0x20000, 0x40000, 0x50000, 5, 4, 0.5, -2.0)
+    h0 = array(0x60000, (3, 4))
+    scangen.linear_recurrence_gradients(a, h, grad_h, axis=1, h0=h0, reverse=True,
+                                        grad_a=grad_a, grad_b=grad_b)
+    assert launched[1].values[5:] == (5, 4, 0x60000)
+    for kwargs, error, message in [
+            (dict(grad_a=a), ValueError, "grad_a overlaps a"),
+            (dict(grad_b=grad_h), ValueError, "grad_b overlaps grad_h"),
+            (dict(grad_a=grad_a, grad_b=grad_a), ValueError, "grad_a overlaps grad_b"),
+            (dict(grad_a=array(0x70000, (3, 5, 5))), ValueError,
+             r"grad_a must have shape \(3, 5, 4\)"),
+            (dict(h0=array(0x60000, (3, 5))), ValueError, r"h0 must be a number or an array"),
+            (dict(axis=3), Exception, "axis")]:
+        with pytest.raises(error, match=message):
+            scangen.linear_recurrence_gradients(a, h, grad_h, **{"axis": 1, **kwargs})
+    with pytest.raises(TypeError, match="a and h and grad_h must share one float or complex"):
+        scangen.linear_recurrence_gradients(a, array(0x20000, dtype=np.complex128), grad_h)
+    with pytest.raises(TypeError, match="float or complex dtype, not int32"):
+        scangen.linear_recurrence_gradients(*(array(k << 16, dtype=np.int32) for k in (1, 2, 3)))
+    assert len(launched) == 2

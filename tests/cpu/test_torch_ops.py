@@ -46,10 +46,10 @@ def test_results_and_gradients_have_the_input_shape(dtype):
 
 @pytest.mark.parametrize("function,forward,backward", [
     (lambda x, b: differentiable.cumsum(x, 1), ["cumsum"], ["cumsum"]),
-    (lambda x, b: differentiable.cumprod(x, 1), ["cumprod"], ["linear_recurrence"]),
+    (lambda x, b: differentiable.cumprod(x, 1), ["cumprod"], ["linear_recurrence_gradients"]),
     (lambda x, b: differentiable.cummax(x, 1)[0], ["cumulative_extreme"], []),
     (lambda x, b: differentiable.linear_recurrence(x, b, 1, h0=0.5), ["linear_recurrence"],
-     ["linear_recurrence"]),
+     ["linear_recurrence_gradients"]),
 ])
 def test_a_trace_keeps_each_scan_one_opaque_call(function, forward, backward):
     """What torch.compile sees: one scangen operator per scan forward, and the gradient by
@@ -117,6 +117,12 @@ def test_the_operators_pass_torchs_own_checks_on_meta_tensors():
                       (x, b, torch.empty((3, 5), dtype=torch.float64, device="meta",
                                          requires_grad=True), 1, False))]:
         torch.library.opcheck(op, args)
+    # The gradients' operators (first derivatives only: no gradient of their own).
+    a, h, grad_h = (meta(torch.float64, requires_grad=False) for _ in range(3))
+    torch.library.opcheck(ops.linear_recurrence_gradients, (a, h, grad_h, 1, 0.5, 0.0, True))
+    torch.library.opcheck(ops.linear_recurrence_gradients_from,
+                          (a, h, grad_h, torch.empty((3, 5), dtype=torch.float64,
+                                                     device="meta"), 1, False))
 
 
 def test_a_model_compiles_whole_with_the_scans_in_it():
@@ -154,4 +160,5 @@ def test_a_state_per_line_has_a_gradient_of_its_own(dtype):
 
     graph = make_fx(step)(meta(), meta(), torch.empty((3, 5), device="meta",
                                                       requires_grad=True))
-    assert scangen_calls(graph) == ["linear_recurrence_from", "linear_recurrence"]
+    assert scangen_calls(graph) == ["linear_recurrence_from",
+                                    "linear_recurrence_gradients_from"]

@@ -221,6 +221,11 @@ def test_the_custom_operators_pass_torchs_own_checks(torch):
                      (ops.cumulative_extreme, (x, 0, ">=")),
                      (ops.linear_recurrence, (a, b, 1, 0.5, 0.0, True))]:
         torch.library.opcheck(op, args)
+    plain = [t.detach() for t in (a, x, b)]
+    torch.library.opcheck(ops.linear_recurrence_gradients, (*plain, 2, 0.5, 0.0, False))
+    torch.library.opcheck(ops.linear_recurrence_gradients_from,
+                          (*plain, torch.randn(SHAPE[:2], dtype=torch.float64, device="cuda"),
+                           2, True))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -1,14 +1,15 @@
 """Scans of several operands on the GPU: associative_scan (structure of arrays, any axis,
 non-commutative operators, mixed dtypes, exclusive and reverse, out= in place) against
 tests.support.axis_reference over the operands packed as structs, and linear_recurrence
-against a sequential loop (real and complex, forward and reverse, with h0)."""
+against a sequential loop (real and complex, forward and reverse, with h0), and its
+gradients (linear_recurrence_gradients) against the adjoint loop."""
 import itertools
 
 import numpy as np
 import pytest
 
 import scangen
-from scangen.operands import _operand_kernels, _recurrence_kernels
+from scangen.operands import _gradient_kernels, _operand_kernels, _recurrence_kernels
 
 from scangen.types import as_dtype
 
@@ -38,7 +39,9 @@ def _compile_in_parallel():
     for dtype, reverse, h0 in itertools.product(RECURRENCE_TYPES, (False, True),
                                                 (False, "number", "lines")):
         kernels.append(_recurrence_kernels(np.dtype(dtype), reverse, h0, ()))
-    kernels += [_recurrence_kernels(as_dtype(dtype), False, "number", ()) for dtype in NARROW]
+        kernels.append(_gradient_kernels(np.dtype(dtype), reverse, h0, ()))
+    kernels += [make(as_dtype(dtype), False, "number", ()) for dtype in NARROW
+                for make in (_recurrence_kernels, _gradient_kernels)]
     precompile([k for lines in kernels
                 for k in (lines.kernel, lines.rows_kernel, lines.columns_kernel,
                           lines.row_tiles_kernel(1500))])
@@ -148,6 +151,74 @@ def test_linear_recurrence_from_a_state_per_line(gpu, rng, dtype, reverse):
         want = recurrence_reference(a, b, axis, h0, reverse)
         np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance,
                                    err_msg=f"{shape} axis={axis}")
+
+
+def gradient_reference(a, h, grad_h, axis, h0=0, reverse=False):
+    """(grad_a, grad_b) of h = linear_recurrence(a, b, axis, h0, reverse) given grad_h, one
+    step at a time against the recurrence's direction: g[t] = grad_h[t] + conj(a[t+1])
+    g[t+1], grad_b = g, grad_a[t] = g[t] conj(h[t-1]), h[-1] = h0 (float64/complex128)."""
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    a_, h_, grad_h_ = (np.moveaxis(v.astype(wide), axis, -1) for v in (a, h, grad_h))
+    if reverse:
+        a_, h_, grad_h_ = a_[..., ::-1], h_[..., ::-1], grad_h_[..., ::-1]
+    steps = a_.shape[-1]
+    g, grad_a = np.empty_like(grad_h_), np.empty_like(grad_h_)
+    later = np.zeros(a_.shape[:-1], wide)
+    for t in range(steps - 1, -1, -1):
+        later = grad_h_[..., t] + (np.conj(a_[..., t + 1]) * later if t + 1 < steps else 0)
+        g[..., t] = later
+        before = h_[..., t - 1] if t else np.broadcast_to(np.asarray(h0, wide),
+                                                          a_.shape[:-1])
+        grad_a[..., t] = later * np.conj(before)
+    if reverse:
+        g, grad_a = g[..., ::-1], grad_a[..., ::-1]
+    return np.moveaxis(grad_a, -1, axis), np.moveaxis(g, -1, axis)
+
+
+@pytest.mark.parametrize("dtype,reverse", [
+    *itertools.product(RECURRENCE_TYPES, (False, True)),
+    # 16-bit floats: one direction covers their reads and rounding
+    *((narrow, False) for narrow in NARROW)])
+def test_linear_recurrence_gradients(gpu, rng, dtype, reverse):
+    """One scan's gradients, against the adjoint loop, along every axis of every shape (the
+    columns, rows and 1-D kernels), with no h0, a number (real or complex) and an array of
+    one value per line, into new arrays and into poisoned ones of the caller's."""
+    dtype = as_dtype(dtype)
+    narrow = scangen.types.element_type(dtype).is_half
+    tolerance = {"float64": 1e-11, "complex128": 1e-11}.get(dtype.name, 2e-4)
+    for (shape, axis), form in itertools.product(SHAPES, ("none", "number", "lines")):
+        a, grad_h = (v.astype(dtype) for v in recurrence_input(
+            rng, "float32" if narrow else dtype, shape))
+        h = recurrence_input(rng, "float32" if narrow else dtype, shape)[1].astype(dtype)
+        lines = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
+        h0 = {"none": None, "number": 0.75 - 0.5j if dtype.kind == "c" else 0.75,
+              "lines": np.asarray(recurrence_input(rng, "float32" if narrow else dtype,
+                                                   lines)[1]).astype(dtype)}[form]
+        given = gpu.to_gpu(h0) if form == "lines" else h0
+        arrays = [gpu.to_gpu(v) for v in (a, h, grad_h)]
+        if form == "number":  # the caller's outputs, poisoned
+            outputs = {name: gpu.to_gpu(np.full(shape, np.nan, dtype))
+                       for name in ("grad_a", "grad_b")}
+            got = scangen.linear_recurrence_gradients(*arrays, axis=axis, h0=given,
+                                                      reverse=reverse, **outputs)
+            assert got == (outputs["grad_a"], outputs["grad_b"])
+        else:
+            got = scangen.linear_recurrence_gradients(*arrays, axis=axis, h0=given,
+                                                      reverse=reverse)
+        want = gradient_reference(*(v.astype(np.float64) if narrow else v
+                                    for v in (a, h, grad_h)), axis,
+                                  0 if h0 is None else h0, reverse)
+        for name, array, expected in zip(("grad_a", "grad_b"), got, want):
+            values = array.get()
+            assert values.dtype == dtype and values.shape == shape
+            if narrow:
+                eps = float(scangen.types.element_type(dtype).finfo().eps)
+                np.testing.assert_allclose(values.astype(np.float64), expected,
+                                           rtol=2 * eps, atol=2 * eps * np.abs(expected).max(),
+                                           err_msg=f"{name} {shape} axis={axis} h0={form}")
+            else:
+                np.testing.assert_allclose(values, expected, rtol=tolerance, atol=tolerance,
+                                           err_msg=f"{name} {shape} axis={axis} h0={form}")
 
 
 def test_linear_recurrence_into_out_and_errors(gpu, rng):
