@@ -13,6 +13,7 @@ weighed here before the GPU confirms it (benchmarks/per_call_overhead.py, on the
 times whole calls). ``--profile`` prints cProfile's busiest functions.
 
     python benchmarks/host_path.py [--n 1024] [--calls 200000] [--profile] [--primitives]
+                                   [--axis]
 """
 import argparse
 import cProfile
@@ -90,6 +91,24 @@ def primitive_cases() -> dict:
                                              count_on_device=True)}
 
 
+def axis_cases() -> dict:
+    """Calls along an axis of fake (2, 64, 32) float32 CuPy arrays: a Scan, the numpy-style
+    cumsum, and the linear recurrence and its gradients, outputs given and new."""
+    shape = (2, 64, 32)
+    a, b, h, grad_h = (FakeCupyArray(shape, np.float32, ptr=k << 32) for k in range(1, 5))
+    out, grad_a = FakeCupyArray(shape, np.float32, ptr=5 << 32), \
+        FakeCupyArray(shape, np.float32, ptr=6 << 32)
+    scan = scangen.Scan(np.float32, "add")
+    return {"scan(x, out, axis=1)": lambda: scan(b, out=out, axis=1),
+            "cumsum(x, axis=1)": lambda: scangen.cumsum(b, axis=1),
+            "linear_recurrence(out=)": lambda: scangen.linear_recurrence(a, b, 1, out=out),
+            "linear_recurrence()": lambda: scangen.linear_recurrence(a, b, 1),
+            "its gradients()": lambda: scangen.linear_recurrence_gradients(
+                a, h, grad_h, 1, h0=0.5),
+            "its gradients(out=)": lambda: scangen.linear_recurrence_gradients(
+                a, h, grad_h, 1, h0=0.5, grad_a=grad_a, grad_b=out)}
+
+
 def microseconds_per_call(call, calls: int) -> float:
     for _ in range(1000):
         call()
@@ -107,6 +126,9 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=1024)
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--axis", action="store_true",
+                        help="also calls along an axis of (2, 64, 32) arrays: a Scan, cumsum, "
+                             "linear_recurrence and its gradients")
     parser.add_argument("--primitives", action="store_true",
                         help="also the primitives at 2^26 (histogram, select, unique, rle)")
     args = parser.parse_args(argv)
@@ -120,6 +142,10 @@ def main(argv=None):
         for name, call in cases.items():
             print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
                   f"(n={args.n}, host work only)")
+        if args.axis:
+            for name, call in axis_cases().items():
+                print(f"{name:24} {microseconds_per_call(call, args.calls):6.2f} us per call "
+                      f"(host work only)")
         if args.primitives:
             for name, call in primitive_cases().items():
                 print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
