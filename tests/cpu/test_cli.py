@@ -270,10 +270,10 @@ def test_the_host_path_model_runs_without_a_gpu():
     """benchmarks/host_path.py times the host's share of a call with the driver faked: it
     must keep running as the host path changes (its numbers are read, not asserted)."""
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_path.py"),
-                             "--calls", "200", "--primitives"], capture_output=True, text=True,
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             "--calls", "200", "--primitives", "--axis"], capture_output=True,
+                            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("us per call") == 7
+    assert result.stdout.count("us per call") == 13
 
 
 @pytest.mark.parametrize("what,predicate", [("select", "x > 0.5f"), ("remove_if", "x > 0.5f"),
