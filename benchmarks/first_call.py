@@ -7,7 +7,10 @@ operator)(x)`` on 2^20 CuPy elements (render, nvcc for the plan's part, load, la
 synchronise), then a second call of a new Scan object with the same operator (the module
 cached in memory).
 
-    python benchmarks/first_call.py [--runs 3]
+    python benchmarks/first_call.py [--runs 3] [--compiler nvcc|nvrtc]
+
+``--compiler`` sets SCANGEN_COMPILER for the runs (scangen.compile.compiler: nvcc by
+default, or NVRTC in the process).
 """
 import argparse
 import os
@@ -38,11 +41,14 @@ print(f"import {t1 - t0:.2f} s, first call (compile, load, launch) {t3 - t2:.2f}
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="fresh processes (default 3)")
+    parser.add_argument("--compiler", choices=("nvcc", "nvrtc"), default="nvcc",
+                        help="the compiler scangen runs (SCANGEN_COMPILER)")
     args = parser.parse_args(argv)
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as cache:
             result = subprocess.run([sys.executable, "-c", RUN], capture_output=True,
-                                    text=True, env={**os.environ, "SCANGEN_CACHE_DIR": cache})
+                                    text=True, env={**os.environ, "SCANGEN_CACHE_DIR": cache,
+                                                    "SCANGEN_COMPILER": args.compiler})
         print(result.stdout.strip() or result.stderr.strip(), flush=True)
         if result.returncode:
             return result.returncode

@@ -16,6 +16,7 @@ take}; the compiled module lets each such kernel use that much (the opt-in attri
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from . import nvrtc
 from .args import launch_format
 from .cache import cache_dir, write_atomically
 from .render import ModuleSource
@@ -40,9 +42,9 @@ __all__ = ["CompiledModule", "GPUUnavailableError", "ScanCompileError", "check_a
 
 
 class ScanCompileError(RuntimeError):
-    """nvcc rejected the emitted source. The message names the user code the first error is
-    in (input_expr, output_statement, operator, preamble) and shows the numbered source
-    around it."""
+    """The compiler (nvcc, or NVRTC: compiler()) rejected the emitted source. The message
+    names the user code the first error is in (input_expr, output_statement, operator,
+    preamble) and shows the numbered source around it."""
 
 
 # ------------------------------------------------------------------ compile errors
@@ -54,17 +56,18 @@ _ERROR_LINE = re.compile(r"(?:\((\d+)\)|:(\d+):\d+): (?:fatal |catastrophic )?er
 _LOG_LINES = 40
 
 
-def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
-    """nvcc's first errors, the user code the first one is in, and the numbered source
-    around it (never the whole module: it runs to hundreds of lines)."""
+def describe_compile_error(source: ModuleSource, log: str, what: str,
+                           compiler: str = "nvcc") -> str:
+    """The compiler's first errors, the user code the first one is in, and the numbered
+    source around it (never the whole module: it runs to hundreds of lines)."""
     lines = log.strip().splitlines()
     if len(lines) > _LOG_LINES:
-        lines = lines[:_LOG_LINES] + [f"... ({len(lines) - _LOG_LINES} more lines of nvcc's "
-                                      "log)"]
+        lines = lines[:_LOG_LINES] + [f"... ({len(lines) - _LOG_LINES} more lines of "
+                                      f"{compiler}'s log)"]
     log = "\n".join(lines)
     match = _ERROR_LINE.search(log)
     if match is None:
-        return (f"nvcc could not compile {what}:\n{log}\n(the source compiled is the "
+        return (f"{compiler} could not compile {what}:\n{log}\n(the source compiled is the "
                 "object's .source)")
     line = int(match.group(1) or match.group(2))
     # An error on the line right after a piece's end marker is that piece cut short; it
@@ -76,7 +79,7 @@ def describe_compile_error(source: ModuleSource, log: str, what: str) -> str:
         where = f"in your {piece}"
     else:
         where = "in scangen's generated code (please report it)"
-    return (f"nvcc could not compile {what}: the first error is {where}, line {line}:\n"
+    return (f"{compiler} could not compile {what}: the first error is {where}, line {line}:\n"
             f"{log}\n--- emitted source around line {line} ---\n"
             f"{source.numbered(around=line)}")
 
@@ -162,39 +165,70 @@ def _arch(context) -> str:
     return f"sm_{major}{minor}"
 
 
+#: What SCANGEN_COMPILER may name: the compilers scangen runs.
+COMPILERS = ("nvcc", "nvrtc")
+
+
+def compiler() -> str:
+    """The compiler that turns modules into cubins: ``SCANGEN_COMPILER``, "nvcc" (through
+    PyCUDA; the default) or "nvrtc" (scangen.nvrtc: the runtime compiler in this process,
+    about 0.16 s less a module)."""
+    name = os.environ.get("SCANGEN_COMPILER", "").strip().lower() or "nvcc"
+    if name not in COMPILERS:
+        raise ValueError(f"SCANGEN_COMPILER={name!r}: use one of {', '.join(COMPILERS)}")
+    return name
+
+
 def _cubin_path(source: ModuleSource, arch: str) -> Path:
     """Where scangen's cache keeps the cubin of ``source`` for ``arch``: keyed by the text,
-    the architecture and nvcc's version (the toolkit's headers come with the version)."""
-    from pycuda.compiler import DEFAULT_NVCC_FLAGS, get_nvcc_version
+    the architecture, the compiler and its version (the toolkit's headers come with the
+    version)."""
+    if compiler() == "nvrtc":
+        made_by = [nvrtc.version()]
+    else:
+        from pycuda.compiler import DEFAULT_NVCC_FLAGS, get_nvcc_version
 
-    key = "\0".join([source.text, arch, get_nvcc_version("nvcc"), *DEFAULT_NVCC_FLAGS])
+        made_by = [get_nvcc_version("nvcc"), *DEFAULT_NVCC_FLAGS]
+    key = "\0".join([source.text, arch, *made_by])
     return cache_dir("cubin") / f"{hashlib.sha256(key.encode()).hexdigest()}.cubin"
 
 
 def _cubin(module_spec, arch: str) -> bytes:
-    """nvcc through PyCUDA, cached in scangen's cache directory (scangen.cache). PyCUDA's
-    own cache is not used: its key runs nvcc's preprocessor over every source with an
-    ``#include`` (half, bfloat16 and complex types), a few hundred milliseconds a lookup,
-    and it writes its files in place, where another process may read one half-written."""
-    from pycuda.compiler import compile as nvcc_compile
-    from pycuda.driver import CompileError
-
+    """The compiler's cubin (compiler()), cached in scangen's cache directory
+    (scangen.cache). nvcc runs through PyCUDA, whose own cache is not used: its key runs
+    nvcc's preprocessor over every source with an ``#include`` (half, bfloat16 and complex
+    types), a few hundred milliseconds a lookup, and it writes its files in place, where
+    another process may read one half-written."""
     source = module_spec.module_source()
     path = _cubin_path(source, arch)
     try:
         return path.read_bytes()
     except OSError:
         pass
-    try:
-        cubin = nvcc_compile(source.text, arch=arch, no_extern_c=True, cache_dir=False)
-    except CompileError as err:
-        raise ScanCompileError(describe_compile_error(
-            source, str(err.stderr or err), module_spec.description)) from None
+    cubin = _compiled(source, arch, module_spec.description)
     try:
         write_atomically(path, cubin)
     except OSError:  # a cache that cannot be written: compile again next time
         pass
     return cubin
+
+
+def _compiled(source: ModuleSource, arch: str, what: str) -> bytes:
+    """``source``'s cubin from the compiler; its errors as a ScanCompileError."""
+    if compiler() == "nvrtc":
+        try:
+            return nvrtc.compile_cubin(source.text, arch)
+        except nvrtc.NvrtcCompileError as err:
+            raise ScanCompileError(describe_compile_error(source, err.log, what,
+                                                          "NVRTC")) from None
+    from pycuda.compiler import compile as nvcc_compile
+    from pycuda.driver import CompileError
+
+    try:
+        return nvcc_compile(source.text, arch=arch, no_extern_c=True, cache_dir=False)
+    except CompileError as err:
+        raise ScanCompileError(describe_compile_error(
+            source, str(err.stderr or err), what)) from None
 
 
 def _what_to_load(module_spec, arch: str):

@@ -11,8 +11,8 @@ The layers, lowest first; a module imports modules of its own layer or lower one
 5. render: Jinja2 -> CUDA text
 6. runtime: PyCUDA imported lazily and the device (runtime.gpu), the CUDA context lifecycle
    (runtime.contexts), streams, pooled memory, per-stream scratch, the GPU thread
-7. compile: nvcc and the loaded modules, cached per context; the base of modules with
-   kernels of their own (modules: described, planned, compiled)
+7. compile: nvcc or NVRTC (nvrtc) and the loaded modules, cached per context; the base of
+   modules with kernels of their own (modules: described, planned, compiled)
 8. interop: other libraries' arrays and streams, a call's arguments
 9. launch: a plan bound to compiled kernels and scratch (runtime.launcher; runtime.modules
    for modules with kernels of their own)
@@ -49,7 +49,7 @@ LAYERS = [
     ("render", ["render"]),
     ("runtime", ["runtime", "runtime.gpu", "runtime.contexts", "runtime.streams",
                  "runtime.pool", "runtime.scratch", "runtime.mapped", "runtime.gpu_thread"]),
-    ("compile", ["compile", "modules"]),
+    ("compile", ["nvrtc", "compile", "modules"]),
     ("interop", ["interop"]),
     ("launch", ["runtime.launcher", "runtime.modules"]),
     ("scans", ["kernel", "lines", "scan", "segmented", "check", "one_shot", "operands"]),
