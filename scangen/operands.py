@@ -228,7 +228,8 @@ def _gradient_kernels(dtype, reverse, h0, options):
                 "long long length, long long inner"
     if h0 == "lines":
         arguments += f", const {c} *h0"
-        start = conversion(values, state, "h0[(i / (length * inner)) * inner + i % inner]")
+        line = LINE_OF_ELEMENT.replace("line_span", "(length * inner)")
+        start = conversion(values, state, f"h0[{line}]")
     elif h0 == "number":
         arguments += ", double h0_re, double h0_im"
         part = element_type(np.dtype(f"float{4 * state.itemsize}")).c_name if \
@@ -305,6 +306,8 @@ def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False
     call, shape, dtype, form, (length, inner) = _recurrence_call(
         stream, {"a": a, "h": h, "grad_h": grad_h}, {"grad_a": grad_a, "grad_b": grad_b},
         axis, h0)
+    if form == "number" and element_type(dtype).kind != "c" and complex(h0).imag:
+        raise TypeError(f"h0={h0!r} is complex, but the arrays are {dtype}")
     views = call.views
     given = {"grad_a": views["grad_a"], "grad_b": views["grad_b"]}
     for name, out in given.items():  # the kernel reads neighbouring steps of its inputs

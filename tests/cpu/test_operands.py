@@ -185,8 +185,15 @@ def test_gradients_launch_with_their_shape_and_refuse_what_they_cannot_do(monkey
             (dict(axis=3), Exception, "axis")]:
         with pytest.raises(error, match=message):
             scangen.linear_recurrence_gradients(a, h, grad_h, **{"axis": 1, **kwargs})
+    real = [array(k << 16, dtype=np.float32) for k in (1, 2, 3)]
+    with pytest.raises(TypeError, match=r"h0=\(1\+2j\) is complex, but the arrays are"):
+        scangen.linear_recurrence_gradients(*real, h0=1 + 2j)
+    scangen.linear_recurrence_gradients(*real, h0=1 + 0j,
+                                        grad_a=array(0x40000, dtype=np.float32),
+                                        grad_b=array(0x50000, dtype=np.float32))
+    assert launched[2].values[5:9] == (4, 1, 1.0, 0.0)  # along the last axis: inner 1
     with pytest.raises(TypeError, match="a and h and grad_h must share one float or complex"):
         scangen.linear_recurrence_gradients(a, array(0x20000, dtype=np.complex128), grad_h)
     with pytest.raises(TypeError, match="float or complex dtype, not int32"):
         scangen.linear_recurrence_gradients(*(array(k << 16, dtype=np.int32) for k in (1, 2, 3)))
-    assert len(launched) == 2
+    assert len(launched) == 3
