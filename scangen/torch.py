@@ -155,9 +155,9 @@ def _cumulative_extreme(x, dim: int, compare: str):
 def _recurrence_gradients(a, h, grad_h, dim: int, h0, reverse: bool):
     """``(grad_a, grad_b, grad_h0)`` of ``h = linear_recurrence(a, b, dim, h0, reverse)``
     given the gradient ``grad_h`` of the loss at ``h`` (the module's docstring derives
-    them); ``h0`` a complex number or a tensor of one value per line, and ``grad_h0`` (one
-    value per line) the gradient flowing into it: ``conj(a)`` at each line's first step
-    times ``g`` there."""
+    them, one scan computes grad_a and grad_b); ``h0`` a complex number or a tensor of one
+    value per line, and ``grad_h0`` the gradient flowing into a tensor h0 (one value per
+    line: ``conj(a)`` at each line's first step times ``g`` there), None for a number."""
     import torch
 
     if h.shape[dim] == 0:
