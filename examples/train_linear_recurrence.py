@@ -7,7 +7,8 @@ follows h[t] = a[t] * h[t-1] + b[t] along time, from h[-1] = 0. The output is y 
 
 scangen.torch.linear_recurrence computes h for the whole sequence at once: one scan of the
 affine maps forward. The backward pass is one reverse scan: the gradient with respect to h
-runs back through the same recurrence, on the multipliers shifted one step. The model learns
+runs back through the same recurrence, on the multipliers shifted one step, and the same
+scan writes the gradients of a and b (scangen.linear_recurrence_gradients). The model learns
 to imitate a teacher of the same form with fixed weights.
 
 Run on a machine with an NVIDIA GPU, PyCUDA and torch:  python examples/train_linear_recurrence.py
