@@ -232,9 +232,8 @@ def _gradient_kernels(dtype, reverse, h0, options):
         start = conversion(values, state, f"h0[{line}]")
     elif h0 == "number":
         arguments += ", double h0_re, double h0_im"
-        part = element_type(np.dtype(f"float{4 * state.itemsize}")).c_name if \
-            state.is_complex else s
-        start = f"{s}{{({part})h0_re, ({part})h0_im}}" if state.is_complex else f"({s})h0_re"
+        start = f"{s}{{({state.part.c_name})h0_re, ({state.part.c_name})h0_im}}" \
+            if state.is_complex else f"({s})h0_re"
     else:
         start = state.literal(0)
     if state.is_complex:
@@ -306,7 +305,8 @@ def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False
     call, shape, dtype, form, (length, inner) = _recurrence_call(
         stream, {"a": a, "h": h, "grad_h": grad_h}, {"grad_a": grad_a, "grad_b": grad_b},
         axis, h0)
-    if form == "number" and element_type(dtype).kind != "c" and complex(h0).imag:
+    number = complex(h0) if form == "number" else None
+    if number is not None and element_type(dtype).kind != "c" and number.imag:
         raise TypeError(f"h0={h0!r} is complex, but the arrays are {dtype}")
     views = call.views
     given = {"grad_a": views["grad_a"], "grad_b": views["grad_b"]}
@@ -322,7 +322,7 @@ def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False
     if form == "lines":
         pointers += (views["h0"].ptr,)
     elif form == "number":
-        pointers += (complex(h0).real, complex(h0).imag)
+        pointers += (number.real, number.imag)
     _gradient_kernels(dtype, reverse, form, key).launch(pointers, shape, axis, call.stream,
                                                         None)
     return outputs["grad_a"], outputs["grad_b"]

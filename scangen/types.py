@@ -51,6 +51,11 @@ class ElementType:
         return self.kind == "c"
 
     @property
+    def part(self) -> "ElementType":
+        """A complex type's real and imaginary parts' type (complex64: float32)."""
+        return ELEMENT_TYPES[np.dtype(f"float{4 * self.itemsize}")]
+
+    @property
     def is_integer(self) -> bool:
         return self.kind in "iu"
 
@@ -103,7 +108,7 @@ class ElementType:
         """A C literal of this type holding ``value`` exactly (inf included for floats)."""
         value = self._number(value)
         if self.is_complex:
-            part = ELEMENT_TYPES[np.dtype(f"float{4 * self.itemsize}")]
+            part = self.part
             value = complex(value)
             return f"{self.c_name}{{{part.literal(value.real)}, {part.literal(value.imag)}}}"
         if self.is_half:
@@ -497,7 +502,7 @@ def conversion(source, target, expression: str) -> str:
         raise TypeError(f"no conversion from {source.name} to {target.name}: struct values "
                         "are scanned as they are (convert the input to the result type first)")
     if target.is_complex:
-        part = ELEMENT_TYPES[np.dtype(f"float{4 * target.itemsize}")]
+        part = target.part
         if source.is_complex:
             real, imaginary = (f"({part.c_name})({expression}).{p}" for p in ("re", "im"))
         else:
