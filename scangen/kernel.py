@@ -521,7 +521,8 @@ class ScanModule:
         return PlanOptions(spec=self.scan, needs_last_item=self.hooks.uses_last_item,
                            persistent_tiles=self.persistent_tiles,
                            counted_sections_per_block=self.counted_sections_per_block,
-                           dynamic_shared=tuple(self.dynamic_shared().items()))
+                           dynamic_shared=tuple(self.dynamic_shared().items()),
+                           counts=self.hooks.counts)
 
     @property
     def strategy(self) -> Strategy:

@@ -106,6 +106,14 @@ class PlanOptions:
     #: (entry point, bytes) of the kernels that take dynamic shared memory (ScanModule.
     #: dynamic_shared); the others take none.
     dynamic_shared: tuple[tuple[str, int], ...] = ()
+    #: A counting module (Hooks.counts): its user-io kernels count ballots and stage no
+    #: section, so their shared memory is their own few arrays, not the spec's.
+    counts: bool = False
+
+    def shared_bytes(self, kernel: Kernel) -> int | None:
+        """The shared memory a plan shows for a launch of ``kernel`` (Launch.shared_bytes):
+        the spec's, or None where the kernel declares its own."""
+        return None if self.counts and kernel.io == "user" else self.spec.shared_bytes
 
     def dynamic_shared_bytes(self, kernel: Kernel) -> int:
         """The dynamic shared memory a launch of ``kernel`` passes."""
@@ -156,7 +164,8 @@ class PlanBuilder:
         if grid > MAX_GRID:
             raise ValueError(f"{kernel.name} needs {grid} blocks, more than one launch can "
                              f"have ({MAX_GRID})")
-        self.launches.append(Launch(kernel, grid, self.spec.block_size, self.spec.shared_bytes,
+        self.launches.append(Launch(kernel, grid, self.spec.block_size,
+                                    self.options.shared_bytes(kernel),
                                     (io_arg,) + tuple(args), reads * self.itemsize,
                                     writes * self.itemsize, level, why, persistent,
                                     self.options.dynamic_shared_bytes(kernel)))

@@ -586,6 +586,23 @@ def test_describe_names_every_kernel_and_temporary(strategy, rng):
             assert f"bytes read: {plan.bytes_read}, written: {plan.bytes_written}" in text
 
 
+@pytest.mark.parametrize("strategy", ["decoupled_lookback", "reduce_then_scan"])
+def test_a_counting_plan_shows_the_spec_shared_memory_only_where_a_kernel_stages_it(strategy):
+    """A counting scan's user-io kernels count ballots and stage no section, so its plan
+    shows no shared memory of the spec's for them; the totals kernels (int64 sections)
+    stage theirs."""
+    kernel = ScanKernel(np.int64, "add", counts=True, arguments="const int *x, long long *y",
+                        input_expr="x[i] > 0", output_statement="y[i] = item;",
+                        strategy=strategy, section_size=256, items_per_thread=4)
+    plan = kernel.plan(1 << 20)
+    for launch in plan.launches:
+        user = launch.kernel.io == "user"
+        assert launch.shared_bytes == (None if user else kernel.spec.shared_bytes)
+        assert (f"{launch.kernel.name}<<<{launch.grid}, {launch.block}>>>" in str(plan)) == user
+    assert any(launch.kernel.io == "totals" for launch in plan.launches) == \
+        (strategy == "reduce_then_scan")
+
+
 def test_plan_takes_numpy_integers():
     kernel = scan("uint16", "max", mode="exclusive", algorithm="coarsened", section_size=256,
                   items_per_thread=8, strategy="hierarchical").kernel
