@@ -351,6 +351,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "encoding, radix sort, digit offsets, histogram, segmented scans) "
                              "against torch, CuPy and, with --cub, CUB, instead of the scans "
                              "(scangen/primitive_bench.py)")
+    parser.add_argument("--axis", action="store_true",
+                        help="time scans of N-D arrays along one axis (--shapes) against "
+                             "torch.cumsum, cupy.cumsum and a copy, instead of the 1-D scans "
+                             "(scangen/axis_bench.py; needs torch)")
+    parser.add_argument("--shapes", nargs="+", metavar="SHAPE:AXIS",
+                        help="with --axis: the cases, e.g. 8x4096x1024:1 4096x8192:0 "
+                             "(default: a few of each kind)")
+    parser.add_argument("--model-shapes", action="store_true",
+                        help="with --axis: the shapes of models' sequences, (B, L, D) along L "
+                             "and (B, D, L) along the last axis, B in 1, 8, 16, L in 1024, "
+                             "4096, 16384, D in 768, 2048, 5120")
+    parser.add_argument("--recurrence", action="store_true",
+                        help="with --axis: time linear_recurrence(a, b, axis) instead of a sum, "
+                             "against torch.compile's associative_scan")
+    parser.add_argument("--backward", action="store_true",
+                        help="with --axis --recurrence: also its gradients, alone and forward "
+                             "plus backward through scangen.torch (and torch.compile's)")
     parser.add_argument("--only", nargs="+", metavar="WORD",
                         help="with --primitives: only those whose name holds one of these words")
     parser.add_argument("--sizes", nargs="+", type=parse_size, default=None,
@@ -373,7 +390,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also time the hierarchical strategy with these block algorithms")
     parser.add_argument("--tiles", nargs="*", default=[], metavar="THREADSxITEMS",
                         help="also time decoupled look-back with these warp_shuffle tiles, "
-                             "e.g. 256x16 128x32 (for tuning)")
+                             "e.g. 256x16 128x32 (for tuning); with --axis, a scangen row per "
+                             "tile along the axis")
     parser.add_argument("--prepared", action="store_true",
                         help="also time each strategy's prepared call (Scan.prepare: the "
                              "arrays checked and the plan bound once, each call a launch)")
@@ -394,7 +412,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="check scangen's output against the reference up to this n")
     parser.add_argument("--json", default="bench.json", help="where to write all results")
     parser.add_argument("--plot", default="bench.png",
-                        help="PNG of GB/s against n (needs matplotlib)")
+                        help="PNG of GB/s against n (needs matplotlib; none with --axis)")
 
 
 def main(args) -> int:

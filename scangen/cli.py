@@ -16,7 +16,7 @@ import textwrap
 
 import numpy as np
 
-from . import __version__, bench, info, ops, primitive_bench, tune
+from . import __version__, axis_bench, bench, info, ops, primitive_bench, tune
 from .check import check_operator
 from .ops import BUILTIN_OPERATORS, LAST_NONZERO, Operator
 from .primitives.registry import COMMAND_LINE, OPTIONS, PLAN_OPTIONS, owners
@@ -364,9 +364,14 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
             description="Time scangen's strategies and block algorithms, and the peers that "
             "are installed (torch, cupy, pycuda), over a range of sizes; print a table and "
             "write JSON and a plot. With --primitives, time the primitives instead, against "
-            "torch, CuPy and (--cub) CUB. See scangen/bench.py and scangen/primitive_bench.py "
-            "for how they measure.")
+            "torch, CuPy and (--cub) CUB; with --axis, scans of N-D arrays along an axis "
+            "against torch and CuPy. See scangen/bench.py, scangen/primitive_bench.py and "
+            "scangen/axis_bench.py for how they measure.")
 def cmd_bench(args) -> int:
+    if args.axis and args.primitives:
+        raise SystemExit("bench: --axis and --primitives are two benches; give one")
+    if args.axis:
+        return axis_bench.main(args)
     if args.primitives:
         if args.sizes is None:
             args.sizes = bench.PRIMITIVE_SIZES

@@ -1,5 +1,6 @@
 """The bench's pieces that need no GPU: size parsing, the struct scan option, the CUB peer
-programs compiling and joining the tables, and the primitives' JSON rows."""
+programs compiling and joining the tables, the primitives' JSON rows, and the axis bench's
+cases and checks."""
 import argparse
 import contextlib
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 import scangen
 
 from tests.support import needs_nvcc
-from scangen import bench, primitive_bench
+from scangen import axis_bench, bench, cli, primitive_bench
 from scangen.workloads import parse_size
 from scangen.strategies.tile_state import TileState
 
@@ -233,3 +234,64 @@ def test_the_primitive_plot_draws_each_peer_against_scangen(tmp_path):
     path = tmp_path / "primitives.png"
     assert primitive_bench.plot(rows, str(path), "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_axis_bench_is_a_bench_option_with_its_cases():
+    args = bench_arguments("--axis", "--shapes", "8x4096x1024:1", "4096x8192:0", "5x7",
+                           "--recurrence", "--backward", "--tiles", "256x8")
+    assert args.axis and args.recurrence and args.backward and args.tiles == ["256x8"]
+    assert axis_bench.cases(args) == ["8x4096x1024:1", "4096x8192:0", "5x7"]
+    assert [axis_bench.parse_shape(text) for text in axis_bench.cases(args)] == \
+        [((8, 4096, 1024), 1), ((4096, 8192), 0), ((5, 7), -1)]
+    assert axis_bench.cases(bench_arguments("--axis")) == axis_bench.DEFAULT_SHAPES
+    models = axis_bench.cases(bench_arguments("--axis", "--model-shapes"))
+    assert len(models) == 54 == len(set(models))
+    for text in models:  # (B, L, D) along L, (B, D, L) along the last axis
+        (b, middle, last), axis = axis_bench.parse_shape(text)
+        assert b in (1, 8, 16) and {middle, last} & {1024, 4096, 16384}
+        assert (axis, {768, 2048, 5120} & {middle, last}) in ((1, {last}), (2, {middle}))
+    assert axis_bench.parse_tile("256x16") == (256, 16)
+
+
+@pytest.mark.parametrize("text", ["8x:1", "0x4:0", "4x4:2", "4x4:-3", "abc", "4x4:one"])
+def test_the_axis_bench_refuses_a_bad_case_before_it_starts(text):
+    with pytest.raises(ValueError, match="SHAPE:AXIS|every extent"):
+        axis_bench.main(bench_arguments("--axis", "--shapes", text))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--axis", "--backward"], "give --recurrence too"),
+    (["--axis", "--primitives"], "two benches")])
+def test_the_axis_bench_refuses_options_it_cannot_honour(argv, message, capsys):
+    with pytest.raises(SystemExit, match=message):
+        cli.main(["bench", *argv])
+
+
+def test_the_axis_bench_says_it_needs_torch(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)
+    with pytest.raises(SystemExit, match="needs torch"):
+        axis_bench.main(bench_arguments("--axis"))
+
+
+def test_the_axis_bench_checks_each_step_of_the_recurrence(rng):
+    """The recurrence's check: a sequential loop's h passes along every axis, one step
+    moved by 1% of a term fails, and a large array is checked by whole lines."""
+    torch = pytest.importorskip("torch")
+    for shape, axis in [((3, 50, 4), 1), ((50, 6), 0), ((2, 3, 40), -1)]:
+        a = torch.from_numpy(rng.random(shape) * 0.5 + 0.5).float()
+        b = torch.from_numpy(rng.random(shape) - 0.5).float()
+        state, steps = torch.zeros_like(a.movedim(axis, 0)[0]), []
+        for a_t, b_t in zip(a.movedim(axis, 0), b.movedim(axis, 0)):
+            state = a_t * state + b_t
+            steps.append(state)
+        h = torch.stack(steps).movedim(0, axis).contiguous()
+        axis_bench._check_recurrence(torch, a, b, h, axis, "loop")
+        h.movedim(axis, 0)[int(rng.integers(1, 40))] += 0.02
+        with pytest.raises(RuntimeError, match="misses a step"):
+            axis_bench._check_recurrence(torch, a, b, h, axis, "moved")
+    lines = axis_bench._checked_lines(torch.zeros(4, 30, 5), 1)
+    assert lines.shape == (4, 30, 5)  # small enough: all of it
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(axis_bench, "_CHECKED_ELEMENTS", 100)
+        assert axis_bench._checked_lines(torch.zeros(4, 30, 5), 1).shape == (1, 30, 1)
+        assert axis_bench._checked_lines(torch.zeros(4, 30, 5), -1).shape == (1, 1, 5)

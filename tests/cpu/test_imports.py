@@ -57,7 +57,8 @@ LAYERS = [
     ("past one GPU", ["chunked", "dask", "out_of_core"]),
     ("frameworks", ["torch"]),
     ("package", [""]),
-    ("tools", ["workloads", "bench", "primitive_bench", "tune", "info", "cli", "__main__"]),
+    ("tools", ["workloads", "bench", "primitive_bench", "axis_bench", "tune", "info", "cli",
+               "__main__"]),
 ]
 
 #: Third-party packages a function may import: optional ones, so that ``import scangen``
