@@ -244,12 +244,15 @@ def test_the_axis_bench_is_a_bench_option_with_its_cases():
     assert [axis_bench.parse_shape(text) for text in axis_bench.cases(args)] == \
         [((8, 4096, 1024), 1), ((4096, 8192), 0), ((5, 7), -1)]
     assert axis_bench.cases(bench_arguments("--axis")) == axis_bench.DEFAULT_SHAPES
-    models = axis_bench.cases(bench_arguments("--axis", "--model-shapes"))
-    assert len(models) == 54 == len(set(models))
-    for text in models:  # (B, L, D) along L, (B, D, L) along the last axis
-        (b, middle, last), axis = axis_bench.parse_shape(text)
-        assert b in (1, 8, 16) and {middle, last} & {1024, 4096, 16384}
-        assert (axis, {768, 2048, 5120} & {middle, last}) in ((1, {last}), (2, {middle}))
+    # --model-shapes: every (B, L, D) of models' sequences, along L and along the last axis
+    # of (B, D, L)
+    models = [axis_bench.parse_shape(text)
+              for text in axis_bench.cases(bench_arguments("--axis", "--model-shapes"))]
+    grid = {(b, length, d) for b in (1, 8, 16) for length in (1024, 4096, 16384)
+            for d in (768, 2048, 5120)}
+    assert {shape for shape, axis in models if axis == 1} == grid
+    assert {(b, length, d) for (b, d, length), axis in models if axis == 2} == grid
+    assert len(models) == 2 * len(grid)
     assert axis_bench.parse_tile("256x16") == (256, 16)
 
 

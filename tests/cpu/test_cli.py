@@ -1,5 +1,4 @@
 """The command line: source and plan need no GPU; bad requests exit 2 with the library's words."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -256,8 +255,7 @@ def test_python_dash_m_scangen():
                                            ("dask_scan.py", "--partitions"),
                                            ("dask_scan.py", "--dask-config"),
                                            ("out_of_core.py", "--budget-gib"),
-                                           ("out_of_core.py", "--pin-threads"),
-                                           ("axis.py", "--model-shapes")])
+                                           ("out_of_core.py", "--pin-threads")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,
@@ -362,17 +360,3 @@ def test_info_says_what_scangen_sees(capsys, monkeypatch, tmp_path):
     assert dict(info.report())["nvcc"].startswith("not on PATH")
     monkeypatch.setattr(devices, "name_from_driver", lambda ordinal: "NVIDIA A100")
     assert dict(info.report())["GPU 0"] == "NVIDIA A100 (from the CUDA driver)"
-
-
-def test_axis_benchmark_model_shapes_cover_the_grid():
-    """--model-shapes: every (B, L, D) of models' sequences, along L and along the last axis
-    of (B, D, L)."""
-    spec = importlib.util.spec_from_file_location("axis_bench", ROOT / "benchmarks" / "axis.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    cases = [bench.parse_case(text) for text in bench.model_cases()]
-    grid = {(b, length, d) for b in (1, 8, 16) for length in (1024, 4096, 16384)
-            for d in (768, 2048, 5120)}
-    assert {shape for shape, axis in cases if axis == 1} == grid
-    assert {(b, length, d) for (b, d, length), axis in cases if axis == 2} == grid
-    assert len(cases) == 2 * len(grid)
