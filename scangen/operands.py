@@ -311,8 +311,8 @@ def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False
     views = call.views
     given = {"grad_a": views["grad_a"], "grad_b": views["grad_b"]}
     for name, out in given.items():  # the kernel reads neighbouring steps of its inputs
-        for other in ("a", "h", "grad_h", *given):
-            if other != name and views[other] is not None and out is not None and \
+        for other in ("a", "h", "grad_h", "h0", *given):
+            if other != name and views.get(other) is not None and out is not None and \
                     out.size and overlaps(views[other], out):
                 raise ValueError(f"{name} overlaps {other}: the gradients are written to "
                                  "memory of their own")

@@ -179,6 +179,7 @@ def test_gradients_launch_with_their_shape_and_refuse_what_they_cannot_do(monkey
             (dict(grad_a=a), ValueError, "grad_a overlaps a"),
             (dict(grad_b=grad_h), ValueError, "grad_b overlaps grad_h"),
             (dict(grad_a=grad_a, grad_b=grad_a), ValueError, "grad_a overlaps grad_b"),
+            (dict(h0=h0, grad_b=array(0x60000)), ValueError, "grad_b overlaps h0"),
             (dict(grad_a=array(0x70000, (3, 5, 5))), ValueError,
              r"grad_a must have shape \(3, 5, 4\)"),
             (dict(h0=array(0x60000, (3, 5))), ValueError, r"h0 must be a number or an array"),
