@@ -147,6 +147,7 @@ def template_context(scan_module, kernels=None) -> dict:
         block_size=spec.block_size,
         items_per_thread=spec.items_per_thread,
         column_items_per_thread=spec.column_items_per_thread,
+        column_tile_rows=spec.column_tile_rows,
         pad_every=spec.pad_every,
         section_slots=spec.section_slots,
         dynamic_shared=spec.dynamic_shared,

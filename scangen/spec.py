@@ -144,6 +144,12 @@ class ScanSpec:
         return self.items_per_thread if limit is None else min(self.items_per_thread, limit)
 
     @property
+    def column_tile_rows(self) -> int:
+        """The rows of a tile of the scan along columns: each warp of a block takes
+        column_items_per_thread consecutive rows of a warp's width of columns."""
+        return self.block_size // WARP_SIZE * self.column_items_per_thread
+
+    @property
     def uses_warp_runs(self) -> bool:
         """Whether the single-pass tile kernel moves data warp by warp (Tuning.tile_warp_runs,
         which applies to the warp_shuffle algorithm in blocks of whole warps)."""

@@ -5,7 +5,7 @@ strategy a spec names: a ScanKernel built along columns has these two kernels.
 
 * Columns apart (axis_stride > 1), one single-pass launch
   (templates/kernels/scan_columns.cuh.j2): a tile is a warp's width of consecutive columns
-  by rows_per_tile consecutive rows, so each row of a tile a warp reads is
+  by ScanSpec.column_tile_rows consecutive rows, so each row of a tile a warp reads is
   consecutive elements; tiles go in ticket order, chunk of rows by chunk of rows, and each
   column's carry crosses chunks through a status entry per (chunk, column), one look-back
   per column. About 2n of traffic plus n / (section / warp) status entries.
@@ -47,12 +47,6 @@ def check_columns(n: int, columns) -> tuple[int, int]:
     return length, stride
 
 
-def rows_per_tile(spec) -> int:
-    """The rows of a column tile: each warp of a block takes column_items_per_thread rows
-    of a warp's width of columns."""
-    return spec.block_size // WARP_SIZE * spec.column_items_per_thread
-
-
 class Columns:
     """The scan along columns: its kernels and its plan (what a strategy owns; not one a
     spec names, since it scans a shape, not n indices)."""
@@ -79,7 +73,7 @@ class Columns:
             return self._build_rows(builder, n, length)
         spec, warp = builder.spec, WARP_SIZE
         columns = n // length
-        chunks = ceil_div(length, rows_per_tile(spec))
+        chunks = ceil_div(length, spec.column_tile_rows)
         tiles = chunks * ceil_div(columns, warp)
         entries = chunks * columns
         state = TileState.of(spec)
@@ -89,7 +83,7 @@ class Columns:
         builder.launch(Kernel(SCAN_COLUMNS, "user"), tiles, USER_ARGS,
                        (*status, length, stride, n), reads=n, writes=n, level=0,
                        why=f"{columns} columns of {length} rows, {stride} apart: {tiles} tiles "
-                           f"of {warp} columns x {rows_per_tile(spec)} rows in one pass, each "
+                           f"of {warp} columns x {spec.column_tile_rows} rows in one pass, each "
                            f"column's carry by look-back over {chunks} chunk(s) of rows; "
                            f"status {state.status_bytes(entries)} B")
         # Its shared memory is its own few arrays, not the spec's sections.
