@@ -71,15 +71,18 @@ class Module:
         return EntryPoint(self, name)
 
     def launch(self, name: str, grid: int, block: int, args: dict, *, reads: int,
-               writes: int, why: str, blocks_per_sm: int = 0) -> Launch:
+               writes: int, why: str, blocks_per_sm: int = 0,
+               dynamic_shared_bytes: int = 0) -> Launch:
         """A launch of entry point ``name`` with ``args`` by parameter name (checked:
         named_arguments); ``reads`` and ``writes`` in bytes. ``blocks_per_sm``: a
-        grid-stride kernel, launched with at most that many blocks per multiprocessor."""
+        grid-stride kernel, launched with at most that many blocks per multiprocessor.
+        ``dynamic_shared_bytes``: the shared memory the kernel declares ``extern``."""
         entry = self.entry_point(name)
         if not 1 <= grid <= MAX_GRID:
             raise ValueError(f"{name} needs {grid} blocks; a launch has 1 to {MAX_GRID}")
-        return Launch(entry, grid, block, None, named_arguments(entry, args), reads, writes,
-                      0, why, blocks_per_sm=blocks_per_sm)
+        return Launch(entry, grid, block, dynamic_shared_bytes or None,
+                      named_arguments(entry, args), reads, writes, 0, why,
+                      blocks_per_sm=blocks_per_sm, dynamic_shared_bytes=dynamic_shared_bytes)
 
 
 class ModuleOwner:

@@ -241,7 +241,8 @@ COUNTING_VALUES = Table(fallback=dict(block_size=128, items_per_thread=32,
 
 #: Radix sort and radix_digit_offsets (scangen/primitives/radix.py), one value for every key
 #: size. onesweep_*: the ranking passes' tile (threads, up to max_items keys each), register
-#: bound, look-back predecessors a poll and tiles a launch covers at most (a portion's
+#: bound (and a sort's whose tile is staged in dynamic shared memory: dynamic_min_threads_per_sm),
+#: look-back predecessors a poll and tiles a launch covers at most (a portion's
 #: status is tiles x 2**radix_bits 8-byte words: 32 MiB for 8-bit digits, and its counts
 #: fit 32 bits); digit_places_*: radix_digit_offsets' tile and register bound;
 #: digit_count_blocks_per_sm: radix_digit_counts' grid-stride blocks (fewer blocks, fewer
@@ -249,6 +250,7 @@ COUNTING_VALUES = Table(fallback=dict(block_size=128, items_per_thread=32,
 RADIX = Table(fallback=dict(
     onesweep_block_size=256, onesweep_max_items=24, onesweep_min_threads_per_sm=1024,
     onesweep_lookback_tiles=2, onesweep_portion_tiles=16384,
+    onesweep_dynamic_min_threads_per_sm=768,
     digit_places_block_size=512, digit_places_max_items=12,
     digit_places_min_threads_per_sm=1536,
     digit_count_blocks_per_sm=4, max_grid_stride_blocks=16384,

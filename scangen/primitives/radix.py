@@ -41,7 +41,7 @@ from ..runtime.modules import ModuleRuntime
 from ..spec import MAX_STATIC_SHARED_BYTES, as_flag, as_int
 from ..strategies.base import NULL, BufferArg, RuntimeArg
 from ..strategies.tile_state import TICKET_BYTES, TileState
-from ..tuning import RADIX, Tuning
+from ..tuning import MAX_SHARED_BYTES_OPTIN, RADIX, Tuning, max_shared_bytes
 from ..types import UNSIGNED_C_TYPES, as_dtype, element_type, prerequisites
 from .registry import command_line
 
@@ -75,6 +75,12 @@ _DIGIT_COUNT_BLOCKS_PER_SM = RADIX.value("digit_count_blocks_per_sm")
 ONESWEEP_PORTION_TILES = RADIX.value("onesweep_portion_tiles")
 #: radix_onesweep's register bound: a multiprocessor holds this many of its threads.
 ONESWEEP_MIN_THREADS_PER_SM = RADIX.value("onesweep_min_threads_per_sm")
+#: The register bound of a onesweep kernel whose tile is staged in dynamic shared memory
+#: (RadixPassesModule.dynamic_staging): fewer, larger blocks a multiprocessor.
+ONESWEEP_DYNAMIC_MIN_THREADS_PER_SM = RADIX.value("onesweep_dynamic_min_threads_per_sm")
+#: Shared memory a block of every GPU scangen builds for may opt in to (sm_75's 64 KiB is
+#: the least): a default tile staged in dynamic shared memory fits it, so it runs anywhere.
+PORTABLE_SHARED_BYTES = min(MAX_SHARED_BYTES_OPTIN.values())
 #: Predecessors a onesweep digit's look-back reads per poll, all loaded before any is
 #: decoded (RadixPassesModule.lookback_tiles; see templates/tile/state.cuh.j2's read_status).
 ONESWEEP_LOOKBACK_TILES = RADIX.value("onesweep_lookback_tiles")
@@ -172,6 +178,13 @@ class RadixPassesModule(_RadixTiles, Module):
     #: The register bound of the ranking kernel: a multiprocessor holds this many threads
     #: (None: ONESWEEP_MIN_THREADS_PER_SM).
     min_threads_per_sm: int | None = None
+    #: The staged tile in dynamic shared memory, max_items keys (and values) a thread
+    #: however wide they are, up to what a block may opt in to; otherwise in what the
+    #: static 48 KiB leave, fewer keys a thread where keys and values are wide. None: for
+    #: a sort whose whole tile does not fit the static area but fits what a block of every
+    #: supported GPU may opt in to (PORTABLE_SHARED_BYTES), under the register bound
+    #: ONESWEEP_DYNAMIC_MIN_THREADS_PER_SM where min_threads_per_sm is None.
+    dynamic_staging: bool | None = None
 
     def __post_init__(self):
         key_type(self.key_dtype)
@@ -181,7 +194,14 @@ class RadixPassesModule(_RadixTiles, Module):
             raise ValueError(f"a pass takes digits of 1..{MAX_RADIX_BITS} bits")
         if not 1 <= self.lookback_tiles <= 32:
             raise ValueError("lookback_tiles must be 1..32")
-        self._fill_tile((*_TILE, ONESWEEP_MIN_THREADS_PER_SM))
+        if self.dynamic_staging is None:
+            tile = (self.block_size or _TILE[0]) * (self.max_items or _TILE[1])
+            whole = self._fixed_shared_bytes_of(self.block_size or _TILE[0]) + \
+                tile * self.moved_itemsize
+            object.__setattr__(self, "dynamic_staging", self.value_dtype is not None and
+                               MAX_STATIC_SHARED_BYTES < whole <= PORTABLE_SHARED_BYTES)
+        self._fill_tile((*_TILE, ONESWEEP_DYNAMIC_MIN_THREADS_PER_SM if self.dynamic_staging
+                         else ONESWEEP_MIN_THREADS_PER_SM))
         # Values too wide to stage in shared memory: a TypeError when the module is made
         # (and with it the sort), not at its first call.
         _ = self.items_per_thread
@@ -196,16 +216,24 @@ class RadixPassesModule(_RadixTiles, Module):
     def value_type(self):
         return None if self.value_dtype is None else element_type(self.value_dtype)
 
+    def _fixed_shared_bytes_of(self, block_size: int) -> int:
+        """The onesweep kernel's shared memory besides the staging area, for blocks of
+        ``block_size``: a counter per digit (and one for lanes past the end) per warp, the
+        tile's counts, starts (4 bytes) and bases (8 bytes) per digit, and the ticket's
+        tile number (8 bytes)."""
+        return 4 * (block_size // 32) * (self.radix + 1) + 16 * self.radix + 8
+
+    @property
+    def _fixed_shared_bytes(self) -> int:
+        return self._fixed_shared_bytes_of(self.block_size)
+
     @property
     def items_per_thread(self) -> int:
         """Keys per thread: as many as the staging area (keys and values of a whole tile)
         holds, up to max_items."""
-        # What the digit counters leave of the static limit: a counter per digit (and one
-        # for lanes past the end) per warp, the tile's counts, starts (4 bytes) and bases
-        # (8 bytes) per digit, and the ticket's tile number (8 bytes). The ranking's digit
-        # masks (as many as the counters) share the staging area.
-        warps = self.block_size // 32
-        staging = MAX_STATIC_SHARED_BYTES - 4 * warps * (self.radix + 1) - 16 * self.radix - 8
+        # The ranking's digit masks (as many as the counters) share the staging area.
+        limit = max_shared_bytes() if self.dynamic_staging else MAX_STATIC_SHARED_BYTES
+        staging = limit - self._fixed_shared_bytes
         itemsize = self.moved_itemsize
         items = min(self.max_items, staging // (self.block_size * itemsize))
         if items < 1:
@@ -213,6 +241,20 @@ class RadixPassesModule(_RadixTiles, Module):
                             f"large to stage in shared memory (at most "
                             f"{staging // self.block_size - self.key_dtype.itemsize})")
         return items
+
+    def dynamic_shared(self) -> dict:
+        """Entry point -> the dynamic shared memory its launches take (scangen.compile
+        opts the kernel in to it)."""
+        return {"radix_onesweep": self.dynamic_shared_bytes} if self.dynamic_staging else {}
+
+    @property
+    def dynamic_shared_bytes(self) -> int:
+        """The staging area, where it is dynamic shared memory (dynamic_staging): the tile's
+        keys and values, or the ranking's digit masks where those take more; else 0."""
+        if not self.dynamic_staging:
+            return 0
+        masks = 4 * (self.block_size // 32) * (self.radix + 1)
+        return max(self.tile_size * self.moved_itemsize, masks)
 
     @property
     def max_passes(self) -> int:
@@ -248,7 +290,8 @@ class RadixPassesModule(_RadixTiles, Module):
         return dict(
             _key_context(self, "keys", self.value_type), **self._tile_context(),
             max_passes=self.max_passes, index_values=self.index_values,
-            lookback_tiles=self.lookback_tiles,
+            lookback_tiles=self.lookback_tiles, dynamic_staging=self.dynamic_staging,
+            dynamic_shared_bytes=self.dynamic_shared_bytes,
             backoff_min_ns=Tuning.backoff_min_ns, backoff_max_ns=Tuning.backoff_max_ns,
             **DIGIT_STATUS.template_context())
 
@@ -413,7 +456,7 @@ def _plan_sort(builder, module, n, begin, end, descending, portion_tiles, *, key
                      - first_tile * module.tile_size) * module.moved_itemsize
             builder.launch(
                 module, "radix_onesweep", grid, module.block_size, args, reads=moved,
-                writes=moved,
+                writes=moved, dynamic_shared_bytes=module.dynamic_shared_bytes,
                 why=f"pass {number + 1} of {len(passes)}, bits {shift}..{shift + bits - 1}"
                     f" ({bits} bits): tiles {first_tile}..{first_tile + grid - 1} by ticket,"
                     f" each digit's count by look-back")

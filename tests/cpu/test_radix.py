@@ -28,15 +28,20 @@ def test_keys_order_by_their_kind(key):
 
 
 def test_tiles_shrink_as_keys_and_values_widen():
-    shapes = {(key, value): (m.block_size, m.items_per_thread)
+    shapes = {(key, value): (m.block_size, m.items_per_thread, m.min_threads_per_sm)
               for key, value in [("uint32", None), ("uint16", "uint16"), ("uint32", "uint32"),
-                                 ("float64", "int64"), ("uint64", "complex128")]
+                                 ("float32", "int64"), ("float64", "int64"),
+                                 ("uint64", "complex128")]
               for m in [RadixPassesModule(np.dtype(key), value and np.dtype(value))]}
-    # 24 keys a thread, or as many as the staging area left by the digit counters holds
-    # (36824 bytes: 256 threads x 17 of 8 bytes, x 8 of 16, x 5 of 24)
-    assert shapes == {("uint32", None): (256, 24), ("uint16", "uint16"): (256, 24),
-                      ("uint32", "uint32"): (256, 17), ("float64", "int64"): (256, 8),
-                      ("uint64", "complex128"): (256, 5)}
+    # 24 keys a thread where the tile fits the static staging area left by the digit
+    # counters (36824 bytes), or, for a sort, what a block of every GPU may opt in to (64
+    # KiB with the counters: 8-byte keys and values, staged in dynamic shared memory under
+    # a bound of 768 threads); wider ones as many as the static area holds (256 threads x
+    # 11 of 12 bytes, x 8 of 16, x 5 of 24)
+    assert shapes == {("uint32", None): (256, 24, 1024), ("uint16", "uint16"): (256, 24, 1024),
+                      ("uint32", "uint32"): (256, 24, 768), ("float32", "int64"): (256, 11, 1024),
+                      ("float64", "int64"): (256, 8, 1024),
+                      ("uint64", "complex128"): (256, 5, 1024)}
     # radix_digit_offsets stages nothing: every key type takes its tile, and its bound
     dest = DigitPlacesModule(np.dtype("float64"))
     assert (dest.block_size, dest.items_per_thread, dest.min_threads_per_sm) == \
@@ -47,6 +52,43 @@ def test_tiles_shrink_as_keys_and_values_widen():
         RadixPassesModule(np.dtype("uint32"), big).items_per_thread
     with pytest.raises(TypeError, match="too large to stage"):  # when made, not when called
         scangen.RadixSort(np.uint32, big)
+
+
+def test_a_sort_stages_its_tile_in_dynamic_shared_memory_where_it_pays():
+    """dynamic_staging: the staged tile is extern shared memory of the launch's size, so a
+    sort's keys and values keep max_items a thread (up to what a block may opt in to); by
+    default where the whole tile fits what a block of every GPU may opt in to. A sort's
+    values are read as their keys are staged, not held in registers through the ranking."""
+    u32 = np.dtype("uint32")
+    keys = RadixPassesModule(u32)
+    pairs = RadixPassesModule(u32, u32)
+    assert radix.PORTABLE_SHARED_BYTES == 64 * 1024
+    assert pairs.dynamic_shared_bytes + 4 * 8 * 257 + 16 * 256 + 8 <= 64 * 1024
+    assert not RadixPassesModule(np.dtype("float32"), np.dtype("int64")).dynamic_staging
+    static = RadixPassesModule(u32, u32, dynamic_staging=False)
+    assert not keys.dynamic_staging and keys.dynamic_shared() == {}
+    assert (static.items_per_thread, static.dynamic_shared_bytes) == (17, 0)
+    assert (pairs.items_per_thread, pairs.dynamic_shared_bytes) == (24, 256 * 24 * 8)
+    assert pairs.dynamic_shared() == {"radix_onesweep": 256 * 24 * 8}
+    assert "extern __shared__" not in static.source and "extern __shared__" in pairs.source
+    assert "static_assert(STAGING_BYTES == 49152," in pairs.source
+    for launch in scangen.RadixSort(u32, u32).plan(1 << 20).launches:
+        staged = launch.kernel.name == "radix_onesweep"
+        assert launch.dynamic_shared_bytes == (256 * 24 * 8 if staged else 0)
+    assert "radix_onesweep<<<171, 256, 49152 B smem (49152 dynamic)>>>" in \
+        str(scangen.RadixSort(u32, u32).plan(1 << 20))
+    assert all(launch.dynamic_shared_bytes == 0
+               for launch in scangen.RadixSort(u32).plan(1 << 20).launches)
+    # as wide as a block may opt in to (227 KiB on sm_90), no wider
+    wide = RadixPassesModule(np.dtype("uint64"), np.dtype("complex128"), dynamic_staging=True)
+    fixed = 4 * 8 * 257 + 16 * 256 + 8
+    assert wide.items_per_thread == min(24, (227 * 1024 - fixed) // (256 * 24))
+    for module in (pairs, static):
+        assert "radix_value_t value[" not in module.source
+        assert "staged_values[place] = values[start + (first + k * WARP_SIZE)];" in module.source
+    argsort = RadixPassesModule(u32, np.dtype("int64"), index_values=True).source
+    assert "staged_values[place] = (values ? values[start + (first + k * WARP_SIZE)] : " \
+           "(radix_value_t)(start + (first + k * WARP_SIZE)));" in argsort
 
 
 def test_entry_points_match_the_source():
