@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support import (AFFINE_PAIRS, docs_python_blocks, exact_affine_pairs, load_example,
-                           reference, require_module, run_docs_block)
+from tests.support import (AFFINE_PAIRS, assert_scan_equal, docs_python_blocks,
+                           exact_affine_pairs, load_example, reference, require_module,
+                           run_docs_block)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,12 +193,21 @@ def _check_struct_scan(namespace):
     np.testing.assert_array_equal(got, reference(maps, AFFINE_PAIRS))
 
 
+def _check_prepared_scan(namespace):
+    """The prepared scan's last call scanned x's last contents into its own output."""
+    step, x, y = namespace["step"], namespace["x"], namespace["y"]
+    assert y is step.out
+    host = x.get()
+    assert_scan_equal(y.get(), reference(host, "add"), np.float32, host.size, op="add")
+
+
 #: What each docs block computes, checked after it runs, by a text the block contains.
 #: Blocks checked by a test above, or by assert statements of their own, are named in
 #: CHECKED_ELSEWHERE.
 DOCS_CHECKS = {"torch.cuda.Stream()": _check_torch_streams,
                  "scangen.dask.inclusive_scan(x, scangen.LAST_NONZERO)": _check_dask_scans,
-                 "scan_t{b.m * a.m, b.m * a.c + b.c}": _check_struct_scan}
+                 "scan_t{b.m * a.m, b.m * a.c + b.c}": _check_struct_scan,
+                 ".prepare(x)": _check_prepared_scan}
 CHECKED_ELSEWHERE = ["scan(x, out=y)", "ScanKernel(", "scangen.radix_sort(", "SegmentedScan(",
                      'scangen.select(x, "x > 0.0f")', "assert "]
 
