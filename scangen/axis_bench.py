@@ -298,12 +298,18 @@ def _compiled_recurrence(torch, axis):
     return torch.compile(run, dynamic=False)
 
 
+def check_arguments(args) -> None:
+    """Refuse, before anything starts, a bad case or --backward without --recurrence
+    (ValueError)."""
+    cases(args)
+    if args.backward and not args.recurrence:
+        raise ValueError("--backward times the linear recurrence's gradients: give "
+                         "--recurrence too")
+
+
 def main(args) -> int:
     """Time the cases, print the table, write the JSON (``args.json``)."""
-    cases(args)  # a bad case is refused before anything starts
-    if args.backward and not args.recurrence:
-        raise SystemExit("--backward times the linear recurrence's gradients: give "
-                         "--recurrence too")
+    check_arguments(args)
     try:
         import torch
     except ImportError:

@@ -369,8 +369,12 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
             "scangen/axis_bench.py for how they measure.")
 def cmd_bench(args) -> int:
     if args.axis and args.primitives:
-        raise SystemExit("bench: --axis and --primitives are two benches; give one")
+        raise CLIError("bench: --axis and --primitives are two benches; give one")
     if args.axis:
+        try:
+            axis_bench.check_arguments(args)
+        except ValueError as err:
+            raise CLIError(f"bench --axis: {err}") from None
         return axis_bench.main(args)
     if args.primitives:
         if args.sizes is None:

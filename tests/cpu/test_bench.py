@@ -264,10 +264,15 @@ def test_the_axis_bench_refuses_a_bad_case_before_it_starts(text):
 
 @pytest.mark.parametrize("argv,message", [
     (["--axis", "--backward"], "give --recurrence too"),
-    (["--axis", "--primitives"], "two benches")])
+    (["--axis", "--primitives"], "two benches"),
+    (["--axis", "--shapes", "4x4:5"], "the axis one of the shape's")])
 def test_the_axis_bench_refuses_options_it_cannot_honour(argv, message, capsys):
-    with pytest.raises(SystemExit, match=message):
-        cli.main(["bench", *argv])
+    assert cli.main(["bench", *argv]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("error: bench") and message in error
+    if argv != ["--axis", "--primitives"]:
+        with pytest.raises(ValueError, match=message):
+            axis_bench.main(bench_arguments(*argv))
 
 
 def test_the_axis_bench_says_it_needs_torch(monkeypatch):
