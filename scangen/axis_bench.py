@@ -38,6 +38,7 @@ from .runtime.contexts import current_context
 from .runtime.gpu import require_pycuda
 from .scan import Scan
 from .tuning import Tuning
+from .workloads import parse_tile
 
 #: The cases timed unless told: the issue's (B, L, D) along L, wide and tall 2-D arrays,
 #: short and long columns, long rows, and a few very long columns.
@@ -67,12 +68,6 @@ def parse_shape(text: str) -> tuple[tuple[int, ...], int]:
         raise ValueError(f"{text!r}: every extent must be at least 1 and the axis one of "
                          f"the shape's")
     return extents, axis
-
-
-def parse_tile(text: str) -> tuple[int, int]:
-    """``"256x16"`` -> (threads, items a thread)."""
-    threads, items = (int(part) for part in text.lower().split("x"))
-    return threads, items
 
 
 def whole_tile(items: int):
@@ -138,7 +133,7 @@ def sums(args, torch, timer, device, results) -> list[str]:
         for tile in args.tiles:
             threads, items = parse_tile(tile)
             tiled = Scan("float32", "add", section_size=threads * items,
-                                 items_per_thread=items, tuning=whole_tile(items))
+                         items_per_thread=items, tuning=whole_tile(items))
             calls.append((f"scangen {tile}", lambda tiled=tiled: tiled(x, out=out, axis=axis)))
         times = time_calls(timer, text, calls, 2 * x.numel() * x.element_size(), results,
                            may_fail=("cupy.cumsum",), work="cumsum", shape=list(shape),
@@ -212,9 +207,9 @@ def recurrences(args, torch, timer, device, results) -> list[str]:
             threads, items = parse_tile(tile)
             calls.append((f"scangen {tile}", lambda threads=threads, items=items:
                           linear_recurrence(a, b, axis=axis, out=h,
-                                                    section_size=threads * items,
-                                                    items_per_thread=items,
-                                                    tuning=whole_tile(items))))
+                                            section_size=threads * items,
+                                            items_per_thread=items,
+                                            tuning=whole_tile(items))))
         if args.backward:
             calls += backward_calls(torch, a, b, h, axis, compiled)
         times = time_calls(timer, text, calls, 3 * a.numel() * 4, results,

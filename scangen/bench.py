@@ -31,7 +31,7 @@ from .runtime.contexts import current_context
 from .runtime.gpu import require_pycuda
 from .scan import Scan
 from .spec import ALGORITHMS, STRATEGIES
-from .workloads import STRUCTS, operator_named, parse_size, random_input
+from .workloads import STRUCTS, operator_named, parse_size, parse_tile, random_input
 
 DEFAULT_SIZES = [1 << k for k in range(10, 29, 2)]
 
@@ -138,7 +138,7 @@ def contenders(args, dtype, op_name, op, driver):
             out.append((f"scangen/{strategy}/prepared",
                         scangen_contender(prepared=True, strategy=strategy), op))
     for config in args.tiles:
-        threads, items = (int(v) for v in config.lower().split("x"))
+        threads, items = parse_tile(config)
         out.append((f"scangen/decoupled_lookback/{threads}x{items}",
                     scangen_contender(strategy="decoupled_lookback", algorithm="warp_shuffle",
                                       section_size=threads * items, items_per_thread=items), op))

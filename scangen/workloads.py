@@ -35,6 +35,12 @@ def parse_size(text: str) -> int:
 NAMED_OPERATORS = {op.name: op for op in (LAST_NONZERO, AFFINE_THEN)}
 
 
+def parse_tile(text: str) -> tuple[int, int]:
+    """A tile shape, ``THREADSxITEMS`` (``"256x16"``): (threads, items a thread)."""
+    threads, items = (int(part) for part in text.lower().split("x"))
+    return threads, items
+
+
 def operator_named(name: str) -> Operator:
     """A built-in operator, last_nonzero or affine_then, by name."""
     return NAMED_OPERATORS.get(name) or resolve_operator(name)

@@ -13,7 +13,7 @@ import scangen
 
 from tests.support import needs_nvcc
 from scangen import axis_bench, bench, cli, primitive_bench
-from scangen.workloads import parse_size
+from scangen.workloads import parse_size, parse_tile
 from scangen.strategies.tile_state import TileState
 
 
@@ -253,7 +253,7 @@ def test_the_axis_bench_is_a_bench_option_with_its_cases():
     assert {shape for shape, axis in models if axis == 1} == grid
     assert {(b, length, d) for (b, d, length), axis in models if axis == 2} == grid
     assert len(models) == 2 * len(grid)
-    assert axis_bench.parse_tile("256x16") == (256, 16)
+    assert parse_tile("256x16") == (256, 16)
 
 
 @pytest.mark.parametrize("text", ["8x:1", "0x4:0", "4x4:2", "4x4:-3", "abc", "4x4:one"])
