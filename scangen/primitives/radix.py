@@ -108,7 +108,7 @@ class _RadixTiles:
 
     def _fill_tile(self, tile) -> None:
         """The tile fields left None take ``tile``'s (block_size, max_items,
-        min_threads_per_sm)."""
+        min_threads_per_sm; a shorter ``tile`` fills the first ones only)."""
         for field, default in zip(("block_size", "max_items", "min_threads_per_sm"), tile):
             if getattr(self, field) is None:
                 object.__setattr__(self, field, default)
@@ -194,10 +194,10 @@ class RadixPassesModule(_RadixTiles, Module):
             raise ValueError(f"a pass takes digits of 1..{MAX_RADIX_BITS} bits")
         if not 1 <= self.lookback_tiles <= 32:
             raise ValueError("lookback_tiles must be 1..32")
+        self._fill_tile(_TILE)  # the tile's shape; its register bound follows the staging
         if self.dynamic_staging is None:
-            tile = (self.block_size or _TILE[0]) * (self.max_items or _TILE[1])
-            whole = self._fixed_shared_bytes_of(self.block_size or _TILE[0]) + \
-                tile * self.moved_itemsize
+            whole = self._fixed_shared_bytes + \
+                self.block_size * self.max_items * self.moved_itemsize
             object.__setattr__(self, "dynamic_staging", self.value_dtype is not None and
                                MAX_STATIC_SHARED_BYTES < whole <= PORTABLE_SHARED_BYTES)
         self._fill_tile((*_TILE, ONESWEEP_DYNAMIC_MIN_THREADS_PER_SM if self.dynamic_staging
@@ -216,16 +216,18 @@ class RadixPassesModule(_RadixTiles, Module):
     def value_type(self):
         return None if self.value_dtype is None else element_type(self.value_dtype)
 
-    def _fixed_shared_bytes_of(self, block_size: int) -> int:
-        """The onesweep kernel's shared memory besides the staging area, for blocks of
-        ``block_size``: a counter per digit (and one for lanes past the end) per warp, the
-        tile's counts, starts (4 bytes) and bases (8 bytes) per digit, and the ticket's
-        tile number (8 bytes)."""
-        return 4 * (block_size // 32) * (self.radix + 1) + 16 * self.radix + 8
+    @property
+    def _warp_digit_bytes(self) -> int:
+        """A 4-byte word per digit (and one for lanes past the end) per warp: the ranking's
+        counters, and as many digit masks, which share the staging area."""
+        return 4 * (self.block_size // 32) * (self.radix + 1)
 
     @property
     def _fixed_shared_bytes(self) -> int:
-        return self._fixed_shared_bytes_of(self.block_size)
+        """The onesweep kernel's shared memory besides the staging area: the warps' digit
+        counters, the tile's counts, starts (4 bytes) and bases (8 bytes) per digit, and
+        the ticket's tile number (8 bytes)."""
+        return self._warp_digit_bytes + 16 * self.radix + 8
 
     @property
     def items_per_thread(self) -> int:
@@ -253,8 +255,7 @@ class RadixPassesModule(_RadixTiles, Module):
         keys and values, or the ranking's digit masks where those take more; else 0."""
         if not self.dynamic_staging:
             return 0
-        masks = 4 * (self.block_size // 32) * (self.radix + 1)
-        return max(self.tile_size * self.moved_itemsize, masks)
+        return max(self.tile_size * self.moved_itemsize, self._warp_digit_bytes)
 
     @property
     def max_passes(self) -> int:
