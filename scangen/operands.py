@@ -212,18 +212,27 @@ def _gradient_kernels(dtype, reverse, h0, options):
     """The LineKernels of a linear recurrence's gradients (linear_recurrence_gradients) over
     arrays of ``dtype``, the recurrence ``reverse`` or not and ``h0`` False, "number" or
     "lines" as for _recurrence_kernels: one scan, in the other direction, of the maps
-    (conj(a[next]), grad_h[t]) (next: the step after t in the recurrence's direction; 0 at
-    a line's last step), whose offsets are g; it writes grad_b = g and grad_a = g *
-    conj(h[before]) (before: the step ahead of t; h0 at a line's first step). ``i`` is the
-    index into the C-contiguous arrays and ``(i / inner) % length`` the step along the
-    axis, both arguments of the kernel."""
+    (conj(a[next]), grad_h[t]) (next: the step after t in the recurrence's direction), whose
+    offsets are g; it writes grad_b = g and grad_a = g * conj(h[before]) (before: the step
+    ahead of t; h0 at a line's first step). ``i`` is the index into the C-contiguous arrays,
+    ``length`` and ``inner`` arguments of the kernel.
+
+    Whether an element is a line's first or last step is one remainder, ``i % (length *
+    inner)`` against ``inner`` (no division of the index by ``inner``, then a remainder by
+    ``length``). A line's last step takes the multiplier 0: it is where the line's scan
+    starts, and any other value (even the next line's, read past the end) would reach the
+    offsets through the identity's zero offset where it is not finite."""
     values, state = element_type(dtype), element_type(recurrence_state_dtype(dtype))
     c, s = values.c_name, state.c_name
     pair = np.dtype([("m", state.dtype), ("c", state.dtype)], align=True)
-    step = "(i / inner) % length"
-    # The step after t in the recurrence's direction, and the one before it.
-    last, after = ("0", "i - inner") if reverse else ("length - 1", "i + inner")
-    first, before = ("length - 1", "i + inner") if reverse else ("0", "i - inner")
+    # The step after t in the recurrence's direction and the one before it; whether t is
+    # a line's first or last step in that direction.
+    at_start, at_end = "i % (length * inner) < inner", \
+        "i % (length * inner) >= (length - 1) * inner"
+    if reverse:
+        after, before, is_first, is_last = "i - inner", "i + inner", at_end, at_start
+    else:
+        after, before, is_first, is_last = "i + inner", "i - inner", at_start, at_end
     arguments = f"const {c} *a, const {c} *grad_h, const {c} *h, {c} *grad_a, {c} *grad_b, " \
                 "long long length, long long inner"
     if h0 == "lines":
@@ -243,13 +252,13 @@ def _gradient_kernels(dtype, reverse, h0, options):
     else:
         preamble, conj, mul = "", "{}", "{} * {}"
     multiplier = conj.format(conversion(values, state, f"a[{after}]"))
-    earlier = f"({step} == {first} ? {start} : {conversion(values, state, f'h[{before}]')})"
+    earlier = f"({is_first} ? {start} : {conversion(values, state, f'h[{before}]')})"
     grad_a = conversion(state, values, mul.format("item.c", conj.format(earlier)))
     return ScanKernel(
         pair, _recurrence_operator(state.dtype, not reverse),
         title=f"linear recurrence{' in reverse' if reverse else ''}: gradients",
         arguments=arguments, preamble=preamble,
-        input_expr=f"scan_t{{{step} == {last} ? {state.literal(0)} : {multiplier}, "
+        input_expr=f"scan_t{{{is_last} ? {state.literal(0)} : {multiplier}, "
                    f"{conversion(values, state, 'grad_h[i]')}}}",
         output_statement=f"grad_b[i] = {conversion(state, values, 'item.c')}; "
                          f"grad_a[i] = {grad_a};",

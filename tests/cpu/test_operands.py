@@ -135,12 +135,14 @@ def test_gradient_kernels_read_the_steps_around_each_element(reverse):
     real = _gradient_kernels(np.dtype(np.float64), reverse, "number", ())
     hooks = real.kernel.scan_module.hooks
     assert real.kernel.scan_module.hooks.reverse is (not reverse)
-    step = "(i / inner) % length"
+    # a line's first and last steps by one remainder each, no division
+    at_start = "i % (length * inner) < inner"
+    at_end = "i % (length * inner) >= (length - 1) * inner"
     after, before = ("i - inner", "i + inner") if reverse else ("i + inner", "i - inner")
-    last, first = ("0", "length - 1") if reverse else ("length - 1", "0")
-    assert hooks.input_expr == f"scan_t{{{step} == {last} ? 0.0 : a[{after}], grad_h[i]}}"
+    last, first = (at_start, at_end) if reverse else (at_end, at_start)
+    assert hooks.input_expr == f"scan_t{{{last} ? 0.0 : a[{after}], grad_h[i]}}"
     assert hooks.output_statement == (
-        f"grad_b[i] = item.c; grad_a[i] = item.c * ({step} == {first} ? (double)h0_re : "
+        f"grad_b[i] = item.c; grad_a[i] = item.c * ({first} ? (double)h0_re : "
         f"h[{before}]);")
     assert [a.name for a in hooks.arguments] == [
         "a", "grad_h", "h", "grad_a", "grad_b", "length", "inner", "h0_re", "h0_im"]
