@@ -211,28 +211,26 @@ def _recurrence_kernels(dtype, reverse, h0, options):
 def _gradient_kernels(dtype, reverse, h0, options):
     """The LineKernels of a linear recurrence's gradients (linear_recurrence_gradients) over
     arrays of ``dtype``, the recurrence ``reverse`` or not and ``h0`` False, "number" or
-    "lines" as for _recurrence_kernels: one scan, in the other direction, of the maps
-    (conj(a[next]), grad_h[t]) (next: the step after t in the recurrence's direction), whose
-    offsets are g; it writes grad_b = g and grad_a = g * conj(h[before]) (before: the step
-    ahead of t; h0 at a line's first step). ``i`` is the index into the C-contiguous arrays,
+    "lines" as for _recurrence_kernels. ``i`` is the index into the C-contiguous arrays,
     ``length`` and ``inner`` arguments of the kernel.
 
-    Whether an element is a line's first or last step is one remainder, ``i % (length *
-    inner)`` against ``inner`` (no division of the index by ``inner``, then a remainder by
-    ``length``). A line's last step takes the multiplier 0: it is where the line's scan
-    starts, and any other value (even the next line's, read past the end) would reach the
-    offsets through the identity's zero offset where it is not finite."""
+    g[t] = grad_h[t] + conj(a[t+1]) g[t+1] (t+1: the step after t in the recurrence's
+    direction) would take maps (conj(a[t+1]), grad_h[t]), each reading the multiplier one
+    step on, which at a line's last step must be left out. The kernel scans instead, in the
+    other direction, the maps (conj(a[t]), conj(a[t]) grad_h[t]) of u[t] = conj(a[t]) g[t]
+    = conj(a[t]) (grad_h[t] + u[t+1]): every element reads its own step only, and the
+    exclusive prefix at t is u[t+1] (0 where a line's scan starts), so g[t] = grad_h[t] +
+    prev_item.c. It writes grad_b = g and grad_a = g * conj(h[before]) (before: the step
+    ahead of t; h0 at a line's first step), whose test is one remainder, ``i % (length *
+    inner)`` against ``inner``, the one test of a step the kernel makes."""
     values, state = element_type(dtype), element_type(recurrence_state_dtype(dtype))
     c, s = values.c_name, state.c_name
     pair = np.dtype([("m", state.dtype), ("c", state.dtype)], align=True)
-    # The step after t in the recurrence's direction and the one before it; whether t is
-    # a line's first or last step in that direction.
-    at_start, at_end = "i % (length * inner) < inner", \
-        "i % (length * inner) >= (length - 1) * inner"
+    # The step ahead of t in the recurrence's direction, and whether t is a line's first.
     if reverse:
-        after, before, is_first, is_last = "i - inner", "i + inner", at_end, at_start
+        before, is_first = "i + inner", "i % (length * inner) >= (length - 1) * inner"
     else:
-        after, before, is_first, is_last = "i + inner", "i - inner", at_start, at_end
+        before, is_first = "i - inner", "i % (length * inner) < inner"
     arguments = f"const {c} *a, const {c} *grad_h, const {c} *h, {c} *grad_a, {c} *grad_b, " \
                 "long long length, long long inner"
     if h0 == "lines":
@@ -251,16 +249,19 @@ def _gradient_kernels(dtype, reverse, h0, options):
         conj, mul = "lr_conj({})", "lr_mul({}, {})"
     else:
         preamble, conj, mul = "", "{}", "{} * {}"
-    multiplier = conj.format(conversion(values, state, f"a[{after}]"))
+    multiplier = conj.format(conversion(values, state, "a[i]"))
+    add = "lr_add({}, {})" if state.is_complex else "{} + {}"
+    gradient = add.format("prev_item.c", conversion(values, state, "grad_h[i]"))
     earlier = f"({is_first} ? {start} : {conversion(values, state, f'h[{before}]')})"
-    grad_a = conversion(state, values, mul.format("item.c", conj.format(earlier)))
+    grad_a = conversion(state, values, mul.format("g", conj.format(earlier)))
     return ScanKernel(
         pair, _recurrence_operator(state.dtype, not reverse),
         title=f"linear recurrence{' in reverse' if reverse else ''}: gradients",
         arguments=arguments, preamble=preamble,
-        input_expr=f"scan_t{{{is_last} ? {state.literal(0)} : {multiplier}, "
-                   f"{conversion(values, state, 'grad_h[i]')}}}",
-        output_statement=f"grad_b[i] = {conversion(state, values, 'item.c')}; "
+        input_expr=f"scan_t{{{multiplier}, "
+                   f"{mul.format(multiplier, conversion(values, state, 'grad_h[i]'))}}}",
+        output_statement=f"const {s} g = {gradient}; "
+                         f"grad_b[i] = {conversion(state, values, 'g')}; "
                          f"grad_a[i] = {grad_a};",
         reverse=not reverse, types=(values.dtype,) if values != state else (),
         **dict(options)).lines

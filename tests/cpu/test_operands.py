@@ -128,33 +128,58 @@ def test_a_per_line_h0_is_checked_before_any_work(monkeypatch):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_gradient_kernels_read_the_steps_around_each_element(reverse):
-    """The gradients' scan runs against the recurrence's direction over (conj(a) one step
-    on, grad_h), 0 at each line's last step, and writes grad_a from h one step back (h0 at
-    each line's first step): its C, for real, complex and 16-bit arrays."""
+def test_gradient_kernels_read_their_own_step_and_h_one_step_back(reverse):
+    """The gradients' scan runs against the recurrence's direction over (conj(a), conj(a)
+    grad_h) of each element's own step, adds grad_h to the exclusive prefix, and writes
+    grad_a from h one step back (h0 at each line's first step, found by one remainder):
+    its C, for real, complex and 16-bit arrays."""
     real = _gradient_kernels(np.dtype(np.float64), reverse, "number", ())
     hooks = real.kernel.scan_module.hooks
     assert real.kernel.scan_module.hooks.reverse is (not reverse)
-    # a line's first and last steps by one remainder each, no division
-    at_start = "i % (length * inner) < inner"
-    at_end = "i % (length * inner) >= (length - 1) * inner"
-    after, before = ("i - inner", "i + inner") if reverse else ("i + inner", "i - inner")
-    last, first = (at_start, at_end) if reverse else (at_end, at_start)
-    assert hooks.input_expr == f"scan_t{{{last} ? 0.0 : a[{after}], grad_h[i]}}"
+    first = "i % (length * inner) >= (length - 1) * inner" if reverse else \
+        "i % (length * inner) < inner"
+    before = "i + inner" if reverse else "i - inner"
+    assert hooks.input_expr == "scan_t{a[i], a[i] * grad_h[i]}"
     assert hooks.output_statement == (
-        f"grad_b[i] = item.c; grad_a[i] = item.c * ({first} ? (double)h0_re : "
-        f"h[{before}]);")
+        f"const double g = prev_item.c + grad_h[i]; grad_b[i] = g; "
+        f"grad_a[i] = g * ({first} ? (double)h0_re : h[{before}]);")
     assert [a.name for a in hooks.arguments] == [
         "a", "grad_h", "h", "grad_a", "grad_b", "length", "inner", "h0_re", "h0_im"]
     complex_hooks = _gradient_kernels(np.dtype(np.complex64), reverse, "lines", ()) \
         .kernel.scan_module.hooks
-    assert f"lr_conj(a[{after}])" in complex_hooks.input_expr
-    assert "lr_mul(item.c, lr_conj(" in complex_hooks.output_statement
+    assert "lr_conj(a[i])" in complex_hooks.input_expr
+    assert "lr_add(prev_item.c, grad_h[i])" in complex_hooks.output_statement
+    assert "lr_mul(g, lr_conj(" in complex_hooks.output_statement
     assert "h0[(i / (length * inner)) * inner + i % inner]" in complex_hooks.output_statement
     narrow = _gradient_kernels(np.dtype(np.float16), reverse, False, ()).kernel
     assert narrow.spec.etype.dtype["m"] == np.float32
-    assert narrow.scan_module.hooks.output_statement.startswith(
-        "grad_b[i] = (__half)(float)(item.c);")
+    assert "grad_b[i] = (__half)(float)(g);" in narrow.scan_module.hooks.output_statement
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("shape, axis", [((7,), 0), ((3, 5, 4), 1), ((2, 6), 1), ((1, 3), 0)])
+def test_gradient_scan_of_own_steps_gives_the_gradients(shape, axis, reverse):
+    """The identity the gradients' kernel rests on, in numpy on random complex data: u[t] =
+    conj(a[t]) (grad_h[t] + u[t+1]) scanned against the recurrence's direction (u past the
+    line 0), then g[t] = grad_h[t] + u[t+1], equals the gradient's own recurrence g[t] =
+    grad_h[t] + conj(a[t+1]) g[t+1]."""
+    rng = np.random.default_rng(len(shape) * 10 + axis + reverse)
+    a, grad_h = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+                 for _ in range(2))
+    # lines along the last axis, walked from where the gradients' scan starts
+    a, grad_h = (np.moveaxis(x, axis, -1) for x in (a, grad_h))
+    if not reverse:
+        a, grad_h = a[..., ::-1], grad_h[..., ::-1]
+    length = a.shape[-1]
+    expected, g = np.empty_like(a), np.zeros(a.shape[:-1], complex)
+    for t in range(length):  # step t follows step t - 1 of the recurrence in this order
+        g = grad_h[..., t] + (np.conj(a[..., t - 1]) * g if t else 0)
+        expected[..., t] = g
+    got, u = np.empty_like(a), np.zeros(a.shape[:-1], complex)
+    for t in range(length):
+        got[..., t] = grad_h[..., t] + u  # the exclusive prefix
+        u = np.conj(a[..., t]) * (grad_h[..., t] + u)  # the element (conj a, conj a grad_h)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
 def test_gradients_launch_with_their_shape_and_refuse_what_they_cannot_do(monkeypatch):
