@@ -705,8 +705,9 @@ class ScanKernel:
         warp ballots instead of scanning values, which is much cheaper; a value other than
         0 or 1 counts as 1. Refused for other types, operators and segmented scans. With
         no section given, the tile is scangen.tuning.COUNTING's; with no tuning given,
-        scangen.tuning.COUNTING_TUNING. The output statement may then also read
-        ``last_counted``, the index of the last element at or before ``i`` whose
+        scangen.tuning.COUNTING_CONDITION_TUNING (one pass at every size: reduce_then_scan
+        would evaluate input_expr in both of its passes). The output statement may then
+        also read ``last_counted``, the index of the last element at or before ``i`` whose
         ``input_expr`` is not 0 (-1 before the first one), and ``prev_last_counted``, the
         same before ``i``: where the current run began, e.g. a run's length at the next
         run's head. A kernel that reads them scans int64 or uint64 in array order (not
@@ -752,7 +753,8 @@ class ScanKernel:
                            counts, types, _helpers, _input, _segment_heads, _columns,
                            _plain_arrays, _segment_tiles)
         if hooks.counts and tuning is None:
-            tuning = tuning_table.COUNTING_TUNING
+            tuning = tuning_table.COUNTING_TUNING if hooks.counting.mask is not None \
+                else tuning_table.COUNTING_CONDITION_TUNING
         scan = make_spec(dtype, operator, algorithm=algorithm, section_size=section_size,
                          items_per_thread=items_per_thread, strategy=strategy, tuning=tuning,
                          segmented=hooks.is_segment_start_expr is not None,

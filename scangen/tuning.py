@@ -224,14 +224,23 @@ def _choose_scan_table() -> tuple[Table, str]:
     return SCAN, "scangen's defaults"
 
 
-#: Counting scans (ScanKernel counts=True: one bit per element, warp ballots) when the user
-#: names no section and no tuning: their tile, and the Tuning fields they name for every
-#: size (COUNTING_TUNING; the others come from SCAN): reduce_then_scan from 256 MiB of
-#: counts. mask_sections_per_block: sections a block of reduce_then_scan's first pass counts
-#: from 16-byte loads of a mask (Select's flags), the default of every Tuning.
+#: Counting scans (ScanKernel counts=True: one bit per element, warp ballots) of a mask's
+#: elements (Select's flags) when the user names no section and no tuning: their tile, and
+#: the Tuning fields they name for every size (COUNTING_TUNING; the others come from SCAN):
+#: reduce_then_scan from 256 MiB of counts, whose first pass counts mask_sections_per_block
+#: sections a block from 16-byte loads of the mask (the default of every Tuning).
 COUNTING = Table(fallback=dict(block_size=128, items_per_thread=16,
                                auto_reduce_then_scan_min_bytes=256 << 20,
                                tile_min_threads_per_sm=1536, mask_sections_per_block=4))
+
+#: Counting scans of any other condition (a predicate, Partition's, a ScanKernel's own
+#: input_expr): COUNTING's tile, one pass at every size (COUNTING_CONDITION_TUNING).
+#: reduce_then_scan would evaluate the condition in both passes, reading what it reads
+#: twice: H100, float32 `x < 0.5f`, us at 2^25 / 2^26 / 2^28, reduce_then_scan -> one
+#: pass: Select 129 / 241 / 899 -> 108 / 205 / 784, Partition(reverse_rejected) 176 / 336
+#: / 1286 -> 129 / 250 / 973 (docs/design/decisions.md).
+COUNTING_CONDITION = Table(fallback=dict(COUNTING.fallback,
+                                         auto_reduce_then_scan_min_bytes=1 << 62))
 
 #: Counting scans whose condition reads the values (Unique, RunLengthEncode): one pass at
 #: every size, on tiles of 4096 (COUNTING_VALUES_TUNING).
@@ -430,8 +439,11 @@ def _named_tuning(table: Table) -> Tuning:
 
 DEFAULT_TUNING = Tuning()
 
-#: Counting scans (ScanKernel counts=True) when the user names no tuning.
+#: Counting scans (ScanKernel counts=True) of a mask when the user names no tuning.
 COUNTING_TUNING = _named_tuning(COUNTING)
+
+#: Counting scans of any other condition when the user names no tuning.
+COUNTING_CONDITION_TUNING = _named_tuning(COUNTING_CONDITION)
 
 #: Counting scans whose condition reads the values themselves (Unique and
 #: RunLengthEncode: does x[i] equal x[i - 1]?).

@@ -327,12 +327,18 @@ def test_counting_kernels_count_with_ballots_in_every_user_body():
     assert (kernel.spec.block_size, kernel.spec.items_per_thread) == \
         (shape.block_size, shape.items_per_thread)
     assert compaction(counts=True, section_size=1024).spec.section_size == 1024
-    # auto takes reduce_then_scan from COUNTING_TUNING's bytes of int64 counts, unless told
-    assert kernel.spec.tuning == scangen.tuning.COUNTING_TUNING
+    # A condition of the user's (not a mask) takes one pass at every size, unless told:
+    # reduce_then_scan would evaluate it twice.
+    assert kernel.spec.tuning == scangen.tuning.COUNTING_CONDITION_TUNING
+    assert kernel.plan(1 << 40).strategy == "decoupled_lookback"
+    # A mask's counting scan takes reduce_then_scan from COUNTING_TUNING's bytes of int64
+    # counts: its first pass loads the mask 16 bytes a lane.
+    masked = mask_kernel()
+    assert masked.spec.tuning == scangen.tuning.COUNTING_TUNING
     switch = scangen.tuning.COUNTING_TUNING.auto_reduce_then_scan_min_bytes // 8
     assert switch == 1 << 25
-    assert kernel.plan(switch).strategy == "reduce_then_scan"
-    assert kernel.plan(switch - 1).strategy == "decoupled_lookback"
+    assert masked.plan(switch).strategy == "reduce_then_scan"
+    assert masked.plan(switch - 1).strategy == "decoupled_lookback"
     told = compaction(counts=True, tuning=scangen.Tuning(auto_reduce_then_scan_min_bytes=64))
     assert told.plan(10_000).strategy == "reduce_then_scan"
     # Blocks of less than a warp scan the 0s and 1s as values.

@@ -218,7 +218,8 @@ def test_persistent_tiles_hold_two_sections_dynamically():
 def test_counting_kernels_take_dynamic_shared_memory_only_where_they_hold_values():
     """A counting module counts its user io by ballots (no section in shared memory); the
     section totals are scanned as values, in sections of the same size."""
-    kernel = ScanKernel("int64", counts=True, section_size=8192, strategy="auto", **COMPACTION)
+    kernel = ScanKernel("int64", counts=True, section_size=8192, strategy="reduce_then_scan",
+                        **COMPACTION)
     spec = kernel.spec
     assert kernel.scan_module.counts_by_ballots and spec.dynamic_shared
     launches = kernel.plan(10 ** 8).launches

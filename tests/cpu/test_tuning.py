@@ -18,8 +18,8 @@ compaction, histogram, radix = (importlib.import_module(f"scangen.primitives.{na
                                 for name in ("compaction", "histogram", "radix"))
 
 TABLES = {name: getattr(tuning, name) for name in
-          ("SCAN", "COUNTING", "COUNTING_VALUES", "RADIX", "HISTOGRAM", "RUN_LENGTHS",
-           "SEGMENT_HEADS")}
+          ("SCAN", "COUNTING", "COUNTING_CONDITION", "COUNTING_VALUES", "RADIX", "HISTOGRAM",
+           "RUN_LENGTHS", "SEGMENT_HEADS")}
 
 
 # --- the lookup rule --------------------------------------------------------------------------
@@ -124,6 +124,9 @@ def test_the_scan_values_of_every_size_from_1_to_16_bytes(size):
     assert (counting.auto_reduce_then_scan_min_bytes, counting.lookback_tiles_per_lane,
             counting.tile_min_threads_per_sm, counting.tile_persistent_min_bytes) == \
         (256 << 20, 1, 1536, persistent)
+    condition = tuning.COUNTING_CONDITION_TUNING.at(size)
+    assert (condition.auto_reduce_then_scan_min_bytes, condition.tile_min_threads_per_sm) == \
+        (1 << 62, 1536)
     values = tuning.COUNTING_VALUES_TUNING.at(size)
     assert (values.auto_reduce_then_scan_min_bytes, values.tile_min_threads_per_sm,
             values.tile_persistent_min_bytes) == (1 << 62, 1024, persistent)
@@ -155,7 +158,12 @@ def test_the_counting_tiles():
     assert tuning.COUNTING_VALUES.tile() == tuning.TileShape(128, 32)
     counting = scangen.ScanKernel("int32", counts=True, **COMPACTION)
     assert (counting.spec.block_size, counting.spec.items_per_thread) == (128, 16)
-    assert counting.spec.tuning == tuning.COUNTING_TUNING
+    assert counting.spec.tuning == tuning.COUNTING_CONDITION_TUNING
+    assert scangen.Select("float32", flags=np.bool_).kernel.spec.tuning == \
+        tuning.COUNTING_TUNING
+    predicate = scangen.Select("float32", "x > 0").kernel
+    assert (predicate.spec.block_size, predicate.spec.items_per_thread) == (128, 16)
+    assert predicate.spec.tuning == tuning.COUNTING_CONDITION_TUNING
     unique = scangen.Unique("int32").kernel
     assert (unique.spec.block_size, unique.spec.items_per_thread) == (128, 32)
     assert unique.spec.tuning == tuning.COUNTING_VALUES_TUNING
