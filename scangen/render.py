@@ -96,9 +96,7 @@ def _kernel_context(kernel, hooks, spec) -> dict:
     parameters = kernel.parameters(hooks.arguments)
     io_names = ", ".join(a.name for a in kernel.io_parameters(hooks.arguments))
     io_struct = "UserIO" if kernel.io == "user" else "TotalsIO"
-    bounds = "BLOCK_SIZE"
-    if kernel.family.single_pass:
-        bounds += f", {spec.tuning.at(spec.acc_itemsize).tile_min_blocks_per_sm(spec.block_size)}"
+    bounds = "BLOCK_SIZE, TILE_MIN_BLOCKS" if kernel.family.single_pass else "BLOCK_SIZE"
     return dict(name=kernel.name, family=kernel.family.name, bounds=bounds,
                 parameters=c_parameters(parameters), io=f"{io_struct}{{{io_names}}}",
                 family_arguments=[a.name for a in kernel.family.parameters])
@@ -171,6 +169,8 @@ def template_context(scan_module, kernels=None) -> dict:
         # the tile kernels and the kernels of lines in tiles, rows and segments (a scan
         # along columns looks back a column at a time)
         single_pass=any(k.family.single_pass for k in kernels),
+        tile_min_blocks=spec.tuning.at(spec.acc_itemsize).tile_min_blocks_per_sm(
+            spec.block_size),
         tiles=any(k.family in (SCAN_TILES, SCAN_TILES_PERSISTENT) + LINE_TILES
                   for k in kernels),
         line_tiles=any(k.family in LINE_TILES for k in kernels),

@@ -804,3 +804,45 @@ def test_a_field_name_a_macro_takes_is_blamed_on_the_dtype():
 def test_check_compile_accepts_the_examples():
     ScanKernel("int64", "add", **COMPACTION).check_compile()
     ScanKernel("int64", "add", **PARTITION, strategy="hierarchical").check_compile()
+
+
+#: The most threads a multiprocessor holds, by architecture (templates/launch_bounds.cuh.j2).
+THREADS_PER_SM = {"sm_75": 1024, "sm_86": 1536, "sm_89": 1536, "sm_90": 2048}
+
+
+@pytest.mark.parametrize("arch", list(THREADS_PER_SM))
+def test_register_bounds_ask_for_no_more_blocks_than_fit(tmp_path, arch):
+    """Every kernel's __launch_bounds__ asks for the blocks its tuning names where they fit
+    on the architecture compiled for, else for as many as fit: ptxas then neither ignores a
+    bound nor warns (a Turing multiprocessor holds 1024 threads, an sm_86/sm_89 one 1536)."""
+    import subprocess
+    from scangen.primitives import Histogram, RadixSort
+    from scangen.tuning import HISTOGRAM
+    from tests.support.nvcc import NVCC
+
+    def tile_bound(scan_module):
+        spec = scan_module.scan
+        return spec.block_size, spec.tuning.at(spec.acc_itemsize).tile_min_blocks_per_sm(
+            spec.block_size)
+
+    select = Select(np.float32, "x > 0").kernel.scan_module
+    sort = RadixSort(np.uint32, np.uint32).module
+    scan = Scan(np.float32).kernel.scan_module
+    modules = {  # name: (module, (threads a block, blocks its tuning asks for))
+        "scan": (scan, tile_bound(scan)),
+        "select": (select, tile_bound(select)),
+        "histogram": (Histogram(np.float32).module,
+                      (HISTOGRAM.value("block_size"), HISTOGRAM.value("blocks_per_sm"))),
+        "radix pairs": (sort, (sort.block_size, sort.min_threads_per_sm // sort.block_size)),
+    }
+    # on Turing the counting scan's tuning asks for more than fit
+    assert select.scan.block_size * tile_bound(select)[1] > THREADS_PER_SM["sm_75"]
+    for name, (module, (block, wanted)) in modules.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.cu"
+        path.write_text(module.module_source().text)
+        result = subprocess.run([NVCC, "-ptx", f"-arch={arch}", "-o", str(path.with_suffix(
+            ".ptx")), str(path)], capture_output=True, text=True)
+        assert result.returncode == 0 and not result.stderr.strip(), (name, result.stderr)
+        asked = set(re.findall(r"\.minnctapersm (\d+)", path.with_suffix(".ptx").read_text()))
+        fitting = min(wanted, THREADS_PER_SM[arch] // block)
+        assert asked == {str(fitting)}, (name, asked, fitting)

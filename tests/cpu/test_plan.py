@@ -176,7 +176,7 @@ def _launch_bounds(scan_module):
     """BLOCK_SIZE and the kernels whose __launch_bounds__ name it, in the rendered source."""
     text = render(scan_module).text
     (block,) = re.findall(r"static const int BLOCK_SIZE = (\d+);", text)
-    bounded = re.findall(r"__launch_bounds__\(BLOCK_SIZE(?:, \d+)?\)\n(\w+)\(", text)
+    bounded = re.findall(r"__launch_bounds__\(BLOCK_SIZE(?:, TILE_MIN_BLOCKS)?\)\n(\w+)\(", text)
     return int(block), set(bounded)
 
 

@@ -46,7 +46,8 @@ def test_tiles_shrink_as_keys_and_values_widen():
     dest = DigitPlacesModule(np.dtype("float64"))
     assert (dest.block_size, dest.items_per_thread, dest.min_threads_per_sm) == \
         radix._DIGIT_PLACES_TILE
-    assert f"static const int MIN_BLOCKS = {1536 // 512};" in dest.module_source().text
+    assert f"static const int MIN_BLOCKS = SCANGEN_FITTING_BLOCKS({1536 // 512}, BLOCK_SIZE);" \
+        in dest.module_source().text
     big = np.dtype([("a", np.float64, (32,))])
     with pytest.raises(TypeError, match="too large to stage"):
         RadixPassesModule(np.dtype("uint32"), big).items_per_thread

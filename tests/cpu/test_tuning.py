@@ -47,7 +47,9 @@ def test_a_tuning_names_per_size_fields_or_takes_the_scan_table():
         assert (named.auto_reduce_then_scan_min_bytes, named.lookback_tiles_per_lane,
                 named.tile_min_threads_per_sm, named.tile_persistent_min_bytes) == (5, 3, 512, 0)
     named = Scan("float32", tuning=Tuning(tile_min_threads_per_sm=512)).source
-    assert "__launch_bounds__(BLOCK_SIZE, 4)" in named  # 512 threads of 128
+    # 512 threads of 128, where they fit (templates/launch_bounds.cuh.j2)
+    assert "TILE_MIN_BLOCKS = SCANGEN_FITTING_BLOCKS(4, BLOCK_SIZE);" in named
+    assert "__launch_bounds__(BLOCK_SIZE, TILE_MIN_BLOCKS)" in named
 
 
 def test_a_table_refuses_per_size_values_of_a_constant_field():
@@ -146,7 +148,8 @@ def test_structs_of_unmeasured_sizes_take_the_fallback(size):
     spec = scan.spec
     assert (spec.acc_itemsize, spec.block_size, spec.items_per_thread) == (size, 256, 4)
     source = scan.source
-    assert set(re.findall(r"__launch_bounds__\(BLOCK_SIZE, (\d+)\)", source)) == {"6"}
+    assert re.findall(r"TILE_MIN_BLOCKS = SCANGEN_FITTING_BLOCKS\((\d+), BLOCK_SIZE\)",
+                      source) == ["6"]
     assert "const int PER_LANE = 1;" in source and "scan_tiles_persistent" not in source
     switch = -(-(16 << 20) // size)
     assert scan.plan(switch - 1).strategy == "decoupled_lookback"
