@@ -522,7 +522,7 @@ class ScanModule:
                            persistent_tiles=self.persistent_tiles,
                            counted_sections_per_block=self.counted_sections_per_block,
                            dynamic_shared=tuple(self.dynamic_shared().items()),
-                           counts=self.hooks.counts)
+                           counts_by_ballots=self.counts_by_ballots)
 
     @property
     def strategy(self) -> Strategy:

@@ -106,14 +106,15 @@ class PlanOptions:
     #: (entry point, bytes) of the kernels that take dynamic shared memory (ScanModule.
     #: dynamic_shared); the others take none.
     dynamic_shared: tuple[tuple[str, int], ...] = ()
-    #: A counting module (Hooks.counts): its user-io kernels count ballots and stage no
-    #: section, so their shared memory is their own few arrays, not the spec's.
-    counts: bool = False
+    #: A module counting by ballots (ScanModule.counts_by_ballots): its user-io kernels
+    #: stage no section, so their shared memory is their own few arrays, not the spec's.
+    counts_by_ballots: bool = False
 
     def shared_bytes(self, kernel: Kernel) -> int | None:
         """The shared memory a plan shows for a launch of ``kernel`` (Launch.shared_bytes):
         the spec's, or None where the kernel declares its own."""
-        return None if self.counts and kernel.io == "user" else self.spec.shared_bytes
+        return None if self.counts_by_ballots and kernel.io == "user" \
+            else self.spec.shared_bytes
 
     def dynamic_shared_bytes(self, kernel: Kernel) -> int:
         """The dynamic shared memory a launch of ``kernel`` passes."""

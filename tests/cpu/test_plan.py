@@ -601,6 +601,13 @@ def test_a_counting_plan_shows_the_spec_shared_memory_only_where_a_kernel_stages
         assert (f"{launch.kernel.name}<<<{launch.grid}, {launch.block}>>>" in str(plan)) == user
     assert any(launch.kernel.io == "totals" for launch in plan.launches) == \
         (strategy == "reduce_then_scan")
+    # Blocks of less than a warp scan the 0s and 1s as values, in sections of the spec's.
+    narrow = ScanKernel(np.int64, "add", counts=True, arguments="const int *x, long long *y",
+                        input_expr="x[i] > 0", output_statement="y[i] = item;",
+                        strategy=strategy, section_size=32, items_per_thread=2)
+    assert not narrow.scan_module.counts_by_ballots
+    assert {launch.shared_bytes for launch in narrow.plan(1 << 20).launches} == \
+        {narrow.spec.shared_bytes}
 
 
 def test_plan_takes_numpy_integers():
