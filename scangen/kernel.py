@@ -63,6 +63,30 @@ class MaskInput:
 
 
 @dataclass(frozen=True)
+class HeldElement:
+    """The element a counting scan's hooks read at each index, ``argument[i]`` of a pointer
+    argument: what a primitive passes a ScanKernel as ``_element=`` (the x of Select's
+    and Partition's predicates). input_expr and output_statement name it ``element``.
+    Where the module counts by ballots and a thread's elements fit its registers
+    (ScanModule.holds_elements), each is loaded once and held from its ballot to its
+    output statement; elsewhere the hooks read it where they run, as ``argument[i]``."""
+
+    #: The name of the pointer argument whose elements the hooks read.
+    argument: str
+    #: Its elements' dtype (an element type of scangen.types): their size decides whether
+    #: a thread holds them.
+    dtype: np.dtype
+
+    @property
+    def itemsize(self) -> int:
+        return element_type(self.dtype).dtype.itemsize
+
+
+#: The name HeldElement gives the element in the hooks.
+ELEMENT_NAME = "element"
+
+
+@dataclass(frozen=True)
 class PlainArrays:
     """Hooks that read ``input[i]`` (as the scan type, or converted to it by
     ``input_expr``) and write ``output[i] = item`` (or ``prev_item``, exclusive): what Scan
@@ -136,6 +160,8 @@ class Counting:
     last_counted: bool = False
     #: The input is a mask's elements (MaskInput); None: ``input_expr`` is the user's.
     mask: MaskInput | None = None
+    #: The hooks read one element per index (HeldElement); None: they read what they name.
+    element: HeldElement | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +232,7 @@ ENTRY_POINT_NAMES = frozenset(p.name for family in FAMILIES for p in family.para
 def make_hooks(arguments, input_expr, output_statement, preamble="", title="ScanKernel",
                is_segment_start_expr=None, reverse=False, initial_type=None, counts=False,
                types=(), helpers="", input=None, segment_heads=None, columns=False,
-               plain_arrays=None, segment_tiles=None):
+               plain_arrays=None, segment_tiles=None, element=None):
     """Validate the hooks. ``initial_type`` (the scan's element type) appends the
     ``scangen_initial`` argument that carries an initial value; ``types`` are dtypes (or
     element types) whose C types the code names besides the scan type; ``input`` (a
@@ -215,7 +241,8 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
     axis of an (outer, axis_length, axis_stride) array (Hooks.columns); ``plain_arrays`` (a
     PlainArrays) says that input_expr and output_statement are its plain read and write;
     ``segment_tiles`` (a SegmentTiles) scans segments of any lengths, each in tiles of its
-    own (Hooks.segment_tiles)."""
+    own (Hooks.segment_tiles); ``element`` (a HeldElement) names the element a counting
+    scan's hooks read at each index."""
     parsed = arguments if isinstance(arguments, tuple) else parse_arguments(arguments)
     clashes = [a.name for a in parsed if a.name in ENTRY_POINT_NAMES]
     if clashes:
@@ -272,11 +299,13 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                              "counts, last_item or last_counted: each segment is a scan "
                              "of its own")
         segment_tiles.check(parsed)
+    if element is not None:
+        _check_element(element, parsed, counts)
     counting = None
     if counts:
         counting = Counting(
             last_counted=not names_used.isdisjoint({"last_counted", "prev_last_counted"}),
-            mask=input)
+            mask=input, element=element)
     if initial_type is not None:
         # A type the struct module has no code for (struct, complex, bfloat16) goes by bytes.
         raw = None if initial_type.c_name in C_SCALARS else initial_type
@@ -289,6 +318,24 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                  is_segment_start_expr, reverse, initial_type is not None, counting, types,
                  helpers.strip(), names_used, segment_heads, columns, plain_arrays,
                  segment_tiles)
+
+
+def _check_element(element, arguments, counts) -> None:
+    """A library client's HeldElement: for a counting scan, naming a pointer argument of its
+    dtype, with no argument named as the element."""
+    if not isinstance(element, HeldElement):
+        raise TypeError(f"_element must be a scangen.kernel.HeldElement, not "
+                        f"{type(element).__name__}")
+    if not counts:
+        raise ValueError("_element (a HeldElement) is for counting scans (counts=True)")
+    if any(a.name == ELEMENT_NAME for a in arguments):
+        raise ArgumentError(f"argument name {ELEMENT_NAME!r} is the held element's (_element); "
+                            f"rename it")
+    declared = next((a for a in arguments if a.name == element.argument), None)
+    c_type = element_type(element.dtype).c_name
+    if declared is None or not declared.pointer or declared.c_type != c_type:
+        raise ValueError(f"_element names {element.argument!r}, which must be a pointer "
+                         f"argument to {c_type}")
 
 
 def _check_mask(mask, arguments, input_expr, counts) -> None:
@@ -397,6 +444,16 @@ class ScanModule:
         """Whether the user-io kernels count with warp ballots (counts=True, blocks of whole
         warps); otherwise the 0s and 1s are scanned as values, with the same results."""
         return self.hooks.counts and self.scan.block_size % WARP_SIZE == 0
+
+    @property
+    def holds_elements(self) -> bool:
+        """Whether the user-io kernels hold each index's element (HeldElement) in registers
+        from its ballot to its output statement: a module counting by ballots whose
+        thread's elements take at most tuning.HELD_ELEMENT_BYTES. Otherwise the hooks load
+        the element where they run (where both read it, twice)."""
+        element = self.hooks.counting.element if self.hooks.counting else None
+        return element is not None and self.counts_by_ballots and \
+            self.scan.items_per_thread * element.itemsize <= tuning_table.HELD_ELEMENT_BYTES
 
     @property
     def counted_mask(self) -> tuple[str, str, bool] | None:
@@ -724,7 +781,8 @@ class ScanKernel:
     ``_columns`` (scan along the middle axis of an (outer, axis_length, axis_stride) array:
     Hooks.columns; launched through ``launch_converted(..., layout=)``) and
     ``_segment_tiles`` (a SegmentTiles: segments of any lengths, each in tiles of its own;
-    Hooks.segment_tiles; launched with ``layout=`` the number of segments).
+    Hooks.segment_tiles; launched with ``layout=`` the number of segments) and
+    ``_element`` (a HeldElement: the element a counting scan's hooks read at each index).
 
     Call it as ``k(*arrays_and_scalars, n=None, stream=None)``: arguments in the order of
     ``arguments`` (for pointers, C-contiguous device arrays of one kind: pycuda GPUArrays,
@@ -743,7 +801,7 @@ class ScanKernel:
                  counts=False, types=(), algorithm=None, section_size=None,
                  items_per_thread=None, strategy="auto", tuning=None, title="ScanKernel",
                  _helpers="", _input=None, _segment_heads=None, _columns=False,
-                 _plain_arrays=None, _segment_tiles=None):
+                 _plain_arrays=None, _segment_tiles=None, _element=None):
         # Every argument as given (locals() holds only them yet): what variant() rebuilds.
         self._made_with = {name: value for name, value in locals().items()
                            if name != "self" and not name.startswith("__")}
@@ -751,7 +809,7 @@ class ScanKernel:
         hooks = make_hooks(arguments, input_expr, output_statement, preamble, title,
                            is_segment_start_expr, reverse, None if initial is None else etype,
                            counts, types, _helpers, _input, _segment_heads, _columns,
-                           _plain_arrays, _segment_tiles)
+                           _plain_arrays, _segment_tiles, _element)
         if hooks.counts and tuning is None:
             tuning = tuning_table.COUNTING_TUNING if hooks.counting.mask is not None \
                 else tuning_table.COUNTING_CONDITION_TUNING

@@ -102,6 +102,15 @@ def _kernel_context(kernel, hooks, spec) -> dict:
                 family_arguments=[a.name for a in kernel.family.parameters])
 
 
+def _element_context(hooks) -> dict | None:
+    """The held element's C type and argument (scangen.kernel.HeldElement), or None."""
+    counting = hooks.counting
+    if counting is None or counting.element is None:
+        return None
+    argument = next(a for a in hooks.arguments if a.name == counting.element.argument)
+    return dict(c_type=argument.c_type, argument=argument.name)
+
+
 def template_context(scan_module, kernels=None) -> dict:
     """What module.cu.j2 renders ``kernels`` of ``scan_module`` with (default: all of them);
     the layers only those kernels use are left out."""
@@ -135,6 +144,8 @@ def template_context(scan_module, kernels=None) -> dict:
         counting_families=counting,
         value_families=scanning_values,
         last_counted=scan_module.tracks_last_counted,
+        element=_element_context(hooks),
+        holds_elements=scan_module.holds_elements,
         segmented=spec.segmented,
         reverse=hooks.reverse,
         initial=hooks.initial,

@@ -248,6 +248,11 @@ COUNTING_VALUES = Table(fallback=dict(block_size=128, items_per_thread=32,
                                       auto_reduce_then_scan_min_bytes=1 << 62,
                                       tile_min_threads_per_sm=1024))
 
+#: The most bytes of held elements (scangen.kernel.HeldElement) a thread of a counting scan
+#: keeps in registers, from its ballots to its output statements (ScanModule.
+#: holds_elements); with more, the hooks load each element where they read it.
+HELD_ELEMENT_BYTES = 64
+
 #: Radix sort and radix_digit_offsets (scangen/primitives/radix.py), one value for every key
 #: size. onesweep_*: the ranking passes' tile (threads, up to max_items keys each), register
 #: bound (and a sort's whose tile is staged in dynamic shared memory: dynamic_min_threads_per_sm),

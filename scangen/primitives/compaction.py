@@ -23,7 +23,7 @@ from ..args import Argument, c_parameters
 from ..compile import check_all_with_nvcc
 from ..interop import (ONE_SHOT_ARRAYS, Call, check_array, dtype_of, host_round_trip, kind_of,
                        overlaps)
-from ..kernel import MaskInput, ScanKernel, counting_condition, options_repr
+from ..kernel import HeldElement, MaskInput, ScanKernel, counting_condition, options_repr
 from ..modules import Module, ModulePlanBuilder
 from ..plan import as_count
 from ..runtime.contexts import release_at_exit
@@ -42,9 +42,10 @@ from .registry import command_line
 __all__ = ["Select", "Partition", "Unique", "RunLengthEncode", "select", "remove_if",
            "partition", "unique", "run_length_encode"]
 
-#: What a kept element does: take the next place in out; the last element writes the count.
-_SCATTER_KEPT = ("if (item != prev_item) out[prev_item] = x[i];"
-                 " if (i == n - 1) *count = item;")
+def _scatter_kept(value: str) -> str:
+    """What a kept element (``value``: ``x[i]``, or the held ``element``) does: take the
+    next place in out; the last element writes the count."""
+    return f"if (item != prev_item) out[prev_item] = {value}; if (i == n - 1) *count = item;"
 
 
 
@@ -102,6 +103,13 @@ def _counting_scan(etype, helpers="", **options) -> ScanKernel:
     C's own types, a mask's bool or integers)."""
     return ScanKernel(np.int64, "add", counts=True, types=() if etype is None else (etype,),
                       _helpers=helpers, **options)
+
+
+def _counting_elements_scan(etype, helpers="", **options) -> ScanKernel:
+    """A counting scan whose hooks read x's elements as ``element``: loaded once each and
+    held in registers from the condition to the output statement where they fit
+    (scangen.kernel.HeldElement)."""
+    return _counting_scan(etype, helpers, _element=HeldElement("x", etype.dtype), **options)
 
 
 def _counting_values_scan(etype, helpers="", **options) -> ScanKernel:
@@ -262,22 +270,25 @@ class Select(_Compaction):
                              f"them, not {given}")
         c = etype.c_name
         if predicate is not None:
+            # x is read in the condition and again when kept: held in between
+            make = _counting_elements_scan
             helpers = _helpers(etype, predicate=predicate)
-            given = dict(input_expr=counting_condition("scangen_keep(x[i], i)", keep))
+            given = dict(input_expr=counting_condition("scangen_keep(element, i)", keep),
+                         output_statement=_scatter_kept("element"))
             mask_argument = ""
             self.flags_dtype = None
         else:
             self.flags_dtype = _mask_dtype(flags)
             # a mask, not an expression: reduce_then_scan's first pass may load it 16 bytes
             # a lane (ScanModule.counted_mask)
-            helpers, given = "", dict(_input=MaskInput("flags", keep))
+            make, helpers = _counting_scan, ""
+            given = dict(_input=MaskInput("flags", keep), output_statement=_scatter_kept("x[i]"))
             mask_argument = f"const {MASK_C_TYPES[self.flags_dtype]} *__restrict__ flags, "
         self.predicate = predicate
-        super().__init__(dtype, _counting_scan(
+        super().__init__(dtype, make(
             etype, helpers,
             arguments=f"const {c} *__restrict__ x, {mask_argument}{c} *__restrict__ out, "
-                      "long long *count",
-            output_statement=_SCATTER_KEPT, **given,
+                      "long long *count", **given,
             title="select" if keep else "remove_if", **scan_options))
         self.keep = keep
 
@@ -333,12 +344,12 @@ class Partition(_Compaction):
         check_code(predicate, "predicate", expression=True)
         self.predicate = predicate
         self.reverse_rejected = as_flag("reverse_rejected", reverse_rejected)
-        super().__init__(dtype, _counting_scan(
+        super().__init__(dtype, _counting_elements_scan(
             etype, _helpers(etype, predicate=predicate),
             arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
-            input_expr="scangen_keep(x[i], i) ? 1 : 0",
-            output_statement="if (item != prev_item) out[prev_item] = x[i];"
-                             f" else {_REJECTED_AT[self.reverse_rejected]} = x[i];"
+            input_expr="scangen_keep(element, i) ? 1 : 0",
+            output_statement="if (item != prev_item) out[prev_item] = element;"
+                             f" else {_REJECTED_AT[self.reverse_rejected]} = element;"
                              " if (i == n - 1) *count = item;",
             title="partition", **scan_options))
 
@@ -351,7 +362,10 @@ class Partition(_Compaction):
 
 
 #: x[i] starts a run: the first element, or one that differs from its predecessor
-#: (scangen_equal: _helpers with run_heads).
+#: (scangen_equal: _helpers with run_heads). Not a HeldElement: a thread's 32 elements of
+#: this tile do not fit its registers beside its ballots, and on tiles of 16 items that
+#: held them (the elements before from the lane before) Unique ran 16% and
+#: RunLengthEncode 6% slower than here (H100, 2^26 int32: docs/design/decisions.md).
 _RUN_HEAD = "(i == 0 || !scangen_equal(x[i], x[i - 1]))"
 
 
@@ -373,7 +387,7 @@ class Unique(_Compaction):
         super().__init__(dtype, _counting_values_scan(
             etype, _helpers(etype, run_heads=True),
             arguments=f"const {c} *__restrict__ x, {c} *__restrict__ out, long long *count",
-            input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_SCATTER_KEPT,
+            input_expr=f"{_RUN_HEAD} ? 1 : 0", output_statement=_scatter_kept("x[i]"),
             title="unique", **scan_options))
 
     def __call__(self, x, *, out=None, stream=None, count_on_device=False):

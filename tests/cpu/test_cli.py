@@ -257,7 +257,8 @@ def test_python_dash_m_scangen():
                                            ("out_of_core.py", "--budget-gib"),
                                            ("out_of_core.py", "--pin-threads"),
                                            ("tune_radix.py", "--argsort"),
-                                           ("tune_counting.py", "--predicate")])
+                                           ("tune_counting.py", "--predicate"),
+                                           ("compaction_before_after.py", "--baseline")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,

@@ -9,7 +9,8 @@ from scangen.args import ArgumentError, c_parameters, launch_format, parse_argum
 from scangen import UserCodeError
 from scangen import interop
 from scangen.heads import HeadBits, HeadFlags, HeadKeys
-from scangen.kernel import MaskInput
+from scangen.kernel import HeldElement, MaskInput
+from scangen.tuning import HELD_ELEMENT_BYTES
 from scangen.runtime import launcher
 from tests.support import COMPACTION, FakeDeviceArray, simulate_device
 from tests.support import needs_nvcc
@@ -397,6 +398,47 @@ def test_a_mask_input_is_counted_from_16_byte_loads():
 def test_a_mask_input_names_a_pointer_to_integers(options, error, message):
     with pytest.raises(error, match=message):
         mask_kernel(**options)
+
+
+def element_kernel(arguments="const float *x, float *out", element=HeldElement("x", np.float32),
+                   **options):
+    """A counting ScanKernel whose hooks read x[i] as a HeldElement (as Select's predicate)."""
+    return scangen.ScanKernel(np.int64, "add", arguments=arguments,
+                              **{"input_expr": "element > 0.5f ? 1 : 0",
+                                 "output_statement": "if (item != prev_item) out[prev_item] = element;",
+                                 "counts": True, "_element": element, **options})
+
+
+def test_a_held_element_is_loaded_once_where_a_thread_holds_it():
+    kernel = element_kernel()
+    source = kernel.source
+    assert kernel.scan_module.holds_elements
+    assert "UserIO::element_t elements[ITEMS_PER_THREAD];" in source
+    # the hooks see the element; a kernel that does not hold it reads x[i] where they run
+    assert "typedef float element_t;" in source and "return x[i];" in source
+    assert "io.output(position, n, item, before, last_item, held.elements[k]);" in source
+    # a thread's elements past tuning.HELD_ELEMENT_BYTES, or no ballots: not held
+    wide = element_kernel(section_size=4096, items_per_thread=32)
+    assert 32 * 4 > HELD_ELEMENT_BYTES and not wide.scan_module.holds_elements
+    assert "unsigned rows[ITEMS_PER_THREAD];" in wide.source
+    narrow = element_kernel(section_size=32, items_per_thread=2)
+    assert not narrow.scan_module.counts_by_ballots and not narrow.scan_module.holds_elements
+    assert "element_t elements[" not in narrow.source
+
+
+@pytest.mark.parametrize("options,error,message", [
+    (dict(element=HeldElement("y", np.float32)), ValueError,
+     r"_element names 'y', which must be a pointer argument to float"),
+    (dict(element=HeldElement("x", np.float64)), ValueError, "pointer argument to double"),
+    (dict(arguments="float x, float *out"), ValueError, "pointer argument to float"),
+    (dict(arguments="const float *x, float *out, int element"), ArgumentError,
+     "argument name 'element' is the held element's"),
+    (dict(counts=False), ValueError, r"_element \(a HeldElement\) is for counting scans"),
+    (dict(element="x"), TypeError, "_element must be a scangen.kernel.HeldElement, not str"),
+])
+def test_a_held_element_is_a_pointer_argument_of_a_counting_scan(options, error, message):
+    with pytest.raises(error, match=message):
+        element_kernel(**options)
 
 
 def head_kernel(argument="const unsigned char *heads", heads=HeadFlags("heads"), **options):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import scangen
+from scangen.tuning import HELD_ELEMENT_BYTES
 
 from tests.support import marked_source_line, simulate_device
 from tests.support import needs_nvcc
@@ -45,6 +46,19 @@ def test_kernels_hold_their_hooks(dtype):
     assert scangen.Unique(dtype, strategy="reduce_then_scan").kernel.plan(1 << 26).strategy \
         == "reduce_then_scan"
     assert "(i == 0 || !scangen_equal(x[i], x[i - 1]))" in unique.source
+    # a predicate's x is loaded once and held in registers to its output statement where a
+    # thread's elements fit (scangen.kernel.HeldElement); a mask's x and a run head's are
+    # read where the hooks name them
+    itemsize = np.dtype(dtype).itemsize
+    for primitive in (select, part):
+        module = primitive.kernel.scan_module
+        held = module.scan.items_per_thread * itemsize <= HELD_ELEMENT_BYTES
+        assert module.holds_elements == held == (itemsize <= 4)
+        assert ("UserIO::element_t elements[ITEMS_PER_THREAD];" in primitive.source) == held
+        assert "out[prev_item] = element;" in primitive.source
+    for primitive in (flags, rejected, unique, rle):
+        assert primitive.kernel.scan_module.hooks.counting.element is None
+        assert "unsigned rows[ITEMS_PER_THREAD];" in primitive.source
     # Run-length encoding in one pass: heads counted, each run's value written at its head,
     # with the length of the run before it (whose head is prev_last_counted)
     assert "counts[prev_item - 1] = i - prev_last_counted;" in rle.source
@@ -165,7 +179,7 @@ def test_a_partition_with_the_rejected_reversed_needs_no_total():
     take it, and its repr says so."""
     for strategy in ("decoupled_lookback", "chained", "auto"):
         part = scangen.Partition(np.float32, "x > 0", reverse_rejected=True, strategy=strategy)
-        assert "out[n - 1 - (i - prev_item)] = x[i];" in part.source
+        assert "out[n - 1 - (i - prev_item)] = element;" in part.source
         assert not part.kernel.scan_module.hooks.uses_last_item
     assert "reverse_rejected=True" in repr(part)
     assert "reverse_rejected" not in repr(scangen.Partition(np.float32, "x > 0"))

@@ -1,0 +1,88 @@
+"""Time the compaction primitives of the current checkout against another one (a baseline
+commit checked out beside it), in one run on one GPU.
+
+    git worktree add .baseline <commit>      # here; name .baseline in the device call's carry
+    python3 benchmarks/compaction_before_after.py --baseline .baseline [--sizes 2^24 2^26]
+
+Each side runs in its own process (its package first on sys.path), the two alternating
+``--rounds`` times. A process times, at each size, a copy of 4n bytes and then, queued
+(scangen.bench.Timer: the GPU's time a call, median of 7), each primitive with its count
+left on the device: Select(float32) by a bool mask and by ``x < 0.5f`` (half kept),
+Partition(float32, ``x < 0.5f``, reverse_rejected=True), and Unique and RunLengthEncode
+of sorted int32 in runs of about 4. Each result is checked against numpy first; a wrong one
+prints WRONG. One line a size and side, in microseconds.
+"""
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def time_side(label: str, sizes) -> None:
+    """The line of each size for the scangen first on sys.path."""
+    import numpy as np
+    import cupy
+
+    import scangen
+    from scangen.bench import Timer
+    from scangen.compile import current_context, require_pycuda
+
+    driver = require_pycuda()
+    current_context()
+    timer = Timer(driver, 7, 3, queued=True)
+    rng = np.random.default_rng(5)
+    for n in sizes:
+        values = rng.random(n, dtype=np.float32)
+        x = cupy.asarray(values)
+        mask = cupy.asarray(values < 0.5)
+        kept = values[values < 0.5]
+        runs = np.sort(rng.integers(0, n // 4, n, dtype=np.int32))
+        r = cupy.asarray(runs)
+        heads = np.r_[True, runs[1:] != runs[:-1]]
+        lengths = np.diff(np.r_[np.flatnonzero(heads), n])
+        source, target = cupy.empty(n, np.float32), cupy.empty(n, np.float32)
+        copy = timer.seconds_per_call(lambda: target.__setitem__(slice(None), source), 8 * n)
+        cases = [("select_mask", scangen.Select(np.float32, flags=np.bool_), (x, mask), (kept,)),
+                 ("select_pred", scangen.Select(np.float32, "x < 0.5f"), (x,), (kept,)),
+                 ("partition_rr", scangen.Partition(np.float32, "x < 0.5f",
+                                                    reverse_rejected=True), (x,), (kept,)),
+                 ("unique", scangen.Unique(np.int32), (r,), (runs[heads],)),
+                 ("rle", scangen.RunLengthEncode(np.int32), (r,), (runs[heads], lengths))]
+        line = [f"{label} 2^{n.bit_length() - 1} copy {copy * 1e6:.1f}"]
+        for name, primitive, args, wanted in cases:
+            *results, count = primitive(*args, count_on_device=True)
+            k = int(count.get()[0])
+            right = k == wanted[0].size and all(
+                np.array_equal(got[:k].get(), want) for got, want in zip(results, wanted))
+            seconds = timer.seconds_per_call(lambda: primitive(*args, count_on_device=True),
+                                             8 * n)
+            line.append(f"{name} {seconds * 1e6:.1f}{'' if right else ' WRONG'}")
+        print(" | ".join(line), flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", type=Path, help="a checkout of the baseline commit")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations (default 2)")
+    parser.add_argument("--sizes", nargs="+", default=["2^24", "2^26"])
+    parser.add_argument("--side", help=argparse.SUPPRESS)  # a child process: time one side
+    args = parser.parse_args(argv)
+    if args.side:
+        sys.path.insert(0, os.environ["SCANGEN_SIDE_SOURCE"])
+        from scangen.workloads import parse_size
+        time_side(args.side, [parse_size(s) for s in args.sizes])
+        return 0
+    if args.baseline is None:
+        parser.error("--baseline is required")
+    for _ in range(args.rounds):
+        for side, source in (("baseline", args.baseline.resolve()), ("new", ROOT)):
+            subprocess.run([sys.executable, __file__, "--side", side, "--sizes", *args.sizes],
+                           env=dict(os.environ, SCANGEN_SIDE_SOURCE=str(source)), check=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
