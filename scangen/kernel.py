@@ -145,6 +145,19 @@ class SegmentTiles:
                                  f"{name!r} is missing or of another type")
 
 
+@dataclass(frozen=True)
+class LineSteps:
+    """Where the output statement's ``step`` comes from: i's place in its line's scan,
+    0 where the line's scan starts (its first element; its last for a reverse scan).
+    ``at_position``: a C expression of ``position`` (i's place in the scan order of the
+    whole array) that gives it where a kernel does not say it (a 1-D scan's one line is
+    the array; the rows kernel takes a remainder by the row length); None: every kernel
+    of the module says it (a column's thread counts its steps, a line's tile knows where
+    its line starts)."""
+
+    at_position: str | None
+
+
 class WholeWarpsError(ValueError):
     """A kernel of lines (along columns, rows or segment tiles) asked of a spec whose
     blocks are not whole warps: what a client with another way to scan catches."""
@@ -220,6 +233,18 @@ class Hooks:
     def uses_last_item(self) -> bool:
         return "last_item" in self.library_names_used
 
+    @property
+    def line_steps(self) -> LineSteps | None:
+        """Where the output statement's ``step`` comes from; None: it has none (the
+        segments of the user's heads, whose starts the scan does not track)."""
+        if self.columns or self.segment_tiles is not None:
+            return LineSteps(None)
+        if isinstance(self.segment_heads, HeadRows):
+            return LineSteps(f"position % {self.segment_heads.argument}")
+        if self.is_segment_start_expr is not None:
+            return None
+        return LineSteps("position")
+
 
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
               "pass one per call"
@@ -286,6 +311,7 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         raise ValueError(f"_plain_arrays={plain_arrays!r} does not describe input_expr "
                          f"{input_expr!r} and output_statement {output_statement!r}")
     names_used = identifiers(output_statement) & LIBRARY_OUTPUT_NAMES
+    _check_step(output_statement, input_expr, is_segment_start_expr, preamble, segment_heads)
     columns = as_flag("columns", columns)
     if columns and (counts or is_segment_start_expr is not None or names_used):
         raise ValueError("a scan along columns takes no segments, counts, last_item or "
@@ -318,6 +344,27 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                  is_segment_start_expr, reverse, initial_type is not None, counting, types,
                  helpers.strip(), names_used, segment_heads, columns, plain_arrays,
                  segment_tiles)
+
+
+def _check_step(output_statement, input_expr, is_segment_start_expr, preamble,
+                segment_heads) -> None:
+    """``step`` (LineSteps) read where it means what the docs say: in the output statement,
+    of a scan whose lines the kernels know, and with no name of the user's that it hides."""
+    user_named = "step" in identifiers(preamble)
+    if "step" in identifiers(output_statement):
+        if user_named:
+            raise ValueError("the output statement reads step, i's place in its line's "
+                             "scan, but the preamble names a step of its own, which it "
+                             "hides there; rename yours")
+        if is_segment_start_expr is not None and not isinstance(segment_heads, HeadRows):
+            raise ValueError("the output statement of a segmented scan cannot read step: "
+                             "the scan does not track where a segment starts (lines of "
+                             "one length have it: scan them along an axis, axis=)")
+    for piece, code in (("input_expr", input_expr),
+                        ("is_segment_start_expr", is_segment_start_expr)):
+        if code is not None and not user_named and "step" in identifiers(code):
+            raise ValueError(f"{piece} reads step, which only the output statement sees "
+                             "(i's place in its line's scan)")
 
 
 def _check_element(element, arguments, counts) -> None:
@@ -734,6 +781,10 @@ class ScanKernel:
         names one is refused). The statement for ``i`` runs after
         ``input_expr`` was evaluated for every index of ``i``'s section, so writing at
         ``i`` into an array ``input_expr`` reads at ``i`` only is safe (a scan in place).
+        They also see ``step`` (long long): how many elements of ``i``'s line come before
+        it in the scan (the whole array in a 1-D scan; each line on its own along an axis;
+        none in a segmented scan by ``is_segment_start_expr``), e.g. a running mean
+        ``mean[i] = item / (float)(step + 1);``.
     preamble:
         C text emitted before the kernels: device helper functions, types.
     types:

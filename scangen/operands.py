@@ -221,16 +221,15 @@ def _gradient_kernels(dtype, reverse, h0, options):
     = conj(a[t]) (grad_h[t] + u[t+1]): every element reads its own step only, and the
     exclusive prefix at t is u[t+1] (0 where a line's scan starts), so g[t] = grad_h[t] +
     prev_item.c. It writes grad_b = g and grad_a = g * conj(h[before]) (before: the step
-    ahead of t; h0 at a line's first step), whose test is one remainder, ``i % (length *
-    inner)`` against ``inner``, the one test of a step the kernel makes."""
+    ahead of t; h0 at a line's first step, which is the last ``step`` of the kernel's scan
+    in either direction: the kernels count it, where a test of ``i`` would take a 64-bit
+    remainder per element)."""
     values, state = element_type(dtype), element_type(recurrence_state_dtype(dtype))
     c, s = values.c_name, state.c_name
     pair = np.dtype([("m", state.dtype), ("c", state.dtype)], align=True)
-    # The step ahead of t in the recurrence's direction, and whether t is a line's first.
-    if reverse:
-        before, is_first = "i + inner", "i % (length * inner) >= (length - 1) * inner"
-    else:
-        before, is_first = "i - inner", "i % (length * inner) < inner"
+    # The step ahead of t in the recurrence's direction, and whether t is a line's first
+    # there: the last of the scan, which runs the other way.
+    before, is_first = "i + inner" if reverse else "i - inner", "step == length - 1"
     arguments = f"const {c} *a, const {c} *grad_h, const {c} *h, {c} *grad_a, {c} *grad_b, " \
                 "long long length, long long inner"
     if h0 == "lines":

@@ -151,6 +151,7 @@ def template_context(scan_module, kernels=None) -> dict:
         initial=hooks.initial,
         is_segment_start_expr=hooks.is_segment_start_expr,
         output_statement=hooks.output_statement,
+        line_steps=hooks.line_steps,
         algorithm=spec.algorithm,
         section_size=spec.section_size,
         block_size=spec.block_size,

@@ -6,6 +6,7 @@ import pytest
 
 import scangen
 from scangen.arith import WARP_SIZE, ceil_div
+from scangen.args import ArgumentError
 from scangen.kernel import ScanKernel
 from scangen.lines import SHORT_ROW_TILES_MIN as SHORT
 from scangen.render import render
@@ -200,6 +201,49 @@ def test_rows_find_their_heads_a_run_at_a_time():
     reverse = scangen.Scan(np.float32, reverse=True).rows_kernel
     assert reverse.scan_module.run_heads is None
     assert "i % row_length == 0" in reverse.source
+
+
+STEP_MEAN = dict(arguments="const float *x, float *mean", input_expr="x[i]",
+                 output_statement="mean[i] = item / (float)(step + 1);")
+
+
+def test_each_kernel_of_lines_gives_the_output_its_step():
+    """``step`` is i's place in its line's scan: a 1-D scan's position, the rows kernel's
+    remainder by the row length; the columns kernel's column runs and row tiles say it."""
+    kernel = scangen.ScanKernel(np.float32, "add", **STEP_MEAN)
+    assert kernel.scan_module.hooks.line_steps.at_position == "position"
+    rows = kernel.lines.rows_kernel.scan_module.hooks.line_steps
+    assert rows.at_position == "position % row_length"
+    columns = kernel.lines.columns_kernel
+    assert columns.scan_module.hooks.line_steps.at_position is None
+    assert "run.first_step + k" in columns.source and "position - line_start" in \
+        columns.source
+    # a statement that does not read it compiles as before: the kernels' step goes unused
+    assert "(void)step;" in render(scangen.Scan(np.float32).kernel.scan_module).text
+
+
+@pytest.mark.parametrize("options,error,message", [
+    (dict(is_segment_start_expr="i % 7 == 0"), ValueError,
+     "segmented scan cannot read step.*axis="),
+    (dict(preamble="__device__ const int step = 2;"), ValueError,
+     "preamble names a step of its own"),
+    (dict(input_expr="x[i] * step"), ValueError, "input_expr reads step, which only the "
+     "output statement sees"),
+    (dict(is_segment_start_expr="step == 0", output_statement="mean[i] = item;"), ValueError,
+     "is_segment_start_expr reads step"),
+    (dict(arguments="const float *x, float *mean, int step"), ArgumentError,
+     "'step' is reserved"),
+])
+def test_step_is_refused_where_it_would_mislead(options, error, message):
+    with pytest.raises(error, match=message):
+        scangen.ScanKernel(np.float32, "add", **{**STEP_MEAN, **options})
+
+
+def test_a_step_of_the_users_own_still_serves_the_input():
+    kernel = scangen.ScanKernel(np.float32, "add", arguments="const float *x, float *out",
+                                input_expr="x[i] * step", output_statement="out[i] = item;",
+                                preamble="__device__ const float step = 0.5f;")
+    assert "x[i] * step" in kernel.source
 
 
 @pytest.mark.parametrize("argument", ["long long *row_length", "int row_length"])

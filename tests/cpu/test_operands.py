@@ -131,13 +131,12 @@ def test_a_per_line_h0_is_checked_before_any_work(monkeypatch):
 def test_gradient_kernels_read_their_own_step_and_h_one_step_back(reverse):
     """The gradients' scan runs against the recurrence's direction over (conj(a), conj(a)
     grad_h) of each element's own step, adds grad_h to the exclusive prefix, and writes
-    grad_a from h one step back (h0 at each line's first step, found by one remainder):
-    its C, for real, complex and 16-bit arrays."""
+    grad_a from h one step back (h0 at each line's first step, the last step of the
+    kernel's scan, which the kernels count): its C, for real, complex and 16-bit arrays."""
     real = _gradient_kernels(np.dtype(np.float64), reverse, "number", ())
     hooks = real.kernel.scan_module.hooks
     assert real.kernel.scan_module.hooks.reverse is (not reverse)
-    first = "i % (length * inner) >= (length - 1) * inner" if reverse else \
-        "i % (length * inner) < inner"
+    first = "step == length - 1"
     before = "i + inner" if reverse else "i - inner"
     assert hooks.input_expr == "scan_t{a[i], a[i] * grad_h[i]}"
     assert hooks.output_statement == (

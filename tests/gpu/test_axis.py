@@ -129,6 +129,47 @@ def test_a_scan_kernel_along_every_axis(gpu, rng):
         np.testing.assert_array_equal(at.get().ravel(), np.arange(x.size))
 
 
+def expected_steps(shape, axis, reverse):
+    """Each element's place in its line's scan: its index along ``axis``, counted from the
+    line's end for a reverse scan."""
+    along = np.indices(shape)[axis]
+    return shape[axis] - 1 - along if reverse else along
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_output_sees_each_elements_step(gpu, rng, reverse):
+    """``step`` in the output statement, in every kernel of lines (a small section: column
+    tiles, row tiles and segmented rows; the tuned one: rows in tiles of a smaller section)
+    and in the 1-D kernel of each strategy, with a non-commutative scan beside it."""
+    op = operator("affine_then")
+    made = dict(arguments="const unsigned long long *x, unsigned long long *out, "
+                "long long *steps", input_expr="x[i]",
+                output_statement="out[i] = item; steps[i] = step;", reverse=reverse)
+    small = scangen.ScanKernel(np.uint64, op, section_size=SECTION, **made)
+    tuned = scangen.ScanKernel(np.uint64, op, **made)
+    precompile([small.lines.columns_kernel, small.lines.rows_kernel, small,
+                tuned.lines.row_tiles_kernel(1500)])
+    cases = [(small, shape, axis) for shape, axis in SHAPES]
+    cases += [(tuned, shape, axis) for shape, axis in [((6, 1500), 1), ((4, 2, 1025), 2)]]
+    for kernel, shape, axis in cases:
+        x = values(rng, "uint64", "affine_then", shape)
+        out = poisoned(gpu, rng, x.size, np.uint64).reshape(shape)
+        steps = poisoned(gpu, rng, x.size, np.int64).reshape(shape)
+        kernel(gpu.to_gpu(x), out, steps, axis=axis)
+        np.testing.assert_array_equal(steps.get(), expected_steps(shape, axis, reverse),
+                                      err_msg=f"{shape} along {axis}")
+        np.testing.assert_array_equal(out.get(), axis_reference(x, op, "inclusive", axis,
+                                                                reverse=reverse))
+    for strategy, n in itertools.product(scangen.STRATEGIES, (SECTION - 1, 5 * SECTION + 3)):
+        kernel = scangen.ScanKernel(np.uint64, op, section_size=SECTION, strategy=strategy,
+                                    **made)
+        x = values(rng, "uint64", "affine_then", (n,))
+        steps = poisoned(gpu, rng, n, np.int64)
+        kernel(gpu.to_gpu(x), poisoned(gpu, rng, n, np.uint64), steps)
+        np.testing.assert_array_equal(steps.get(), expected_steps((n,), 0, reverse),
+                                      err_msg=f"{strategy} at {n}")
+
+
 def test_in_place_and_shapes_in_turn(gpu, rng):
     """In place along the first axis, and one Scan called with shapes in turn (its status
     entries from an earlier call must read as stale, whatever the layout)."""
