@@ -36,7 +36,7 @@ C_SCALARS: dict[str, np.dtype] = {
 #: UserIO in templates/io.cuh.j2, whose members the arguments become).
 RESERVED_NAMES = frozenset({
     "i", "n", "item", "prev_item", "last_item", "pair", "item_acc", "prev_acc", "last_acc",
-    "position", "step", "input", "output", "output_at_step", "value_at", "index_at",
+    "position", "step", "line", "input", "output", "output_in_line", "value_at", "index_at",
     "is_segment_start", "restarts_at",
     "scan_t", "acc_t", "combine", "value_combine", "scan_identity", "acc_combine",
     "acc_identity",

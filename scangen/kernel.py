@@ -38,6 +38,10 @@ from .usercode import UserCodeError, check_code, identifiers, strip_literals_and
 #: in comments or literals, not as members).
 LIBRARY_OUTPUT_NAMES = frozenset({"last_item", "last_counted", "prev_last_counted"})
 
+#: The names an output statement may read that say where i is among the lines of a scan
+#: (LinePlaces), and what each means.
+LINE_PLACE_NAMES = {"step": "i's place in its line's scan", "line": "the index of i's line"}
+
 
 def counting_condition(test: str, keep: bool = True) -> str:
     """A counting ScanKernel's ``input_expr``: 1 where the C condition ``test`` holds
@@ -146,16 +150,18 @@ class SegmentTiles:
 
 
 @dataclass(frozen=True)
-class LineSteps:
-    """Where the output statement's ``step`` comes from: i's place in its line's scan,
-    0 where the line's scan starts (its first element; its last for a reverse scan).
-    ``at_position``: a C expression of ``position`` (i's place in the scan order of the
-    whole array) that gives it where a kernel does not say it (a 1-D scan's one line is
-    the array; the rows kernel takes a remainder by the row length); None: every kernel
-    of the module says it (a column's thread counts its steps, a line's tile knows where
-    its line starts)."""
+class LinePlaces:
+    """Where the output statement's ``step`` and ``line`` come from. ``step``: i's place
+    in its line's scan, 0 where the line's scan starts (its first element; its last for a
+    reverse scan); ``line``: which line i is on, i's index with the scanned axis taken out
+    (the lines in the array's order). ``step`` and ``line``: C expressions of ``position``
+    (i's place in the scan order of the whole array) and ``n`` in UserIO that give them
+    where a kernel does not say them (a 1-D scan's one line is the array; the rows kernel
+    divides by the row length); None: every kernel of the module says them (a column's
+    thread knows its column and counts its steps, a line's tile knows its line)."""
 
-    at_position: str | None
+    step: str | None = None
+    line: str | None = None
 
 
 class WholeWarpsError(ValueError):
@@ -234,16 +240,18 @@ class Hooks:
         return "last_item" in self.library_names_used
 
     @property
-    def line_steps(self) -> LineSteps | None:
-        """Where the output statement's ``step`` comes from; None: it has none (the
-        segments of the user's heads, whose starts the scan does not track)."""
+    def line_places(self) -> LinePlaces | None:
+        """Where the output statement's ``step`` and ``line`` come from; None: it has
+        neither (the segments of the user's heads, whose starts the scan does not track)."""
         if self.columns or self.segment_tiles is not None:
-            return LineSteps(None)
+            return LinePlaces()
         if isinstance(self.segment_heads, HeadRows):
-            return LineSteps(f"position % {self.segment_heads.argument}")
+            row_length = self.segment_heads.argument
+            return LinePlaces(f"position % {row_length}",
+                              f"index_at(position, n) / {row_length}")
         if self.is_segment_start_expr is not None:
             return None
-        return LineSteps("position")
+        return LinePlaces("position", "0")
 
 
 _NO_INITIAL = "this kernel was built without initial=; build it with one (any value) to " \
@@ -311,7 +319,8 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         raise ValueError(f"_plain_arrays={plain_arrays!r} does not describe input_expr "
                          f"{input_expr!r} and output_statement {output_statement!r}")
     names_used = identifiers(output_statement) & LIBRARY_OUTPUT_NAMES
-    _check_step(output_statement, input_expr, is_segment_start_expr, preamble, segment_heads)
+    _check_line_places(output_statement, input_expr, is_segment_start_expr, preamble,
+                       segment_heads)
     columns = as_flag("columns", columns)
     if columns and (counts or is_segment_start_expr is not None or names_used):
         raise ValueError("a scan along columns takes no segments, counts, last_item or "
@@ -346,25 +355,28 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
                  segment_tiles)
 
 
-def _check_step(output_statement, input_expr, is_segment_start_expr, preamble,
-                segment_heads) -> None:
-    """``step`` (LineSteps) read where it means what the docs say: in the output statement,
-    of a scan whose lines the kernels know, and with no name of the user's that it hides."""
-    user_named = "step" in identifiers(preamble)
-    if "step" in identifiers(output_statement):
-        if user_named:
-            raise ValueError("the output statement reads step, i's place in its line's "
-                             "scan, but the preamble names a step of its own, which it "
-                             "hides there; rename yours")
-        if is_segment_start_expr is not None and not isinstance(segment_heads, HeadRows):
-            raise ValueError("the output statement of a segmented scan cannot read step: "
-                             "the scan does not track where a segment starts (lines of "
-                             "one length have it: scan them along an axis, axis=)")
-    for piece, code in (("input_expr", input_expr),
-                        ("is_segment_start_expr", is_segment_start_expr)):
-        if code is not None and not user_named and "step" in identifiers(code):
-            raise ValueError(f"{piece} reads step, which only the output statement sees "
-                             "(i's place in its line's scan)")
+def _check_line_places(output_statement, input_expr, is_segment_start_expr, preamble,
+                       segment_heads) -> None:
+    """``step`` and ``line`` (LinePlaces) read where they mean what the docs say: in the
+    output statement, of a scan whose lines the kernels know, and with no name of the
+    user's that they hide."""
+    for name in LINE_PLACE_NAMES:
+        user_named = name in identifiers(preamble)
+        if name in identifiers(output_statement):
+            if user_named:
+                raise ValueError(f"the output statement reads {name}, "
+                                 f"{LINE_PLACE_NAMES[name]}, but the preamble names a "
+                                 f"{name} of its own, which it hides there; rename yours")
+            if is_segment_start_expr is not None and not isinstance(segment_heads, HeadRows):
+                raise ValueError(f"the output statement of a segmented scan cannot read "
+                                 f"{name}: the scan does not track where a segment starts "
+                                 "(lines of one length have it: scan them along an axis, "
+                                 "axis=)")
+        for piece, code in (("input_expr", input_expr),
+                            ("is_segment_start_expr", is_segment_start_expr)):
+            if code is not None and not user_named and name in identifiers(code):
+                raise ValueError(f"{piece} reads {name}, which only the output statement "
+                                 f"sees ({LINE_PLACE_NAMES[name]})")
 
 
 def _check_element(element, arguments, counts) -> None:
@@ -781,10 +793,11 @@ class ScanKernel:
         names one is refused). The statement for ``i`` runs after
         ``input_expr`` was evaluated for every index of ``i``'s section, so writing at
         ``i`` into an array ``input_expr`` reads at ``i`` only is safe (a scan in place).
-        They also see ``step`` (long long): how many elements of ``i``'s line come before
-        it in the scan (the whole array in a 1-D scan; each line on its own along an axis;
-        none in a segmented scan by ``is_segment_start_expr``), e.g. a running mean
-        ``mean[i] = item / (float)(step + 1);``.
+        They also see ``step`` and ``line`` (long long): how many elements of ``i``'s line
+        come before it in the scan, and the index of that line (``i`` with the scanned
+        axis taken out): the whole array and 0 in a 1-D scan, each line on its own along
+        an axis, neither in a segmented scan by ``is_segment_start_expr``. E.g. a running
+        mean ``mean[i] = item / (float)(step + 1);``.
     preamble:
         C text emitted before the kernels: device helper functions, types.
     types:

@@ -174,11 +174,6 @@ def recurrence_state_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if element_type(dtype).is_half else np.dtype(dtype)
 
 
-#: The line of element i in a recurrence's h0 array: the element's position with the
-#: scanned axis taken out (``line_span``: the axis length times ``inner``, the size of the
-#: axes after it).
-LINE_OF_ELEMENT = "(i / line_span) * inner + i % inner"
-
 
 @functools.lru_cache(maxsize=64)
 def _recurrence_kernels(dtype, reverse, h0, options):
@@ -186,15 +181,16 @@ def _recurrence_kernels(dtype, reverse, h0, options):
     from two arrays, composed as affine maps of recurrence_state_dtype, and only the maps'
     offsets (h) written, in ``dtype``. ``h0``: False (h[-1] = 0), "number" (one value, the
     scan's initial value (1, h0)) or "lines" (an array of one value per line, which the
-    output applies to each composed map: h = m * h0[line] + c)."""
+    output applies to each composed map: h = m * h0[line] + c, ``line`` the output
+    statement's, which the kernels know without dividing i)."""
     values, state = element_type(dtype), element_type(recurrence_state_dtype(dtype))
     c = values.c_name
     pair = np.dtype([("m", state.dtype), ("c", state.dtype)], align=True)
     read = [conversion(values, state, f"{name}[i]") for name in ("a", "b")]
     arguments, result = f"const {c} *a, const {c} *b, {c} *h", "item.c"
     if h0 == "lines":
-        arguments += f", const {c} *h0, long long line_span, long long inner"
-        start = conversion(values, state, f"h0[{LINE_OF_ELEMENT}]")
+        arguments += f", const {c} *h0"
+        start = conversion(values, state, "h0[line]")
         result = f"lr_add(lr_mul(item.m, {start}), item.c)" if state.is_complex else \
             f"item.m * {start} + item.c"
     return ScanKernel(
@@ -234,8 +230,7 @@ def _gradient_kernels(dtype, reverse, h0, options):
                 "long long length, long long inner"
     if h0 == "lines":
         arguments += f", const {c} *h0"
-        line = LINE_OF_ELEMENT.replace("line_span", "(length * inner)")
-        start = conversion(values, state, f"h0[{line}]")
+        start = conversion(values, state, "h0[line]")
     elif h0 == "number":
         arguments += ", double h0_re, double h0_im"
         start = f"{s}{{({state.part.c_name})h0_re, ({state.part.c_name})h0_im}}" \
@@ -276,20 +271,19 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     float64, complex64, complex128, or float16 and bfloat16, whose maps are composed in
     float32 and only ``h`` rounded back). ``h0`` is a number, the same for every line, or
     a C-contiguous array of their kind and dtype with one value per line: the shape of
-    ``a`` without ``axis`` (the state a previous chunk of the lines ended in; each output
-    then finds its line by a division, which costs some speed). Returns
+    ``a`` without ``axis`` (the state a previous chunk of the lines ended in). Returns
     ``h`` (a new array of their kind, or ``out``). ``stream`` and ``**options`` as for
     scangen.associative_scan. Floating-point results differ from a sequential loop in the
     last bits: the maps are composed in a tree.
     """
     reverse, key = as_flag("reverse", reverse), options_key(options)
-    call, shape, dtype, form, (length, inner) = _recurrence_call(
-        stream, {"a": a, "b": b}, {"h": out}, axis, h0)
+    call, shape, dtype, form, _ = _recurrence_call(stream, {"a": a, "b": b}, {"h": out},
+                                                   axis, h0)
     views = call.views
     out = call.outputs({"h": out}, shape, dtype)["h"]
     pointers = (views["a"].ptr, views["b"].ptr, views["h"].ptr)
     if form == "lines":
-        pointers += (views["h0"].ptr, length * inner, inner)
+        pointers += (views["h0"].ptr,)
     _recurrence_kernels(dtype, reverse, form, key).launch(
         pointers, shape, axis, call.stream, (1, h0) if form == "number" else None)
     return out

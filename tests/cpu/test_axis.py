@@ -7,7 +7,7 @@ import pytest
 import scangen
 from scangen.arith import WARP_SIZE, ceil_div
 from scangen.args import ArgumentError
-from scangen.kernel import ScanKernel
+from scangen.kernel import LinePlaces, ScanKernel
 from scangen.lines import SHORT_ROW_TILES_MIN as SHORT
 from scangen.render import render
 from scangen.strategies.columns import check_columns
@@ -207,34 +207,42 @@ STEP_MEAN = dict(arguments="const float *x, float *mean", input_expr="x[i]",
                  output_statement="mean[i] = item / (float)(step + 1);")
 
 
-def test_each_kernel_of_lines_gives_the_output_its_step():
-    """``step`` is i's place in its line's scan: a 1-D scan's position, the rows kernel's
-    remainder by the row length; the columns kernel's column runs and row tiles say it."""
+def test_each_kernel_of_lines_gives_the_output_its_step_and_line():
+    """``step`` is i's place in its line's scan and ``line`` its line's index: a 1-D scan's
+    position and 0, the rows kernel's remainder and quotient by the row length; the columns
+    kernel's column runs and row tiles say them."""
     kernel = scangen.ScanKernel(np.float32, "add", **STEP_MEAN)
-    assert kernel.scan_module.hooks.line_steps.at_position == "position"
-    rows = kernel.lines.rows_kernel.scan_module.hooks.line_steps
-    assert rows.at_position == "position % row_length"
+    assert kernel.scan_module.hooks.line_places == LinePlaces("position", "0")
+    rows = kernel.lines.rows_kernel.scan_module.hooks.line_places
+    assert rows == LinePlaces("position % row_length", "index_at(position, n) / row_length")
     columns = kernel.lines.columns_kernel
-    assert columns.scan_module.hooks.line_steps.at_position is None
-    assert "run.first_step + k" in columns.source and "position - line_start" in \
-        columns.source
-    # a statement that does not read it compiles as before: the kernels' step goes unused
-    assert "(void)step;" in render(scangen.Scan(np.float32).kernel.scan_module).text
+    assert columns.scan_module.hooks.line_places == LinePlaces(None, None)
+    assert "run.first_step + k, run.column" in columns.source
+    assert "position - line_start" in columns.source
+    reverse = scangen.ScanKernel(np.float32, "add", reverse=True, **STEP_MEAN)
+    assert "n / row_length - 1 - row" in reverse.lines.columns_kernel.source
+    # a statement that reads neither compiles as before: the kernels' places go unused
+    assert "(void)step, (void)line;" in render(scangen.Scan(np.float32).kernel.scan_module).text
 
 
 @pytest.mark.parametrize("options,error,message", [
     (dict(is_segment_start_expr="i % 7 == 0"), ValueError,
      "segmented scan cannot read step.*axis="),
+    (dict(is_segment_start_expr="i % 7 == 0", output_statement="mean[i] = line;"),
+     ValueError, "segmented scan cannot read line"),
     (dict(preamble="__device__ const int step = 2;"), ValueError,
      "preamble names a step of its own"),
     (dict(input_expr="x[i] * step"), ValueError, "input_expr reads step, which only the "
      "output statement sees"),
+    (dict(input_expr="x[line]"), ValueError, "input_expr reads line"),
     (dict(is_segment_start_expr="step == 0", output_statement="mean[i] = item;"), ValueError,
      "is_segment_start_expr reads step"),
     (dict(arguments="const float *x, float *mean, int step"), ArgumentError,
      "'step' is reserved"),
+    (dict(arguments="const float *x, float *mean, const int *line"), ArgumentError,
+     "'line' is reserved"),
 ])
-def test_step_is_refused_where_it_would_mislead(options, error, message):
+def test_step_and_line_are_refused_where_they_would_mislead(options, error, message):
     with pytest.raises(error, match=message):
         scangen.ScanKernel(np.float32, "add", **{**STEP_MEAN, **options})
 

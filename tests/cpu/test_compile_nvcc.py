@@ -274,7 +274,8 @@ def batch_columns():
     """Scans along an axis other than the last (the columns kernel): every element size
     with its tuned tile and a small one, non-commutative and struct operators (packed and
     split tile status), reverse, initial and a result_dtype conversion; and a ScanKernel
-    whose output statement reads ``step``, in each kernel of lines and a counting one."""
+    whose output statement reads ``step`` and ``line``, in each kernel of lines and a
+    counting one."""
     cases = [(d, "add", {}) for d in ("int8", "float16", "float32", "float64", "complex128")]
     cases += [("uint64", AFFINE, {"reverse": True}), ("int32", LAST_NONZERO, {"initial": 3}),
               ("float32", "max", {"section_size": 64}),
@@ -287,17 +288,19 @@ def batch_columns():
         name = op if isinstance(op, str) else op.name
         entries.append(Entry(f"Scan along columns {element_type(dtype).name} {name} {options}",
                              columns.scan_module))
-    # an output statement that reads each element's step, in every kernel that knows it
+    # an output statement that reads each element's step and line, in every kernel of lines
     mean = dict(arguments="const float *x, float *mean", input_expr="x[i]",
-                output_statement="mean[i] = item / (float)(step + 1);")
+                output_statement="mean[i] = item / (float)(step + 1) + line;")
     for reverse in (False, True):
         kernel = ScanKernel("float32", "add", reverse=reverse, **mean)
         for what, variant in (("1-D", kernel), ("rows", kernel.lines.rows_kernel),
                               ("columns", kernel.lines.columns_kernel)):
-            entries.append(Entry(f"ScanKernel reading step, {what}, reverse={reverse}",
+            entries.append(Entry(f"ScanKernel reading step and line, {what}, "
+                                 f"reverse={reverse}",
                                  variant.scan_module))
     counting = ScanKernel("int64", "add", arguments="const float *x, long long *at",
-                          input_expr="x[i] > 0", output_statement="at[i] = step - item;",
+                          input_expr="x[i] > 0",
+                          output_statement="at[i] = step - item + line;",
                           counts=True)
     entries.append(Entry("counting ScanKernel reading step", counting.scan_module))
     return entries

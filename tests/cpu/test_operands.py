@@ -7,10 +7,8 @@ import pytest
 
 import scangen
 from scangen.one_shot import options_key
-from scangen.lines import line_shape
-from scangen.operands import (LINE_OF_ELEMENT, _fields, _gradient_kernels, _operand_kernels,
-                              _recurrence_kernels, _recurrence_operator,
-                              recurrence_state_dtype)
+from scangen.operands import (_fields, _gradient_kernels, _operand_kernels, _recurrence_kernels,
+                              _recurrence_operator, recurrence_state_dtype)
 from scangen.types import as_dtype, element_type
 
 from tests.support import (AFFINE_PAIRS, BFLOAT16, FakeDeviceArray, needs_nvcc,
@@ -91,23 +89,6 @@ def test_sixteen_bit_floats_recur_in_float32(dtype):
         assert recurrence_state_dtype(np.dtype(wide)) == np.dtype(wide)
 
 
-@pytest.mark.parametrize("shape,axis", [((7,), 0), ((3, 5), 0), ((3, 5), 1), ((2, 3, 4), 1),
-                                        ((2, 3, 4), 0), ((2, 3, 4), -1), ((4, 1, 3), 1)])
-def test_each_element_finds_its_line_of_h0(shape, axis):
-    """LINE_OF_ELEMENT, evaluated with numpy's integer division for every element: the
-    element's position in h0 (a's shape without the axis), in the C-contiguous order."""
-    outer, length, inner = line_shape(shape, axis)
-    i = np.arange(int(np.prod(shape)))
-    line = eval(LINE_OF_ELEMENT.replace("/", "//"),
-                {"i": i, "line_span": length * inner, "inner": inner})
-    coordinates = np.unravel_index(i, shape)
-    axis %= len(shape)
-    lines = tuple(s for k, s in enumerate(shape) if k != axis)
-    want = np.ravel_multi_index(tuple(c for k, c in enumerate(coordinates) if k != axis),
-                                lines) if lines else np.zeros_like(i)
-    np.testing.assert_array_equal(line, want)
-
-
 def test_a_per_line_h0_is_checked_before_any_work(monkeypatch):
     """An h0 array of the wrong shape or dtype is refused, naming what it must be."""
     simulate_device(monkeypatch)
@@ -124,7 +105,7 @@ def test_a_per_line_h0_is_checked_before_any_work(monkeypatch):
     scangen.linear_recurrence(a, b, axis=0, h0=FakeDeviceArray((5,), np.float32,
                                                                  address=0x4000), out=out)
     (launch,) = launched
-    assert launch.values[3:] == (0x4000, 3 * 5, 5)  # h0, the line span, the inner size
+    assert launch.values[3:] == (0x4000,)  # h0: the kernels know each element's line
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -149,7 +130,7 @@ def test_gradient_kernels_read_their_own_step_and_h_one_step_back(reverse):
     assert "lr_conj(a[i])" in complex_hooks.input_expr
     assert "lr_add(prev_item.c, grad_h[i])" in complex_hooks.output_statement
     assert "lr_mul(g, lr_conj(" in complex_hooks.output_statement
-    assert "h0[(i / (length * inner)) * inner + i % inner]" in complex_hooks.output_statement
+    assert "h0[line]" in complex_hooks.output_statement
     narrow = _gradient_kernels(np.dtype(np.float16), reverse, False, ()).kernel
     assert narrow.spec.etype.dtype["m"] == np.float32
     assert "grad_b[i] = (__half)(float)(g);" in narrow.scan_module.hooks.output_statement

@@ -129,22 +129,27 @@ def test_a_scan_kernel_along_every_axis(gpu, rng):
         np.testing.assert_array_equal(at.get().ravel(), np.arange(x.size))
 
 
-def expected_steps(shape, axis, reverse):
-    """Each element's place in its line's scan: its index along ``axis``, counted from the
-    line's end for a reverse scan."""
+def expected_places(shape, axis, reverse):
+    """(step, line) of each element: its place in its line's scan (its index along
+    ``axis``, counted from the line's end for a reverse scan) and its line's index (its
+    index with ``axis`` taken out)."""
     along = np.indices(shape)[axis]
-    return shape[axis] - 1 - along if reverse else along
+    rest = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
+    lines = np.expand_dims(np.arange(int(np.prod(rest))).reshape(rest), axis)
+    return shape[axis] - 1 - along if reverse else along, np.broadcast_to(lines, shape)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_the_output_sees_each_elements_step(gpu, rng, reverse):
-    """``step`` in the output statement, in every kernel of lines (a small section: column
-    tiles, row tiles and segmented rows; the tuned one: rows in tiles of a smaller section)
-    and in the 1-D kernel of each strategy, with a non-commutative scan beside it."""
+def test_the_output_sees_each_elements_step_and_line(gpu, rng, reverse):
+    """``step`` and ``line`` in the output statement, in every kernel of lines (a small
+    section: column tiles, row tiles and segmented rows; the tuned one: rows in tiles of a
+    smaller section) and in the 1-D kernel of each strategy, with a non-commutative scan
+    beside them."""
     op = operator("affine_then")
     made = dict(arguments="const unsigned long long *x, unsigned long long *out, "
-                "long long *steps", input_expr="x[i]",
-                output_statement="out[i] = item; steps[i] = step;", reverse=reverse)
+                "long long *steps, long long *lines", input_expr="x[i]",
+                output_statement="out[i] = item; steps[i] = step; lines[i] = line;",
+                reverse=reverse)
     small = scangen.ScanKernel(np.uint64, op, section_size=SECTION, **made)
     tuned = scangen.ScanKernel(np.uint64, op, **made)
     precompile([small.lines.columns_kernel, small.lines.rows_kernel, small,
@@ -155,19 +160,22 @@ def test_the_output_sees_each_elements_step(gpu, rng, reverse):
         x = values(rng, "uint64", "affine_then", shape)
         out = poisoned(gpu, rng, x.size, np.uint64).reshape(shape)
         steps = poisoned(gpu, rng, x.size, np.int64).reshape(shape)
-        kernel(gpu.to_gpu(x), out, steps, axis=axis)
-        np.testing.assert_array_equal(steps.get(), expected_steps(shape, axis, reverse),
-                                      err_msg=f"{shape} along {axis}")
+        lines = poisoned(gpu, rng, x.size, np.int64).reshape(shape)
+        kernel(gpu.to_gpu(x), out, steps, lines, axis=axis)
+        want_steps, want_lines = expected_places(shape, axis, reverse)
+        np.testing.assert_array_equal(steps.get(), want_steps, err_msg=f"{shape} along {axis}")
+        np.testing.assert_array_equal(lines.get(), want_lines, err_msg=f"{shape} along {axis}")
         np.testing.assert_array_equal(out.get(), axis_reference(x, op, "inclusive", axis,
                                                                 reverse=reverse))
     for strategy, n in itertools.product(scangen.STRATEGIES, (SECTION - 1, 5 * SECTION + 3)):
         kernel = scangen.ScanKernel(np.uint64, op, section_size=SECTION, strategy=strategy,
                                     **made)
         x = values(rng, "uint64", "affine_then", (n,))
-        steps = poisoned(gpu, rng, n, np.int64)
-        kernel(gpu.to_gpu(x), poisoned(gpu, rng, n, np.uint64), steps)
-        np.testing.assert_array_equal(steps.get(), expected_steps((n,), 0, reverse),
+        steps, lines = poisoned(gpu, rng, n, np.int64), poisoned(gpu, rng, n, np.int64)
+        kernel(gpu.to_gpu(x), poisoned(gpu, rng, n, np.uint64), steps, lines)
+        np.testing.assert_array_equal(steps.get(), expected_places((n,), 0, reverse)[0],
                                       err_msg=f"{strategy} at {n}")
+        np.testing.assert_array_equal(lines.get(), 0, err_msg=f"{strategy} at {n}")
 
 
 def test_in_place_and_shapes_in_turn(gpu, rng):
