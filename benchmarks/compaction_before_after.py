@@ -12,16 +12,12 @@ Partition(float32, ``x < 0.5f``, reverse_rejected=True), and Unique and RunLengt
 of sorted int32 in runs of about 4. Each result is checked against numpy first; a wrong one
 prints WRONG. One line a size and side, in microseconds.
 """
-import argparse
-import os
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import sides
 
 
-def time_side(label: str, sizes) -> None:
+def time_side(label: str, args) -> None:
     """The line of each size for the scangen first on sys.path."""
     import numpy as np
     import cupy
@@ -29,12 +25,13 @@ def time_side(label: str, sizes) -> None:
     import scangen
     from scangen.bench import Timer
     from scangen.compile import current_context, require_pycuda
+    from scangen.workloads import parse_size
 
     driver = require_pycuda()
     current_context()
     timer = Timer(driver, 7, 3, queued=True)
     rng = np.random.default_rng(5)
-    for n in sizes:
+    for n in [parse_size(s) for s in args.cases]:
         values = rng.random(n, dtype=np.float32)
         x = cupy.asarray(values)
         mask = cupy.asarray(values < 0.5)
@@ -64,24 +61,8 @@ def time_side(label: str, sizes) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", type=Path, help="a checkout of the baseline commit")
-    parser.add_argument("--rounds", type=int, default=2, help="alternations (default 2)")
-    parser.add_argument("--sizes", nargs="+", default=["2^24", "2^26"])
-    parser.add_argument("--side", help=argparse.SUPPRESS)  # a child process: time one side
-    args = parser.parse_args(argv)
-    if args.side:
-        sys.path.insert(0, os.environ["SCANGEN_SIDE_SOURCE"])
-        from scangen.workloads import parse_size
-        time_side(args.side, [parse_size(s) for s in args.sizes])
-        return 0
-    if args.baseline is None:
-        parser.error("--baseline is required")
-    for _ in range(args.rounds):
-        for side, source in (("baseline", args.baseline.resolve()), ("new", ROOT)):
-            subprocess.run([sys.executable, __file__, "--side", side, "--sizes", *args.sizes],
-                           env=dict(os.environ, SCANGEN_SIDE_SOURCE=str(source)), check=True)
-    return 0
+    made = sides.parser(__doc__, "--sizes", ["2^24", "2^26"])
+    return sides.run(__file__, made.parse_args(argv), made, time_side)
 
 
 if __name__ == "__main__":

@@ -258,7 +258,9 @@ def test_python_dash_m_scangen():
                                            ("out_of_core.py", "--pin-threads"),
                                            ("tune_radix.py", "--argsort"),
                                            ("tune_counting.py", "--predicate"),
-                                           ("compaction_before_after.py", "--baseline")])
+                                           ("compaction_before_after.py", "--baseline"),
+                                           ("compaction_before_after.py", "--sizes"),
+                                           ("recurrence_before_after.py", "--shapes")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,

@@ -1,0 +1,43 @@
+"""Two checkouts timed in one run on one GPU: the alternation that the *_before_after.py
+scripts share. Each side runs the calling script again in a process of its own, its
+package first on sys.path (``--side LABEL``), the two alternating ``rounds`` times so that
+drift of the card hits both."""
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_SOURCE = "SCANGEN_SIDE_SOURCE"
+
+
+def parser(doc: str, cases: str, default) -> argparse.ArgumentParser:
+    """The options every such script takes: --baseline, --rounds, the list of what to time
+    (``cases``, e.g. "--sizes", whose value is ``args.cases``; ``default`` if not given),
+    and the hidden --side of a child process."""
+    made = argparse.ArgumentParser(description=" ".join(doc.split("\n\n")[0].split()))
+    made.add_argument("--baseline", type=Path, help="a checkout of the baseline commit")
+    made.add_argument("--rounds", type=int, default=2, help="alternations (default 2)")
+    made.add_argument(cases, dest="cases", nargs="+", default=list(default),
+                      help=f"default: {' '.join(default)}")
+    made.set_defaults(cases_option=cases)
+    made.add_argument("--side", help=argparse.SUPPRESS)  # a child process: time one side
+    return made
+
+
+def run(script: str, args, made: argparse.ArgumentParser, time_side) -> int:
+    """In a child (``--side``): ``time_side(label, args)`` with that side's package first
+    on sys.path. Else both sides, alternating, each a child of ``script``."""
+    if args.side:
+        sys.path.insert(0, os.environ[_SOURCE])
+        time_side(args.side, args)
+        return 0
+    if args.baseline is None:
+        made.error("--baseline is required")
+    for _ in range(args.rounds):
+        for side, source in (("baseline", args.baseline.resolve()), ("new", ROOT)):
+            subprocess.run([sys.executable, script, "--side", side, args.cases_option,
+                            *args.cases],
+                           env=dict(os.environ, **{_SOURCE: str(source)}), check=True)
+    return 0
