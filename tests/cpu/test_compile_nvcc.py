@@ -303,6 +303,12 @@ def batch_columns():
                           output_statement="at[i] = step - item + line;",
                           counts=True)
     entries.append(Entry("counting ScanKernel reading step", counting.scan_module))
+    # a statement that declares names of its own called step and line (its own block)
+    own = ScanKernel("float32", "add", arguments="const float *x, float *mean",
+                     input_expr="x[i]", output_statement="const float step = 2.0f; "
+                     "int line = 1; mean[i] = item * step + line;")
+    entries += [Entry("ScanKernel declaring its own step and line", own.scan_module),
+                Entry("the same along columns", own.lines.columns_kernel.scan_module)]
     return entries
 
 
