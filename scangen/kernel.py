@@ -319,8 +319,6 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         raise ValueError(f"_plain_arrays={plain_arrays!r} does not describe input_expr "
                          f"{input_expr!r} and output_statement {output_statement!r}")
     names_used = identifiers(output_statement) & LIBRARY_OUTPUT_NAMES
-    _check_line_places(output_statement, input_expr, is_segment_start_expr, preamble,
-                       segment_heads)
     columns = as_flag("columns", columns)
     if columns and (counts or is_segment_start_expr is not None or names_used):
         raise ValueError("a scan along columns takes no segments, counts, last_item or "
@@ -349,34 +347,38 @@ def make_hooks(arguments, input_expr, output_statement, preamble="", title="Scan
         types = (types,)
     types = tuple(t if isinstance(t, (ElementType, StructType)) else element_type(t)
                   for t in types)
-    return Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(), title,
-                 is_segment_start_expr, reverse, initial_type is not None, counting, types,
-                 helpers.strip(), names_used, segment_heads, columns, plain_arrays,
-                 segment_tiles)
+    hooks = Hooks(parsed, input_expr.strip(), output_statement.strip(), preamble.strip(),
+                  title, is_segment_start_expr, reverse, initial_type is not None, counting,
+                  types, helpers.strip(), names_used, segment_heads, columns, plain_arrays,
+                  segment_tiles)
+    _check_line_places(hooks)
+    return hooks
 
 
-def _check_line_places(output_statement, input_expr, is_segment_start_expr, preamble,
-                       segment_heads) -> None:
+def _check_line_places(hooks) -> None:
     """``step`` and ``line`` (LinePlaces) read where they mean what the docs say: in the
-    output statement, of a scan whose lines the kernels know, and with no name of the
-    user's that they hide."""
-    for name in LINE_PLACE_NAMES:
-        user_named = name in identifiers(preamble)
-        if name in identifiers(output_statement):
-            if user_named:
-                raise ValueError(f"the output statement reads {name}, "
-                                 f"{LINE_PLACE_NAMES[name]}, but the preamble names a "
-                                 f"{name} of its own, which it hides there; rename yours")
-            if is_segment_start_expr is not None and not isinstance(segment_heads, HeadRows):
+    output statement, of hooks whose kernels know them (Hooks.line_places), and with no
+    name of the user's that they hide."""
+    output_names, preamble_names = identifiers(hooks.output_statement), \
+        identifiers(hooks.preamble)
+    elsewhere = {piece: identifiers(code) for piece, code in (
+        ("input_expr", hooks.input_expr), ("is_segment_start_expr",
+                                           hooks.is_segment_start_expr)) if code is not None}
+    for name, meaning in LINE_PLACE_NAMES.items():
+        if name in output_names:
+            if name in preamble_names:
+                raise ValueError(f"the output statement reads {name}, {meaning}, but the "
+                                 f"preamble names a {name} of its own, which it hides "
+                                 "there; rename yours")
+            if hooks.line_places is None:
                 raise ValueError(f"the output statement of a segmented scan cannot read "
                                  f"{name}: the scan does not track where a segment starts "
                                  "(lines of one length have it: scan them along an axis, "
                                  "axis=)")
-        for piece, code in (("input_expr", input_expr),
-                            ("is_segment_start_expr", is_segment_start_expr)):
-            if code is not None and not user_named and name in identifiers(code):
+        for piece, names in elsewhere.items():
+            if name in names and name not in preamble_names:
                 raise ValueError(f"{piece} reads {name}, which only the output statement "
-                                 f"sees ({LINE_PLACE_NAMES[name]})")
+                                 f"sees ({meaning})")
 
 
 def _check_element(element, arguments, counts) -> None:

@@ -174,7 +174,6 @@ def recurrence_state_dtype(dtype) -> np.dtype:
     return np.dtype(np.float32) if element_type(dtype).is_half else np.dtype(dtype)
 
 
-
 @functools.lru_cache(maxsize=64)
 def _recurrence_kernels(dtype, reverse, h0, options):
     """The LineKernels of a linear recurrence over arrays of ``dtype``: (a, b) pairs read
