@@ -546,9 +546,13 @@ class ScanModule:
         bits in one), or takes one remainder by the row length, and finds the heads
         itself, instead of every item reading (or dividing for) its own,
         which cost the scan as much as its values did. None otherwise (the heads come with
-        each item)."""
+        each item). A reverse scan's runs are in scan order, which the arrays of flags, keys
+        and bits are not read in; its rows' heads still fall where the position in scan
+        order is a multiple of the row length (the array holds whole rows)."""
         heads = self.hooks.segment_heads
-        if heads is None or self.hooks.reverse or not self.moves_warp_runs:
+        if heads is None or not self.moves_warp_runs:
+            return None
+        if self.hooks.reverse and not isinstance(heads, HeadRows):
             return None
         argument = next(a for a in self.hooks.arguments if a.name == heads.argument)
         if isinstance(heads, HeadRows):

@@ -1,12 +1,15 @@
 """Scans along an axis without a GPU: which kernel each shape and axis takes, the columns
 kernel's plan (tiles, status entries, arguments), and the errors for a bad axis or a
 columns kernel asked for what it cannot do."""
+import itertools
+
 import numpy as np
 import pytest
 
 import scangen
 from scangen.arith import WARP_SIZE, ceil_div
 from scangen.args import ArgumentError
+from scangen.heads import HeadFlags
 from scangen.kernel import LinePlaces, ScanKernel
 from scangen.lines import SHORT_ROW_TILES_MIN as SHORT
 from scangen.render import render
@@ -192,15 +195,20 @@ def test_flattening_needs_a_reshape():
 
 def test_rows_find_their_heads_a_run_at_a_time():
     """Along the last axis, a lane finds its run's row heads from one remainder (HeadRows)
-    wherever the single pass moves warp runs, whatever its items per thread; a reverse scan
-    keeps the per-element test."""
-    for dtype in ("int8", "float32", "float64"):
-        rows = scangen.Scan(dtype).rows_kernel
+    wherever the single pass moves warp runs, whatever its items per thread, in either
+    direction (a reverse scan's heads fall at multiples of the row length in scan order
+    too); heads by flags in reverse keep the per-element test."""
+    for dtype, reverse in itertools.product(("int8", "float32", "float64"), (False, True)):
+        rows = scangen.Scan(dtype, reverse=reverse).rows_kernel
         assert rows.scan_module.run_heads == ("rows", "row_length", "long long")
         assert "to_head" in rows.source
-    reverse = scangen.Scan(np.float32, reverse=True).rows_kernel
-    assert reverse.scan_module.run_heads is None
-    assert "i % row_length == 0" in reverse.source
+        assert "value_at(index_at(position, n), n)" in rows.source
+    flags = dict(arguments="const float *x, float *y, const unsigned char *flags",
+                 input_expr="x[i]", output_statement="y[i] = item;",
+                 _segment_heads=HeadFlags("flags"))
+    assert scangen.ScanKernel(np.float32, "add", **flags).scan_module.run_heads[0] == "flags"
+    assert scangen.ScanKernel(np.float32, "add", reverse=True, **flags).scan_module \
+        .run_heads is None
 
 
 STEP_MEAN = dict(arguments="const float *x, float *mean", input_expr="x[i]",

@@ -143,8 +143,9 @@ def expected_places(shape, axis, reverse):
 def test_the_output_sees_each_elements_step_and_line(gpu, rng, reverse):
     """``step`` and ``line`` in the output statement, in every kernel of lines (a small
     section: column tiles, row tiles and segmented rows; the tuned one: rows in tiles of a
-    smaller section) and in the 1-D kernel of each strategy, with a non-commutative scan
-    beside them."""
+    smaller section, and segmented rows whose lanes find their runs' heads from one
+    remainder, in either direction) and in the 1-D kernel of each strategy, with a
+    non-commutative scan beside them."""
     op = operator("affine_then")
     made = dict(arguments="const unsigned long long *x, unsigned long long *out, "
                 "long long *steps, long long *lines", input_expr="x[i]",
@@ -153,9 +154,10 @@ def test_the_output_sees_each_elements_step_and_line(gpu, rng, reverse):
     small = scangen.ScanKernel(np.uint64, op, section_size=SECTION, **made)
     tuned = scangen.ScanKernel(np.uint64, op, **made)
     precompile([small.lines.columns_kernel, small.lines.rows_kernel, small,
-                tuned.lines.row_tiles_kernel(1500)])
+                tuned.lines.row_tiles_kernel(1500), tuned.lines.rows_kernel])
     cases = [(small, shape, axis) for shape, axis in SHAPES]
-    cases += [(tuned, shape, axis) for shape, axis in [((6, 1500), 1), ((4, 2, 1025), 2)]]
+    cases += [(tuned, shape, axis) for shape, axis in [((6, 1500), 1), ((4, 2, 1025), 2),
+                                                       ((9, 300), 1), ((7, 5, 600), -1)]]
     for kernel, shape, axis in cases:
         x = values(rng, "uint64", "affine_then", shape)
         out = poisoned(gpu, rng, x.size, np.uint64).reshape(shape)
