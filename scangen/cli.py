@@ -303,6 +303,17 @@ def cmd_check(args) -> int:
     return 0 if report.ok else 1
 
 
+def _summary_and_operator(source: str, lines: int) -> str:
+    """The module's summary (its opening comments, up to the first blank line) and
+    ``lines`` lines from the operator's function on, "..." between them: what a reader of
+    the demo looks for, wherever the shared constants before the operator end."""
+    text = source.splitlines()
+    summary = text[:text.index("")] if "" in text else []
+    operator = next((k for k, line in enumerate(text) if line.startswith("// The operator")),
+                    len(summary))
+    return "\n".join(summary + ["..."] + text[operator:operator + lines])
+
+
 @subcommand("demo", "run a non-commutative scan on the GPU and check it (needs PyCUDA)",
             arg("--n", type=parse_size, default=1_000_003, metavar="N",
                 help="number of elements; the default spans two levels of the hierarchy "
@@ -312,12 +323,13 @@ def cmd_check(args) -> int:
                 help=f"block algorithm: {', '.join(ALGORITHMS)} ({_default('algorithm')})"),
             arg("--seed", type=int, default=0, help="random seed (default: %(default)s)"),
             arg("--lines", type=int, default=40, metavar="K",
-                help="lines of emitted CUDA to show (default: %(default)s)"),
+                help="lines of emitted CUDA to show from the operator's function on, after "
+                "the module's summary (default: %(default)s)"),
             description="Scan random int32 data on the GPU with 'last non-zero wins' "
             "(b != 0 ? b : a), an operator that is associative but not commutative, so a "
             "scan that swaps operands gives wrong answers. Checks the result against "
             "scangen.reference_scan and an independent numpy computation, and shows the "
-            "start of the emitted CUDA.")
+            "emitted CUDA's summary and its operator.")
 def cmd_demo(args) -> int:
     if args.n < 0:
         raise CLIError(f"--n must be >= 0, not {args.n}")
@@ -332,9 +344,10 @@ def cmd_demo(args) -> int:
     # Mostly zeros, so most outputs repeat an earlier element: order mistakes show.
     x = np.where(rng.random(args.n) < 0.7, 0, rng.integers(-1000, 1000, args.n)).astype(np.int32)
     print(f"{scan!r} on {context.get_device().name()}, n={args.n}")
-    print(f"--- first {args.lines} lines of the emitted CUDA (python -m scangen source "
-          f"--dtype int32 --expr 'b != 0 ? b : a' --identity 0 for all) ---")
-    print("\n".join(scan.source.splitlines()[:args.lines]))
+    print(f"--- the emitted CUDA's summary and {args.lines} lines from its operator on "
+          f"(python -m scangen source --dtype int32 --expr 'b != 0 ? b : a' --identity 0 "
+          f"for all) ---")
+    print(_summary_and_operator(scan.source, args.lines))
     print("---")
 
     y = scan(gpuarray.to_gpu(x)).get()

@@ -204,6 +204,19 @@ def test_subcommand_help_lists_algorithms_with_summaries(capsys, command):
             assert op in out
 
 
+@pytest.mark.parametrize("algorithm", ["warp_shuffle", "brent_kung", "kogge_stone"])
+def test_the_demo_shows_the_modules_summary_and_its_operator(algorithm):
+    source = scangen.Scan(np.int32, scangen.LAST_NONZERO, algorithm=algorithm).source
+    shown = cli._summary_and_operator(source, 6).splitlines()
+    assert shown[0].startswith("// scangen: inclusive scan")
+    assert f"// algorithm {algorithm}" in shown[1]
+    operator = shown.index("...") + 1
+    assert shown[operator].startswith("// The operator")
+    assert "static __device__ __forceinline__ scan_t combine(scan_t a, scan_t b)" in \
+        shown[operator:]
+    assert len(shown) == operator + 6
+
+
 def test_demo_without_a_gpu_is_one_clear_line(capsys, monkeypatch):
     def no_gpu():
         raise scangen.GPUUnavailableError("running a scan needs PyCUDA (simulated: no GPU)")
