@@ -1,7 +1,9 @@
 """Differentiable scans of torch tensors: ``cumsum``, ``cumprod``, ``cummax``, ``cummin`` and
 ``linear_recurrence(a, b, dim, h0=0.0, reverse=False)`` run scangen's kernels forward and
 backward, as torch custom operators (``torch.ops.scangen.*``, with fake implementations and
-gradients registered), so ``torch.compile`` keeps each as one opaque call in its graph.
+gradients registered), so ``torch.compile`` keeps each as one opaque call in its graph. An
+eager call (CUDA tensors, nothing tracing) runs the same implementation and gradient as a
+torch.autograd.Function, without the dispatcher's cost on the host.
 
 * cumsum: the gradient of a prefix sum is the suffix sum of the incoming gradient. float16
   and bfloat16 sums (and products) accumulate in float32 and are rounded once, as torch's.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import functools
 import sys
 import types
+import typing
 
 import numpy as np
 
@@ -83,13 +86,17 @@ def linear_recurrence(a, b, dim: int, h0=0.0, reverse: bool = False):
 
 
 def _call(name: str, *args):
-    """``torch.ops.scangen.<name>(*args)``. The operators are registered when this module is
-    imported after torch (else at the first call): torch.compile traces these functions,
-    and must find the operators registered, not register them."""
+    """``torch.ops.scangen.<name>(*args)`` where torch traces the call (torch.compile, a
+    fake or meta tensor), else the same implementation and gradient as an autograd
+    Function (_eager_functions). The operators are registered when this module is imported
+    after torch (else at the first call): torch.compile traces these functions, and must
+    find the operators registered, not register them."""
     import torch
 
     if not _REGISTERED:
         _ops()
+    if _eager(torch, args):
+        return _eager_functions()[name](*args)
     return getattr(torch.ops.scangen, name)(*args)
 
 
@@ -165,13 +172,154 @@ def _recurrence_gradients(a, h, grad_h, dim: int, h0, reverse: bool):
             h.new_zeros(h.shape[:dim] + h.shape[dim + 1:])
     if not isinstance(h0, torch.Tensor):
         h0 = complex(h0)
-        grad_a, grad_b = _ops().linear_recurrence_gradients(a, h, grad_h, dim, h0.real,
-                                                             h0.imag, reverse)
+        grad_a, grad_b = _call("linear_recurrence_gradients", a, h, grad_h, dim, h0.real,
+                               h0.imag, reverse)
         return grad_a, grad_b, None
-    grad_a, grad_b = _ops().linear_recurrence_gradients_from(a, h, grad_h, h0, dim, reverse)
+    grad_a, grad_b = _call("linear_recurrence_gradients_from", a, h, grad_h, h0, dim, reverse)
     first = h.shape[dim] - 1 if reverse else 0
     return grad_a, grad_b, grad_b.select(dim, first) * a.select(dim, first).conj()
 
+
+# Each operator: its schema, its CUDA implementation, its fake one (the result's shape and
+# dtype, for tracing) and, where it has a gradient, the setup_context and backward that
+# torch.library.custom_op and torch.autograd.Function take alike. Implementations run
+# in_a_borrowed_thread: torch runs backward passes in threads of its own, which end only
+# with the process, after PyCUDA has gone.
+
+
+def _cumsum(x, dim, reverse):
+    return _accumulated(x, "add", dim, reverse)
+
+
+def _cumsum_setup(ctx, inputs, output):
+    ctx.dim, ctx.reverse = inputs[1] % inputs[0].dim(), inputs[2]
+
+
+def _cumsum_backward(ctx, grad):
+    return _call("cumsum", grad, ctx.dim, not ctx.reverse), None, None
+
+
+def _cumprod(x, dim):
+    return _accumulated(x, "mul", dim, False)
+
+
+def _cumprod_setup(ctx, inputs, output):
+    ctx.dim = inputs[1] % inputs[0].dim()
+    ctx.save_for_backward(inputs[0], output)
+
+
+def _cumprod_backward(ctx, grad):
+    x, y = ctx.saved_tensors
+    return _recurrence_gradients(x, y, grad, ctx.dim, 1 + 0j, False)[0], None
+
+
+def _extreme_setup(ctx, inputs, output):
+    ctx.dim = inputs[1] % inputs[0].dim()
+    ctx.save_for_backward(output[1])
+
+
+def _extreme_backward(ctx, grad_values, grad_indices):
+    import torch
+
+    indices, = ctx.saved_tensors
+    return torch.zeros_like(grad_values).scatter_add(ctx.dim, indices, grad_values), None, \
+        None
+
+
+def _recurrence(a, b, dim, h0_real, h0_imag, reverse):
+    h0 = complex(h0_real, h0_imag) if h0_imag or a.is_complex() else h0_real
+    with in_a_borrowed_thread():
+        return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim, h0=h0,
+                                  reverse=reverse)
+
+
+def _recurrence_setup(ctx, inputs, output):
+    a, _, dim, h0_real, h0_imag, reverse = inputs
+    ctx.dim, ctx.h0, ctx.reverse = dim % a.dim(), complex(h0_real, h0_imag), reverse
+    ctx.save_for_backward(a, output)
+
+
+def _recurrence_backward(ctx, grad_h):
+    a, h = ctx.saved_tensors
+    grad_a, grad_b, _ = _recurrence_gradients(a, h, grad_h, ctx.dim, ctx.h0, ctx.reverse)
+    return grad_a, grad_b, None, None, None, None
+
+
+def _recurrence_from(a, b, h0, dim, reverse):
+    with in_a_borrowed_thread():
+        return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim,
+                                  h0=h0.contiguous(), reverse=reverse)
+
+
+def _from_setup(ctx, inputs, output):
+    a, _, h0, dim, reverse = inputs
+    ctx.dim, ctx.reverse = dim % a.dim(), reverse
+    ctx.save_for_backward(a, h0, output)
+
+
+def _from_backward(ctx, grad_h):
+    a, h0, h = ctx.saved_tensors
+    grad_a, grad_b, grad_h0 = _recurrence_gradients(a, h, grad_h, ctx.dim, h0, ctx.reverse)
+    return grad_a, grad_b, grad_h0, None, None
+
+
+# The gradients of a recurrence, in one scan (scangen.linear_recurrence_gradients). No
+# gradient of their own: a second derivative of the recurrence is not supported.
+def _gradients(a, h, grad_h, dim, h0_real, h0_imag, reverse):
+    with in_a_borrowed_thread():
+        return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
+                                            grad_h.contiguous(), axis=dim,
+                                            h0=complex(h0_real, h0_imag), reverse=reverse)
+
+
+def _gradients_from(a, h, grad_h, h0, dim, reverse):
+    with in_a_borrowed_thread():
+        return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
+                                            grad_h.contiguous(), axis=dim,
+                                            h0=h0.contiguous(), reverse=reverse)
+
+
+def _like(x, *_):
+    """A new C-contiguous tensor of ``x``'s shape and dtype: what each operator returns."""
+    return x.new_empty(x.shape)
+
+
+def _extreme_fake(x, dim, compare):
+    import torch
+
+    return x.new_empty(x.shape), x.new_empty(x.shape, dtype=torch.int64)
+
+
+class _Definition(typing.NamedTuple):
+    schema: str
+    run: typing.Callable
+    fake: typing.Callable
+    setup: typing.Callable | None = None
+    backward: typing.Callable | None = None
+
+
+# Schemas spelled out: this module's annotations are strings (``from __future__``).
+_DEFINITIONS = {
+    "cumsum": _Definition("(Tensor x, int dim, bool reverse) -> Tensor", _cumsum, _like,
+                          _cumsum_setup, _cumsum_backward),
+    "cumprod": _Definition("(Tensor x, int dim) -> Tensor", _cumprod, _like, _cumprod_setup,
+                           _cumprod_backward),
+    "cumulative_extreme": _Definition("(Tensor x, int dim, str compare) -> (Tensor, Tensor)",
+                                      _cumulative_extreme, _extreme_fake, _extreme_setup,
+                                      _extreme_backward),
+    "linear_recurrence": _Definition(
+        "(Tensor a, Tensor b, int dim, float h0_real, float h0_imag, bool reverse) -> Tensor",
+        _recurrence, _like, _recurrence_setup, _recurrence_backward),
+    "linear_recurrence_from": _Definition(
+        "(Tensor a, Tensor b, Tensor h0, int dim, bool reverse) -> Tensor", _recurrence_from,
+        _like, _from_setup, _from_backward),
+    "linear_recurrence_gradients": _Definition(
+        "(Tensor a, Tensor h, Tensor grad_h, int dim, float h0_real, float h0_imag, "
+        "bool reverse) -> (Tensor, Tensor)", _gradients, lambda a, *_: (_like(a), _like(a))),
+    "linear_recurrence_gradients_from": _Definition(
+        "(Tensor a, Tensor h, Tensor grad_h, Tensor h0, int dim, bool reverse) -> "
+        "(Tensor, Tensor)", _gradients_from, lambda a, *_: (_like(a), _like(a))),
+}
 
 #: Whether this process has registered the operators (_ops).
 _REGISTERED = False
@@ -179,136 +327,51 @@ _REGISTERED = False
 
 @functools.lru_cache(maxsize=None)
 def _ops():
-    """The custom operators ``torch.ops.scangen.*`` (registered on first use, once per
-    process): each a CUDA implementation by scangen's kernels, a fake one (the result's
-    shape and dtype, for tracing) and its gradient."""
+    """The custom operators ``torch.ops.scangen.*`` of _DEFINITIONS (registered on first
+    use, once per process): what torch.compile traces as opaque calls."""
     global _REGISTERED
-    import torch
     from torch.library import custom_op
 
     _REGISTERED = True
-    # Each implementation runs in_a_borrowed_thread: torch runs backward passes in threads
-    # of its own, which end only with the process, after PyCUDA has gone.
+    ops = {}
+    for name, definition in _DEFINITIONS.items():
+        op = custom_op(f"scangen::{name}", definition.run, mutates_args=(),
+                       device_types="cuda", schema=definition.schema)
+        op.register_fake(definition.fake)
+        if definition.backward is not None:
+            op.register_autograd(definition.backward, setup_context=definition.setup)
+        ops[name] = op
+    return types.SimpleNamespace(**ops)
 
-    # Schemas spelled out: this module's annotations are strings (``from __future__``).
-    @custom_op("scangen::cumsum", mutates_args=(), device_types="cuda",
-               schema="(Tensor x, int dim, bool reverse) -> Tensor")
-    def cumsum_op(x, dim, reverse):
-        return _accumulated(x, "add", dim, reverse)
 
-    @custom_op("scangen::cumprod", mutates_args=(), device_types="cuda",
-               schema="(Tensor x, int dim) -> Tensor")
-    def cumprod_op(x, dim):
-        return _accumulated(x, "mul", dim, False)
+@functools.lru_cache(maxsize=None)
+def _eager_functions() -> dict:
+    """Each definition as torch.autograd.Function's apply, from the same implementation,
+    setup_context and backward as its operator (the implementation itself where it has
+    no gradient): what an eager call runs, where torch's dispatcher and the operator's
+    wrappers cost tens of microseconds a call on the host."""
+    import torch
 
-    @custom_op("scangen::cumulative_extreme", mutates_args=(), device_types="cuda",
-               schema="(Tensor x, int dim, str compare) -> (Tensor, Tensor)")
-    def extreme_op(x, dim, compare):
-        return _cumulative_extreme(x, dim, compare)
+    functions = {}
+    for name, definition in _DEFINITIONS.items():
+        if definition.backward is None:
+            functions[name] = definition.run
+            continue
+        function = type(f"{name}_function", (torch.autograd.Function,), {
+            "forward": staticmethod(definition.run),
+            "setup_context": staticmethod(definition.setup),
+            "backward": staticmethod(definition.backward)})
+        functions[name] = function.apply
+    return functions
 
-    @custom_op("scangen::linear_recurrence", mutates_args=(), device_types="cuda",
-               schema="(Tensor a, Tensor b, int dim, float h0_real, float h0_imag, "
-                      "bool reverse) -> Tensor")
-    def recurrence_op(a, b, dim, h0_real, h0_imag, reverse):
-        h0 = complex(h0_real, h0_imag) if h0_imag or a.is_complex() else h0_real
-        with in_a_borrowed_thread():
-            return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim, h0=h0,
-                                      reverse=reverse)
 
-    @custom_op("scangen::linear_recurrence_from", mutates_args=(), device_types="cuda",
-               schema="(Tensor a, Tensor b, Tensor h0, int dim, bool reverse) -> Tensor")
-    def recurrence_from_op(a, b, h0, dim, reverse):
-        with in_a_borrowed_thread():
-            return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim,
-                                      h0=h0.contiguous(), reverse=reverse)
+def _eager(torch, args) -> bool:
+    """Whether a call of these arguments may skip the operators: outside torch.compile
+    and any tracing mode, with plain CUDA tensors (not fake, meta or subclass ones)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    # The gradients of a recurrence, in one scan (scangen.linear_recurrence_gradients).
-    # No gradient of their own: a second derivative of the recurrence is not supported.
-    @custom_op("scangen::linear_recurrence_gradients", mutates_args=(), device_types="cuda",
-               schema="(Tensor a, Tensor h, Tensor grad_h, int dim, float h0_real, "
-                      "float h0_imag, bool reverse) -> (Tensor, Tensor)")
-    def gradients_op(a, h, grad_h, dim, h0_real, h0_imag, reverse):
-        with in_a_borrowed_thread():
-            return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
-                                                grad_h.contiguous(), axis=dim,
-                                                h0=complex(h0_real, h0_imag), reverse=reverse)
-
-    @custom_op("scangen::linear_recurrence_gradients_from", mutates_args=(),
-               device_types="cuda",
-               schema="(Tensor a, Tensor h, Tensor grad_h, Tensor h0, int dim, bool reverse) "
-                      "-> (Tensor, Tensor)")
-    def gradients_from_op(a, h, grad_h, h0, dim, reverse):
-        with in_a_borrowed_thread():
-            return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
-                                                grad_h.contiguous(), axis=dim,
-                                                h0=h0.contiguous(), reverse=reverse)
-
-    # What each returns, for tracing: new C-contiguous tensors of the input's shape.
-    cumsum_op.register_fake(lambda x, dim, reverse: x.new_empty(x.shape))
-    cumprod_op.register_fake(lambda x, dim: x.new_empty(x.shape))
-    extreme_op.register_fake(lambda x, dim, compare: (
-        x.new_empty(x.shape), x.new_empty(x.shape, dtype=torch.int64)))
-    recurrence_op.register_fake(lambda a, b, dim, h0_real, h0_imag, reverse: a.new_empty(
-        a.shape))
-    recurrence_from_op.register_fake(lambda a, b, h0, dim, reverse: a.new_empty(a.shape))
-    for op in (gradients_op, gradients_from_op):
-        op.register_fake(lambda a, *_: (a.new_empty(a.shape), a.new_empty(a.shape)))
-
-    def cumsum_setup(ctx, inputs, output):
-        ctx.dim, ctx.reverse = inputs[1] % inputs[0].dim(), inputs[2]
-
-    def cumsum_backward(ctx, grad):
-        return cumsum_op(grad, ctx.dim, not ctx.reverse), None, None
-
-    def cumprod_setup(ctx, inputs, output):
-        ctx.dim = inputs[1] % inputs[0].dim()
-        ctx.save_for_backward(inputs[0], output)
-
-    def cumprod_backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        return _recurrence_gradients(x, y, grad, ctx.dim, 1 + 0j, False)[0], None
-
-    def extreme_setup(ctx, inputs, output):
-        ctx.dim = inputs[1] % inputs[0].dim()
-        ctx.save_for_backward(output[1])
-
-    def extreme_backward(ctx, grad_values, grad_indices):
-        indices, = ctx.saved_tensors
-        return torch.zeros_like(grad_values).scatter_add(ctx.dim, indices, grad_values), \
-            None, None
-
-    def recurrence_setup(ctx, inputs, output):
-        a, _, dim, h0_real, h0_imag, reverse = inputs
-        ctx.dim, ctx.h0, ctx.reverse = dim % a.dim(), complex(h0_real, h0_imag), reverse
-        ctx.save_for_backward(a, output)
-
-    def recurrence_backward(ctx, grad_h):
-        a, h = ctx.saved_tensors
-        grad_a, grad_b, _ = _recurrence_gradients(a, h, grad_h, ctx.dim, ctx.h0, ctx.reverse)
-        return grad_a, grad_b, None, None, None, None
-
-    def from_setup(ctx, inputs, output):
-        a, _, h0, dim, reverse = inputs
-        ctx.dim, ctx.reverse = dim % a.dim(), reverse
-        ctx.save_for_backward(a, h0, output)
-
-    def from_backward(ctx, grad_h):
-        a, h0, h = ctx.saved_tensors
-        grad_a, grad_b, grad_h0 = _recurrence_gradients(a, h, grad_h, ctx.dim, h0,
-                                                        ctx.reverse)
-        return grad_a, grad_b, grad_h0, None, None
-
-    cumsum_op.register_autograd(cumsum_backward, setup_context=cumsum_setup)
-    cumprod_op.register_autograd(cumprod_backward, setup_context=cumprod_setup)
-    extreme_op.register_autograd(extreme_backward, setup_context=extreme_setup)
-    recurrence_op.register_autograd(recurrence_backward, setup_context=recurrence_setup)
-    recurrence_from_op.register_autograd(from_backward, setup_context=from_setup)
-
-    return types.SimpleNamespace(cumsum=cumsum_op, cumprod=cumprod_op,
-                                 cumulative_extreme=extreme_op, linear_recurrence=recurrence_op,
-                                 linear_recurrence_from=recurrence_from_op,
-                                 linear_recurrence_gradients=gradients_op,
-                                 linear_recurrence_gradients_from=gradients_from_op)
+    return not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None and \
+        all(type(a) is torch.Tensor and a.is_cuda for a in args if isinstance(a, torch.Tensor))
 
 
 # Imported after torch (as a model's code does): registered now, before anything traces.

@@ -162,3 +162,46 @@ def test_a_state_per_line_has_a_gradient_of_its_own(dtype):
                                                       requires_grad=True))
     assert scangen_calls(graph) == ["linear_recurrence_from",
                                     "linear_recurrence_gradients_from"]
+
+
+def test_an_eager_call_runs_the_operators_definitions_as_autograd_functions(monkeypatch):
+    """Outside tracing, a call skips torch's dispatcher: each definition's implementation,
+    setup_context and backward run as a torch.autograd.Function (here on meta tensors, the
+    fake implementations standing in for the CUDA ones), and no operator is called."""
+    calls = []
+
+    def recorded(name, definition):
+        def run(*args):
+            calls.append(name)
+            return definition.fake(*args)
+        return definition._replace(run=run)
+
+    monkeypatch.setattr(differentiable, "_DEFINITIONS", {
+        name: recorded(name, d) for name, d in differentiable._DEFINITIONS.items()})
+    monkeypatch.setattr(differentiable, "_eager", lambda torch, args: True)
+    differentiable._eager_functions.cache_clear()
+    monkeypatch.setattr(torch.ops, "scangen", None)  # any operator call would fail
+    try:
+        x, b = meta(), meta()
+        h0 = torch.empty((3, 5), device="meta", requires_grad=True)
+        h = differentiable.linear_recurrence(x, b, 1, h0=0.5) + \
+            differentiable.linear_recurrence(x, b, 1, h0=h0)
+        y = differentiable.cumsum(h, 2) + differentiable.cumprod(x, 0) + \
+            differentiable.cummax(x, 1)[0]
+        assert y.shape == SHAPE and y.requires_grad
+        grads = torch.autograd.grad(y.sum(), (x, b, h0))
+        assert [g.shape for g in grads] == [SHAPE, SHAPE, (3, 5)]
+    finally:
+        differentiable._eager_functions.cache_clear()
+    assert sorted(set(calls)) == sorted(differentiable._DEFINITIONS)
+
+
+def test_a_traced_or_fake_call_takes_the_operators():
+    """What decides between the two paths: meta tensors, fake tensors and torch.compile's
+    tracing take the operators; CUDA tensors outside them (checked on the GPU) do not."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert not differentiable._eager(torch, (meta(), 1, False))
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.empty(3))
+        assert not differentiable._eager(torch, (fake, 0, False))

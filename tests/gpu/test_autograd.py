@@ -147,6 +147,18 @@ def test_cummax_refuses_complex(torch):
         differentiable.cummax(torch.ones(4, dtype=torch.complex64, device="cuda"), 0)
 
 
+def test_an_eager_call_skips_torchs_dispatcher_and_a_compiled_one_does_not(torch):
+    """CUDA tensors outside tracing take the autograd Functions (the operators' own
+    implementations and gradients, without the dispatcher's cost a call); gradcheck above
+    checks their values."""
+    x = torch.randn(SHAPE, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert differentiable._eager(torch, (x, 1, False))
+    assert type(differentiable.cumsum(x, 1).grad_fn).__name__ == "cumsum_functionBackward"
+    with torch.no_grad():
+        torch.testing.assert_close(differentiable.cumsum(x, 1),
+                                   differentiable._ops().cumsum(x, 1, False))
+
+
 def test_inside_torch_compile(torch):
     """A compiled model (fullgraph: no graph break) calls the scans as opaque operators and
     gets eager's values and gradients."""
