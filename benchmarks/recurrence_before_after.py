@@ -40,8 +40,8 @@ def time_side(label: str, args) -> None:
         grad_a, grad_b = torch.empty_like(a), torch.empty_like(a)
         right = _right(scangen, a, b, h0, grad_h, axis)
 
-        def copy_of(arrays):
-            source = torch.empty(a.numel() * arrays, device="cuda")
+        def copy_of(arrays):  # a copy that reads and writes ``arrays`` arrays' bytes
+            source = torch.empty(a.numel() * arrays // 2, device="cuda")
             target = torch.empty_like(source)
             return timer.seconds_per_call(lambda: target.copy_(source), 20 * a.numel())
 

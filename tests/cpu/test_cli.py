@@ -273,7 +273,8 @@ def test_python_dash_m_scangen():
                                            ("tune_counting.py", "--predicate"),
                                            ("compaction_before_after.py", "--baseline"),
                                            ("compaction_before_after.py", "--sizes"),
-                                           ("recurrence_before_after.py", "--shapes")])
+                                           ("recurrence_before_after.py", "--shapes"),
+                                           ("torch_before_after.py", "--shapes")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,
