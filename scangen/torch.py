@@ -367,10 +367,14 @@ def _eager_functions() -> dict:
 
 def _eager(torch, args) -> bool:
     """Whether a call of these arguments may skip the operators: outside torch.compile
-    and any tracing mode, with plain CUDA tensors (not fake, meta or subclass ones)."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-    return not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None and \
+    and any tracing mode, with plain CUDA tensors (not fake, meta or subclass ones). A
+    torch without the calls that tell takes the operators."""
+    try:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+        compiling = torch.compiler.is_compiling()
+    except (ImportError, AttributeError):
+        return False
+    return not compiling and _get_current_dispatch_mode() is None and \
         all(type(a) is torch.Tensor and a.is_cuda for a in args if isinstance(a, torch.Tensor))
 
 
