@@ -95,8 +95,11 @@ def pytest_collection_modifyitems(config, items):
     items[:] = kept
 
 
-#: Runs of neighbouring tests a --shard slice takes, spread over the suite.
-RUNS_PER_SHARD = 4
+#: Runs of neighbouring tests a --shard slice takes, spread over the suite. Slow tests come
+#: in clusters (a file's parametrisations of one slow case): at 4 runs a shard, the GPU
+#: suite's 16 shards on an H100 took 42 to over 270 s; shorter runs spread a cluster over
+#: more shards, at the price of a module-scoped fixture set up in more of them.
+RUNS_PER_SHARD = 12
 
 
 def _runs_of_shard(count: int, k: int, n: int) -> list[slice]:
