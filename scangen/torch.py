@@ -95,9 +95,19 @@ def _call(name: str, *args):
 
     if not _REGISTERED:
         _ops()
-    if _eager(torch, args):
+    if _eager(torch, args) and (_DEFINITIONS[name].backward is not None or
+                                not _recorded(torch, args)):
         return _eager_functions()[name](*args)
     return getattr(torch.ops.scangen, name)(*args)
+
+
+def _recorded(torch, args) -> bool:
+    """Whether autograd records a call of these arguments. An operator without a gradient
+    (the recurrence's gradients, in a backward with create_graph=True) is then called as
+    the operator, whose backward says it has none: called bare, it would record nothing,
+    and a second derivative would silently leave out its part."""
+    return torch.is_grad_enabled() and any(
+        a.requires_grad for a in args if isinstance(a, torch.Tensor))
 
 
 def _on_gpu(x, name: str):

@@ -205,3 +205,22 @@ def test_a_traced_or_fake_call_takes_the_operators():
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(torch.empty(3))
         assert not differentiable._eager(torch, (fake, 0, False))
+
+
+def test_a_second_derivative_of_the_recurrence_is_refused_on_the_eager_path(monkeypatch):
+    """The gradients' operator has no gradient of its own: with create_graph=True an eager
+    backward calls it as the operator, so differentiating the gradients raises torch's
+    error instead of silently leaving their part out."""
+    monkeypatch.setattr(differentiable, "_DEFINITIONS", {
+        name: d._replace(run=d.fake) for name, d in differentiable._DEFINITIONS.items()})
+    monkeypatch.setattr(differentiable, "_eager", lambda torch, args: True)
+    differentiable._eager_functions.cache_clear()
+    try:
+        x, b = meta(), meta()
+        h = differentiable.linear_recurrence(x, b, 1, h0=0.5)
+        grad_x, = torch.autograd.grad(h.sum(), (x,), create_graph=True)
+        assert grad_x.requires_grad
+        with pytest.raises(RuntimeError, match="no autograd formula"):
+            grad_x.sum().backward()
+    finally:
+        differentiable._eager_functions.cache_clear()

@@ -159,6 +159,19 @@ def test_an_eager_call_skips_torchs_dispatcher_and_a_compiled_one_does_not(torch
                                    differentiable._ops().cumsum(x, 1, False))
 
 
+def test_second_derivatives_of_a_sum_and_none_of_the_recurrence(torch):
+    """cumsum's backward is cumsum again, so it differentiates twice (gradgradcheck); the
+    recurrence's gradients have no gradient of their own, and differentiating them raises
+    rather than leaving their part out."""
+    x = torch.randn(SHAPE, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: differentiable.cumsum(t, 1), (x,))
+    a = (0.5 + 0.5 * torch.rand(SHAPE, dtype=torch.float64, device="cuda")).requires_grad_(True)
+    h = differentiable.linear_recurrence(a, x, 1)
+    grad_a, = torch.autograd.grad(h.sum(), (a,), create_graph=True)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        grad_a.sum().backward()
+
+
 def test_inside_torch_compile(torch):
     """A compiled model (fullgraph: no graph break) calls the scans as opaque operators and
     gets eager's values and gradients."""
