@@ -271,7 +271,8 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     float32 and only ``h`` rounded back). ``h0`` is a number, the same for every line, or
     a C-contiguous array of their kind and dtype with one value per line: the shape of
     ``a`` without ``axis`` (the state a previous chunk of the lines ended in). Returns
-    ``h`` (a new array of their kind, or ``out``). ``stream`` and ``**options`` as for
+    ``h`` (a new array of their kind, or ``out``, which may be ``a`` or ``b`` itself but
+    shares no other memory with them or ``h0``). ``stream`` and ``**options`` as for
     scangen.associative_scan. Floating-point results differ from a sequential loop in the
     last bits: the maps are composed in a tree.
     """
@@ -279,6 +280,17 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
     call, shape, dtype, form, _ = _recurrence_call(stream, {"a": a, "b": b}, {"h": out},
                                                    axis, h0)
     views = call.views
+    given = views["h"]
+    for name in ("a", "b", "h0"):
+        # h may be a or b themselves (each element is read before its own is written), but
+        # no other memory they or h0 (read at every step of a line) hold
+        view = views.get(name)
+        if given is not None and view is not None and given.size and view.size and \
+                overlaps(view, given) and (name == "h0" or view.ptr != given.ptr):
+            raise ValueError(f"out overlaps {name}"
+                             + (": every step of a line reads h0" if name == "h0" else
+                                f" without being {name}: pass out={name} to write in place")
+                             + ", or give out memory of its own")
     out = call.outputs({"h": out}, shape, dtype)["h"]
     pointers = (views["a"].ptr, views["b"].ptr, views["h"].ptr)
     if form == "lines":

@@ -108,6 +108,27 @@ def test_a_per_line_h0_is_checked_before_any_work(monkeypatch):
     assert launch.values[3:] == (0x4000,)  # h0: the kernels know each element's line
 
 
+def test_the_recurrence_writes_in_place_or_to_memory_of_its_own(monkeypatch):
+    """out may be a or b itself (each element is read before its own is written); any
+    other overlap with them, or any overlap with an h0 array (read at every step of its
+    line), is refused before any work."""
+    simulate_device(monkeypatch)
+    launched = record_launches(monkeypatch)
+
+    def array(address, shape=(3, 5)):
+        return FakeDeviceArray(shape, np.float32, address=address)
+    a, b, h0 = array(0x10000), array(0x20000), array(0x30000, (5,))
+    for out in (a, b, array(0x20000)):  # the last: b's memory under another view
+        assert scangen.linear_recurrence(a, b, axis=0, h0=h0, out=out) is out
+    assert [launch.values[2] for launch in launched] == [0x10000, 0x20000, 0x20000]
+    for out, message in [(array(0x10004), "out overlaps a without being a"),
+                         (array(0x1fff0), "out overlaps b without being b"),
+                         (array(0x2fff0), "out overlaps h0: every step of a line reads h0")]:
+        with pytest.raises(ValueError, match=message):
+            scangen.linear_recurrence(a, b, axis=0, h0=h0, out=out)
+    assert len(launched) == 3
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 def test_gradient_kernels_read_their_own_step_and_h_one_step_back(reverse):
     """The gradients' scan runs against the recurrence's direction over (conj(a), conj(a)
