@@ -236,11 +236,17 @@ def _extreme_backward(ctx, grad_values, grad_indices):
         None
 
 
-def _recurrence(a, b, dim, h0_real, h0_imag, reverse):
-    h0 = complex(h0_real, h0_imag) if h0_imag or a.is_complex() else h0_real
+def _recur(a, b, dim, h0, reverse):
+    """scangen.linear_recurrence of the tensors (made contiguous) from ``h0``, a number or
+    a contiguous tensor: the two recurrence operators' one implementation."""
     with in_a_borrowed_thread():
         return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim, h0=h0,
                                   reverse=reverse)
+
+
+def _recurrence(a, b, dim, h0_real, h0_imag, reverse):
+    return _recur(a, b, dim, complex(h0_real, h0_imag) if h0_imag or a.is_complex() else
+                  h0_real, reverse)
 
 
 def _recurrence_setup(ctx, inputs, output):
@@ -256,9 +262,7 @@ def _recurrence_backward(ctx, grad_h):
 
 
 def _recurrence_from(a, b, h0, dim, reverse):
-    with in_a_borrowed_thread():
-        return _linear_recurrence(a.contiguous(), b.contiguous(), axis=dim,
-                                  h0=h0.contiguous(), reverse=reverse)
+    return _recur(a, b, dim, h0.contiguous(), reverse)
 
 
 def _from_setup(ctx, inputs, output):
@@ -275,18 +279,21 @@ def _from_backward(ctx, grad_h):
 
 # The gradients of a recurrence, in one scan (scangen.linear_recurrence_gradients). No
 # gradient of their own: a second derivative of the recurrence is not supported.
-def _gradients(a, h, grad_h, dim, h0_real, h0_imag, reverse):
+def _differentiate(a, h, grad_h, dim, h0, reverse):
+    """scangen.linear_recurrence_gradients of the tensors (made contiguous) from ``h0``, a
+    number or a contiguous tensor: the two gradients operators' one implementation."""
     with in_a_borrowed_thread():
         return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
-                                            grad_h.contiguous(), axis=dim,
-                                            h0=complex(h0_real, h0_imag), reverse=reverse)
+                                            grad_h.contiguous(), axis=dim, h0=h0,
+                                            reverse=reverse)
+
+
+def _gradients(a, h, grad_h, dim, h0_real, h0_imag, reverse):
+    return _differentiate(a, h, grad_h, dim, complex(h0_real, h0_imag), reverse)
 
 
 def _gradients_from(a, h, grad_h, h0, dim, reverse):
-    with in_a_borrowed_thread():
-        return _linear_recurrence_gradients(a.contiguous(), h.contiguous(),
-                                            grad_h.contiguous(), axis=dim,
-                                            h0=h0.contiguous(), reverse=reverse)
+    return _differentiate(a, h, grad_h, dim, h0.contiguous(), reverse)
 
 
 def _like(x, *_):
@@ -333,16 +340,21 @@ _DEFINITIONS = {
 
 #: Whether this process has registered the operators (_ops).
 _REGISTERED = False
+#: _tracing_probes, found with the operators (before any tracing, and not again on every
+#: call: an import costs about half a microsecond); None: every call takes the operators.
+_TRACING_PROBES = None
 
 
 @functools.lru_cache(maxsize=None)
 def _ops():
     """The custom operators ``torch.ops.scangen.*`` of _DEFINITIONS (registered on first
     use, once per process): what torch.compile traces as opaque calls."""
-    global _REGISTERED
+    global _REGISTERED, _TRACING_PROBES
+    import torch
     from torch.library import custom_op
 
     _REGISTERED = True
+    _TRACING_PROBES = _tracing_probes(torch)
     ops = {}
     for name, definition in _DEFINITIONS.items():
         op = custom_op(f"scangen::{name}", definition.run, mutates_args=(),
@@ -375,16 +387,24 @@ def _eager_functions() -> dict:
     return functions
 
 
+def _tracing_probes(torch):
+    """``(is_compiling, current_dispatch_mode)``: torch's calls that tell whether it is
+    tracing, or None in a torch without them."""
+    try:
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+        return torch.compiler.is_compiling, _get_current_dispatch_mode
+    except (ImportError, AttributeError):
+        return None
+
+
 def _eager(torch, args) -> bool:
     """Whether a call of these arguments may skip the operators: outside torch.compile
     and any tracing mode, with plain CUDA tensors (not fake, meta or subclass ones). A
     torch without the calls that tell takes the operators."""
-    try:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
-        compiling = torch.compiler.is_compiling()
-    except (ImportError, AttributeError):
+    if _TRACING_PROBES is None:
         return False
-    return not compiling and _get_current_dispatch_mode() is None and \
+    is_compiling, current_dispatch_mode = _TRACING_PROBES
+    return not is_compiling() and current_dispatch_mode() is None and \
         all(type(a) is torch.Tensor and a.is_cuda for a in args if isinstance(a, torch.Tensor))
 
 

@@ -200,7 +200,11 @@ def test_a_traced_or_fake_call_takes_the_operators():
     """What decides between the two paths: meta tensors, fake tensors and torch.compile's
     tracing take the operators; CUDA tensors outside them (checked on the GPU) do not."""
     from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+    differentiable._ops()  # finds torch's calls that tell whether it traces, once
+    assert differentiable._TRACING_PROBES == (torch.compiler.is_compiling,
+                                              _get_current_dispatch_mode)
     assert not differentiable._eager(torch, (meta(), 1, False))
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(torch.empty(3))
