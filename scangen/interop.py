@@ -465,8 +465,10 @@ def check_array(name, array, dtype, length=None) -> None:
 
 
 def overlaps(a, b) -> bool:
-    """Whether two array views share any byte."""
-    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes
+    """Whether two array views share any byte (an empty one shares none, wherever its
+    address points)."""
+    return a.nbytes > 0 and b.nbytes > 0 and a.ptr < b.ptr + b.nbytes and \
+        b.ptr < a.ptr + a.nbytes
 
 
 # ----------------------------------------------------------------- a kernel's arguments

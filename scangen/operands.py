@@ -93,7 +93,7 @@ def _run(kernels_of, names, arrays, out, axis, stream, initial):
             raise ValueError(f"out for {name} must have shape {shape} and dtype {x.dtype}, "
                              f"not {o.shape} {o.dtype}")
         for j in range(len(arrays)):
-            if outs[k] is not arrays[j] and overlaps(views[f"x_{j}"], o) and o.size:
+            if outs[k] is not arrays[j] and overlaps(views[f"x_{j}"], o):
                 raise ValueError(f"out for {name} overlaps an operand without being it")
     line_shape(shape, axis)  # a bad axis raises before any allocation
     for k in range(len(arrays)):
@@ -285,8 +285,8 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
         # h may be a or b themselves (each element is read before its own is written), but
         # no other memory they or h0 (read at every step of a line) hold
         view = views.get(name)
-        if given is not None and view is not None and given.size and view.size and \
-                overlaps(view, given) and (name == "h0" or view.ptr != given.ptr):
+        if given is not None and view is not None and overlaps(view, given) and \
+                (name == "h0" or view.ptr != given.ptr):
             raise ValueError(f"out overlaps {name}"
                              + (": every step of a line reads h0" if name == "h0" else
                                 f" without being {name}: pass out={name} to write in place")
@@ -327,7 +327,7 @@ def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False
     for name, out in given.items():  # the kernel reads neighbouring steps of its inputs
         for other in ("a", "h", "grad_h", "h0", *given):
             if other != name and views.get(other) is not None and out is not None and \
-                    out.size and overlaps(views[other], out):
+                    overlaps(views[other], out):
                 raise ValueError(f"{name} overlaps {other}: the gradients are written to "
                                  "memory of their own")
     outputs = call.outputs({"grad_a": grad_a, "grad_b": grad_b}, shape, dtype)

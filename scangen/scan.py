@@ -231,7 +231,7 @@ class Scan:
         if not in_place:
             if out.shape != x.shape:
                 raise ValueError(f"out has shape {out.shape}, but x has shape {x.shape}")
-            if x.size and overlaps(x, out):
+            if overlaps(x, out):
                 raise ValueError("out overlaps x without being x; pass out=x to scan in place")
 
 

@@ -180,7 +180,7 @@ class _Compaction:
             view = call.views.get(source)
             # Kept elements move to earlier places that other blocks may still read; and
             # the kernel declares its arrays __restrict__.
-            if view is not None and view.size and out.size and overlaps(view, out):
+            if view is not None and overlaps(view, out):
                 raise ValueError(f"{name} overlaps {source}; compaction cannot work in place")
         return given, out
 
@@ -541,7 +541,7 @@ class RunLengthEncode(_Compaction):
         n = call.views["x"].size
         values, values_view = self._output(call, values, n, "values")
         counts, counts_view = self._output(call, counts, n, "counts", np.dtype(np.int64))
-        if values_view.size and counts_view.size and overlaps(values_view, counts_view):
+        if overlaps(values_view, counts_view):
             raise ValueError("values overlaps counts; give separate arrays")
         if n < _ONE_PASS_BELOW:
             count, count_view = self._launch(call, [call.views["x"], values_view, counts_view],

@@ -779,3 +779,15 @@ def test_pycuda_results_come_from_a_pool_per_context_and_stream(monkeypatch):
         empty=lambda shape, dtype, allocator: seen.update(allocator=allocator)))
     interop.PYCUDA.empty((4,), np.dtype(np.float32), None, RawStream(0x1234), False)
     assert seen["allocator"].__self__ is pool.allocator(RawStream(0x1234)).__self__
+
+
+def test_views_overlap_where_they_share_a_byte_and_an_empty_one_shares_none():
+    def view(ptr, size):
+        return interop.DeviceArray(ptr, (size,), np.dtype(np.float32), None)
+
+    whole = view(0x1000, 16)  # bytes 0x1000 .. 0x103f
+    assert interop.overlaps(whole, view(0x103c, 4)) and interop.overlaps(view(0xffc, 2), whole)
+    assert not interop.overlaps(whole, view(0x1040, 4))  # just past its end
+    assert not interop.overlaps(view(0xff0, 4), whole)  # ends where it starts
+    for empty in (view(0x1010, 0), view(0x1000, 0)):  # an address inside, no bytes
+        assert not interop.overlaps(whole, empty) and not interop.overlaps(empty, whole)
