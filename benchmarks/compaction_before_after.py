@@ -23,13 +23,9 @@ def time_side(label: str, args) -> None:
     import cupy
 
     import scangen
-    from scangen.bench import Timer
-    from scangen.compile import current_context, require_pycuda
     from scangen.workloads import parse_size
 
-    driver = require_pycuda()
-    current_context()
-    timer = Timer(driver, 7, 3, queued=True)
+    timer = sides.queued_timer(7)
     rng = np.random.default_rng(5)
     for n in [parse_size(s) for s in args.cases]:
         values = rng.random(n, dtype=np.float32)

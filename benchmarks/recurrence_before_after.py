@@ -23,12 +23,8 @@ def time_side(label: str, args) -> None:
     import torch
 
     import scangen
-    from scangen.bench import Timer
-    from scangen.compile import current_context, require_pycuda
 
-    driver = require_pycuda()
-    current_context()
-    timer = Timer(driver, 9, 3, queued=True)
+    timer = sides.queued_timer()
     torch.manual_seed(5)
     for case in args.cases:
         dims, axis = case.split(":")

@@ -41,3 +41,14 @@ def run(script: str, args, made: argparse.ArgumentParser, time_side) -> int:
                             *args.cases],
                            env=dict(os.environ, **{_SOURCE: str(source)}), check=True)
     return 0
+
+
+def queued_timer(trials: int = 9):
+    """A scangen.bench.Timer of queued calls (the GPU's time a call, the median of
+    ``trials``), on the primary context made current, for the scangen first on sys.path."""
+    from scangen.bench import Timer
+    from scangen.compile import current_context, require_pycuda
+
+    driver = require_pycuda()
+    current_context()
+    return Timer(driver, trials, 3, queued=True)
