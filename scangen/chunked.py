@@ -96,7 +96,7 @@ class CarryScan:
             views["carry_out"] = call.empty((1,), self.dtype)[1]
         self.launch([views[name].ptr for name in ("x", "out", "carry_in", "carry_out")],
                     views["x"].size, call.stream)
-        return out
+        return call.returned(out)
 
 
 class ChunkTotal:
@@ -119,7 +119,7 @@ class ChunkTotal:
         total, total_view = call.empty((1,), self.kernel.dtype)
         self.kernel.launch_converted((x_view.ptr, total_view.ptr),
                                      x_view.size, call.stream)
-        return total
+        return call.returned(total)
 
 
 @functools.lru_cache(maxsize=64)

@@ -11,8 +11,10 @@ Every public entry point converts at its boundary, through a :class:`Call`:
   arrays by dtype, scalars converted to their C type, ``n`` against the first array;
 * outputs are allocated by the caller's library (``cupy.empty``, ``torch.empty`` on the
   input's device, ``gpuarray.empty``), so what is returned is native and owns its memory.
-  Producers scangen does not know (Numba, JAX, ...) get pycuda GPUArrays back, which they
-  read through ``__cuda_array_interface__``;
+  A DLPack producer that names its library (``__array_namespace__``: JAX, ...) gets that
+  library's arrays back, its ``from_dlpack`` of the memory scangen wrote (scangen.dlpack;
+  ``Call.returned``); other producers scangen does not know (Numba, ...) get pycuda
+  GPUArrays, which they read through ``__cuda_array_interface__``;
 * the stream: ``stream=`` may be a pycuda Stream, a CuPy or torch stream, any object with
   ``__cuda_stream__``, or a raw CUstream handle (int). Without one, the work is ordered on
   the array library's current stream (``torch.cuda.current_stream(device)``,
@@ -24,11 +26,11 @@ tensor if its library is already in ``sys.modules``.
 """
 from __future__ import annotations
 
-import ctypes
 import sys
 
 import numpy as np
 
+from . import dlpack
 from .args import INITIAL_ARGUMENT, convert_scalar
 from .plan import as_count
 from .runtime import contexts, gpu, streams
@@ -125,6 +127,8 @@ class _Kind:
     checks what the kernels need (CUDA memory, C order, the context's device)."""
 
     label = ""
+    #: Whether a call's results go back through hand_back (Call.returned).
+    hands_back = False
 
     def view(self, value, name: str, stream) -> DeviceArray:
         raise NotImplementedError
@@ -144,6 +148,12 @@ class _Kind:
         written on ``stream``; ``current``: that is the library's current stream. A pycuda
         GPUArray's memory comes from scangen's pool for that stream (runtime/pool.py)."""
         return gpu.gpuarray().empty(shape, dtype, allocator=allocator(stream))
+
+    def hand_back(self, result, like, stream):
+        """What a call returns for ``result`` (arrays ``empty`` made, in a tuple or not),
+        once its work is queued on ``stream``, where ``hands_back``; ``like``: the call's
+        first array."""
+        return result
 
     def new_view(self, native, shape, dtype) -> DeviceArray:
         """The view of an array ``empty`` just made (packed, on the context's device, of
@@ -297,18 +307,13 @@ class _ArrayInterface(_Kind):
         return parse_cuda_array_interface(value.__cuda_array_interface__, "x").stream
 
 
-#: DLPack's device types for CUDA memory: kDLCUDA, kDLCUDAManaged.
-_DLPACK_CUDA = (2, 13)
-#: DLPack's type codes -> numpy kinds: int, uint, float, complex, bool.
-_DLPACK_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
-
-
 class _DLPack(_Kind):
     label = "DLPack array"
+    hands_back = True
 
     def view(self, value, name, stream):
         device_type, device_id = value.__dlpack_device__()
-        if device_type not in _DLPACK_CUDA:
+        if device_type not in dlpack.CUDA_DEVICES:
             raise TypeError(f"{name} is not in CUDA device memory (DLPack device type "
                             f"{device_type}); copy it to the GPU first")
         _check_device(name, device_id)
@@ -316,7 +321,37 @@ class _DLPack(_Kind):
         capsule = value.__dlpack__(stream=1 if stream is None else stream.handle)
         ptr, shape, dtype = parse_dlpack_capsule(capsule, name)
         # The capsule keeps the producer's memory alive; its destructor releases it.
-        return DeviceArray(ptr, shape, dtype, (value, capsule))
+        return DeviceArray(ptr, shape, dtype, (value, capsule), _immutable(value))
+
+    def hand_back(self, result, like, stream):
+        """``result`` with each GPUArray in it (the call made them all: its arrays are of
+        this kind) handed over to ``like``'s library through the array API's
+        ``from_dlpack``, without a copy: a JAX caller gets JAX arrays. Where ``like`` names
+        no such library (``__array_namespace__``), or for a struct dtype (DLPack has no
+        type for it), the GPUArrays themselves."""
+        namespace = getattr(like, "__array_namespace__", None)
+        from_dlpack = getattr(namespace(), "from_dlpack", None) if namespace else None
+        if from_dlpack is None:
+            return result
+        return _handed_over(result, from_dlpack, gpu.gpuarray().GPUArray, stream)
+
+
+def _handed_over(item, from_dlpack, array_type, stream):
+    """_DLPack.hand_back's result, item by item (a function, not a closure: see _to_host)."""
+    if isinstance(item, tuple):
+        return tuple(_handed_over(part, from_dlpack, array_type, stream) for part in item)
+    if not isinstance(item, array_type) or dlpack.type_of(item.dtype) is None:
+        return item
+    # an empty GPUArray has no memory, and its .ptr raises
+    ptr = item.ptr if item.size else 0
+    return dlpack.hand_over(from_dlpack, ptr, item.shape, item.dtype, _context_device(), item,
+                            stream, streams.order_after)
+
+
+def _immutable(value) -> bool:
+    """Whether ``value`` is an array its library never changes once made (JAX's): scangen
+    reads it, and refuses to write its results there."""
+    return type(value).__module__.split(".")[0] in ("jax", "jaxlib")
 
 
 PYCUDA, CUPY, TORCH, ARRAY_INTERFACE, DLPACK = (_PyCUDA(), _CuPy(), _Torch(), _ArrayInterface(),
@@ -400,7 +435,9 @@ class Call:
                 view = views[name] = kind.view(value, name, stream)
             # Only views scangen made can be read-only (a GPUArray, its own view, cannot).
             if type(view) is DeviceArray and view.readonly and name in writes:
-                raise ValueError(f"{name} is read-only; scangen writes its results there")
+                raise ValueError(f"{name} is read-only (a JAX array, or a view its library "
+                                 "marks read-only), and scangen writes there: pass a writable "
+                                 f"array, or leave {name} out where the call makes one")
         if kind is None:  # no array given: pycuda's kind, on the stream given
             kind, self._default_stream = PYCUDA, stream is None
             stream = as_stream(stream)
@@ -433,6 +470,15 @@ class Call:
         native = self.kind.empty(shape, dtype, self.like, self.stream, self._default_stream)
         # Kinds without an allocator of their own (DLPack, the array interface) get GPUArrays.
         return native, self.kind.new_view(native, shape, dtype)
+
+    def returned(self, result):
+        """``result`` (what the call returns: its arrays, a tuple of them and numbers) as the
+        caller gets it, called once the call's work is queued: itself, but for a kind whose
+        results go back to the caller's own library (_Kind.hand_back: a DLPack producer's,
+        such as JAX)."""
+        if not self.kind.hands_back:
+            return result
+        return self.kind.hand_back(result, self.like, self.stream)
 
     def outputs(self, given: dict, shape, dtype) -> dict:
         """``given`` (output name -> array, or None) with a new array of the call's kind, of
@@ -678,44 +724,17 @@ def parse_cuda_array_interface(interface, name="x") -> _Interface:
     return _Interface(ptr, shape, dtype, readonly, stream)
 
 
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
-
-
-_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_pointer.restype = ctypes.c_void_p
-_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
 def parse_dlpack_capsule(capsule, name="x"):
     """``(address, shape, dtype)`` of an unconsumed "dltensor" capsule (C-contiguous only).
     The capsule is left unconsumed, so its destructor frees the tensor when it goes."""
-    try:
-        address = _capsule_pointer(capsule, b"dltensor")
-    except ValueError:
-        raise TypeError(f"{name}.__dlpack__() did not return a 'dltensor' capsule") from None
-    tensor = _DLManagedTensor.from_address(address).dl_tensor
-    kind = _DLPACK_KINDS.get(tensor.dtype.code)
-    if kind is None or tensor.dtype.lanes != 1 or tensor.dtype.bits % 8:
+    tensor = dlpack.capsule_tensor(capsule)
+    if tensor is None:
+        raise TypeError(f"{name}.__dlpack__() did not return a 'dltensor' capsule")
+    dtype = dlpack.numpy_dtype(tensor.dtype)
+    if dtype is None:
         raise TypeError(f"{name} has DLPack type (code {tensor.dtype.code}, "
                         f"{tensor.dtype.bits} bits, {tensor.dtype.lanes} lanes), which scangen "
                         "does not scan")
-    dtype = np.dtype(f"{kind}{tensor.dtype.bits // 8}") if kind != "b" else np.dtype(bool)
     shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
     if tensor.strides:
         strides = tuple(tensor.strides[i] * dtype.itemsize for i in range(tensor.ndim))

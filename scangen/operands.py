@@ -103,7 +103,7 @@ def _run(kernels_of, names, arrays, out, axis, stream, initial):
     pointers = tuple(views[f"x_{k}"].ptr for k in range(len(arrays))) + \
         tuple(views[f"out_{k}"].ptr for k in range(len(arrays)))
     kernels.launch(pointers, shape, axis, call.stream, initial)
-    return tuple(results[f"out_{k}"] for k in range(len(arrays)))
+    return call.returned(tuple(results[f"out_{k}"] for k in range(len(arrays))))
 
 
 def associative_scan(operator, operands, axis=-1, *, mode="inclusive", reverse=False,
@@ -297,7 +297,7 @@ def linear_recurrence(a, b, axis=-1, *, h0=None, reverse=False, out=None, stream
         pointers += (views["h0"].ptr,)
     _recurrence_kernels(dtype, reverse, form, key).launch(
         pointers, shape, axis, call.stream, (1, h0) if form == "number" else None)
-    return out
+    return call.returned(out)
 
 
 def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False,
@@ -339,7 +339,7 @@ def linear_recurrence_gradients(a, h, grad_h, axis=-1, *, h0=None, reverse=False
         pointers += (number.real, number.imag)
     _gradient_kernels(dtype, reverse, form, key).launch(pointers, shape, axis, call.stream,
                                                         None)
-    return outputs["grad_a"], outputs["grad_b"]
+    return call.returned((outputs["grad_a"], outputs["grad_b"]))
 
 
 def _recurrence_call(stream, inputs: dict, outputs: dict, axis, h0):

@@ -185,9 +185,9 @@ class Scan:
         by that library (see scangen.interop). ``axis`` (default: the last) is the axis
         scanned, every line along it on its own. ``stream`` (a pycuda, CuPy or torch stream,
         or a raw handle) defaults to the array library's current stream."""
-        out, pointers, shape, stream = self._arrays(x, out, stream, initial)
-        self.lines.launch(pointers, shape, axis, stream, initial)
-        return out
+        call, out, pointers, shape = self._arrays(x, out, stream, initial)
+        self.lines.launch(pointers, shape, axis, call.stream, initial)
+        return call.returned(out)
 
     def prepare(self, x, out=None, *, axis=-1, stream=None, initial=None) -> PreparedScan:
         """This call bound once, for a scan run again and again on the same arrays: checks
@@ -195,15 +195,16 @@ class Scan:
         arrays' current stream now, where none is given) and binds the plan. Returns a
         PreparedScan whose every call ``run()`` scans ``x``'s contents at that time into
         ``out`` and returns ``out``, doing nothing else on the host (see __call__ for the
-        arguments)."""
-        out, pointers, shape, stream = self._arrays(x, out, stream, initial)
-        launch = self.lines.prepare(pointers, shape, axis, stream, initial, keep=(x, out))
+        arguments). A new ``out`` for a DLPack producer's arrays is a pycuda GPUArray: a
+        library's array handed over once (a JAX array) would not see the later runs."""
+        call, out, pointers, shape = self._arrays(x, out, stream, initial)
+        launch = self.lines.prepare(pointers, shape, axis, call.stream, initial, keep=(x, out))
         return PreparedScan(launch, out)
 
     def _arrays(self, x, out, stream, initial):
-        """(out, pointers, shape, stream) of a call: the arrays checked, ``out`` made where
-        None, the stream resolved (scangen.interop), a bad ``initial`` refused before any
-        work."""
+        """(call, out, pointers, shape) of a call: the arrays checked, ``out`` made where
+        None, the stream resolved (scangen.interop.Call), a bad ``initial`` refused before
+        any work."""
         call = Call(stream, {"x": x, "out": out}, writes=("out",))
         x_view, out_view = call.views["x"], call.views["out"]
         self._check_arrays(x_view, out_view, out is x)
@@ -212,7 +213,7 @@ class Scan:
         if out is None:
             out, out_view = call.empty(x_view.shape, self.dtype)
         # ints: the launch packs them as pointers
-        return out, (x_view.ptr, out_view.ptr), tuple(x_view.shape), call.stream
+        return call, out, (x_view.ptr, out_view.ptr), tuple(x_view.shape)
 
     def _check_arrays(self, x, out, in_place):
         """Check the views (scangen.interop) of the input and of out (None: a new one) against

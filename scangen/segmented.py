@@ -459,6 +459,10 @@ class SegmentedScan:
             raise TypeError("give exactly one of flags=, offsets= or keys=")
         (form, index), = given.items()
         call = Call(stream, {"x": x, "out": out, form: index}, writes=("out",))
+        return call.returned(self._scan(call, form, out, axis, initial, check_offsets))
+
+    def _scan(self, call, form, out, axis, initial, check_offsets):
+        """__call__'s work on its Call: returns ``out``, made where None."""
         x_view, index = call.views["x"], call.views[form]
         if len(x_view.shape) == 0:
             raise ValueError("x must have at least one dimension, got a 0-d array")

@@ -223,9 +223,9 @@ class _Compaction:
         out, out_view = self._output(call, out, n)
         count, _ = self._launch(call, [call.views["x"], out_view], n, count_on_device)
         if count_on_device:
-            return out, count
+            return call.returned((out, count))
         kept = self._read(count, call.stream)
-        return _leading(out, kept) if trimmed else (out, kept)
+        return call.returned(_leading(out, kept) if trimmed else (out, kept))
 
 
 class Select(_Compaction):
@@ -314,8 +314,8 @@ class Select(_Compaction):
         out, out_view = self._output(call, out, n)
         count, _ = self._launch(call, arrays + [out_view], n, count_on_device)
         if count_on_device:
-            return out, count
-        return _leading(out, self._read(count, call.stream))
+            return call.returned((out, count))
+        return call.returned(_leading(out, self._read(count, call.stream)))
 
 
 #: Where a partition puts the element at i that its predicate rejects: after the trues in
@@ -556,9 +556,9 @@ class RunLengthEncode(_Compaction):
                                              "starts": starts, "count": count_view,
                                              "counts": counts_view}, call.stream)
         if count_on_device:
-            return values, counts, count
+            return call.returned((values, counts, count))
         runs = self._read(count_view, call.stream)
-        return _leading(values, runs), _leading(counts, runs)
+        return call.returned((_leading(values, runs), _leading(counts, runs)))
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------

@@ -221,7 +221,7 @@ class Histogram(ModuleOwner):
                           call.stream, dict(low=low, high=high, span=high - low,
                                             scale_in_bins=bins / (high - low),
                                             margin_in_bins=margin))
-        return counts, edges.copy()
+        return call.returned(counts), edges.copy()
 
 
 @functools.lru_cache(maxsize=32)

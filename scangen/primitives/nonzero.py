@@ -92,8 +92,8 @@ class FlatNonzero(_Compaction):
         out, out_view = self._output(call, out, n, dtype=np.dtype(np.int64))
         count, _ = self._launch(call, [call.views["x"], out_view], n, count_on_device)
         if count_on_device:
-            return out, count
-        return _leading(out, self._read(count, call.stream))
+            return call.returned((out, count))
+        return call.returned(_leading(out, self._read(count, call.stream)))
 
 
 @functools.lru_cache(maxsize=32)

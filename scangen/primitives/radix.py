@@ -608,7 +608,7 @@ class RadixDigitOffsets:
         digit_start, digit_start_view = call.empty((1 << self.bits,), np.int64)
         self._runtime.run(plan, {"keys": view, "dest": dest_view,
                                  "digit_start": digit_start_view}, call.stream)
-        return dest, digit_start
+        return call.returned((dest, digit_start))
 
 
 class RadixSort(ModuleOwner):
@@ -671,7 +671,7 @@ class RadixSort(ModuleOwner):
         if n:
             self._runtime.run(plan, {"keys": keys, "values": values, "out_keys": out_keys_view,
                                      "out_values": out_values_view}, call.stream)
-        return (out_keys, out_values) if carries else out_keys
+        return call.returned((out_keys, out_values) if carries else out_keys)
 
 
 # --- one-shot functions: cached objects, so a repeated call compiles nothing --------------

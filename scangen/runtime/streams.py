@@ -77,6 +77,7 @@ _SIGNATURES = {
     "cuEventRecord": [_VOID_P, _VOID_P],
     "cuEventSynchronize": [_VOID_P],
     "cuEventDestroy_v2": [_VOID_P],
+    "cuStreamWaitEvent": [_VOID_P, _VOID_P, _UINT],
     "cuMemHostRegister_v2": [_VOID_P, _SIZE_T, _UINT],
     "cuMemHostUnregister": [_VOID_P],
     "cuMemHostGetFlags": [ctypes.POINTER(_UINT), _VOID_P],
@@ -215,6 +216,19 @@ def synchronize(stream) -> None:
         stream.synchronize()
 
 
+def order_after(stream, handle: int) -> None:
+    """Have the stream of ``handle`` (a raw CUstream, 1: the legacy default stream, 2: the
+    per-thread one) run its next work after the work queued on ``stream`` (as launches
+    take it: None is the legacy default stream), by an event; nothing where they are one
+    stream."""
+    ours = 1 if stream is None else stream.handle
+    if handle in (0, 1) and ours in (0, 1) or handle == ours:
+        return
+    event = StreamEvent()  # the wait keeps what it waits for: the event may go at once
+    event.record(stream)
+    event.make_wait(handle)
+
+
 def copy_to_host(host, address: int, stream) -> None:
     """Copy device memory at ``address`` into the numpy array ``host``, after the work
     queued on ``stream``."""
@@ -265,6 +279,12 @@ class StreamEvent:
     def synchronize(self) -> None:
         """Wait for the work queued before the last record."""
         _check(_lib().cuEventSynchronize(ctypes.c_void_p(self.handle)), "cuEventSynchronize")
+
+    def make_wait(self, handle: int) -> None:
+        """Have the stream of ``handle`` run what is queued on it next only after the work
+        queued before the last record."""
+        _check(_lib().cuStreamWaitEvent(ctypes.c_void_p(handle), ctypes.c_void_p(self.handle),
+                                        0), "cuStreamWaitEvent")
 
     def __del__(self):
         # At interpreter exit the context may be gone, and with it the event.

@@ -13,7 +13,8 @@ The layers, lowest first; a module imports modules of its own layer or lower one
    (runtime.contexts), streams, pooled memory, per-stream scratch, the GPU thread
 7. compile: nvcc or NVRTC (nvrtc) and the loaded modules, cached per context; the base of
    modules with kernels of their own (modules: described, planned, compiled)
-8. interop: other libraries' arrays and streams, a call's arguments
+8. interop: other libraries' arrays and streams, a call's arguments (dlpack: DLPack's
+   tensors, read and handed over)
 9. launch: a plan bound to compiled kernels and scratch (runtime.launcher; runtime.modules
    for modules with kernels of their own)
 10. scans: ScanKernel, Scan, SegmentedScan, the operator check, the one-shot scans
@@ -50,7 +51,7 @@ LAYERS = [
     ("runtime", ["runtime", "runtime.gpu", "runtime.contexts", "runtime.streams",
                  "runtime.pool", "runtime.scratch", "runtime.mapped", "runtime.gpu_thread"]),
     ("compile", ["nvrtc", "compile", "modules"]),
-    ("interop", ["interop"]),
+    ("interop", ["dlpack", "interop"]),
     ("launch", ["runtime.launcher", "runtime.modules"]),
     ("scans", ["kernel", "lines", "scan", "segmented", "check", "one_shot", "operands"]),
     ("primitives", ["primitives", "primitives.*"]),

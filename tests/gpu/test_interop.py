@@ -6,6 +6,8 @@ CuPy and torch are optional: each kind skips where its library is missing (the G
 has both). The CPU side of all this (parsing, errors, stream forms, the one-shot cache) is
 tests/cpu/test_interop.py.
 """
+import types
+
 import numpy as np
 import pytest
 
@@ -359,6 +361,51 @@ def test_other_producers_get_gpuarrays(gpu, rng, wrap):
     out = torch.full((x.size,), -1, dtype=torch.int32, device="cuda")
     scangen.Scan(np.int32, LAST_NONZERO)(wrap(torch.from_numpy(x).cuda()), wrap(out))
     np.testing.assert_array_equal(out.cpu().numpy(), expected(x, LAST_NONZERO, "inclusive"))
+
+
+class DLPackLibraryArray(DLPackOnly):
+    """A DLPack producer that names its library (``__array_namespace__``), as JAX's arrays
+    do: torch's tensors behind the array API's door, torch.from_dlpack the library's."""
+
+    def __array_namespace__(self, api_version=None):
+        return types.SimpleNamespace(from_dlpack=require_module("torch").from_dlpack)
+
+
+def test_results_go_back_to_a_dlpack_producers_library(gpu, rng):
+    """torch's tensors, sharing scangen's memory (no copy), correct when read at once on
+    torch's current stream, a non-blocking one (the scan runs on the legacy stream, behind a
+    delay), and the memory let go when torch lets go of the tensors."""
+    import gc
+    from scangen import dlpack
+
+    torch = require_module("torch")
+    held_before = len(dlpack._held)
+    x = random_input(rng, np.int64, "last_nonzero", 1_000_003)
+    source = torch.from_numpy(x).cuda()
+    stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(DELAY_CYCLES)  # on the legacy default stream, ahead of the scan
+    with torch.cuda.stream(stream):
+        y = scangen.Scan(np.int64, LAST_NONZERO)(DLPackLibraryArray(source))
+        got = y.cpu().numpy()  # on torch's current stream, at once
+    assert isinstance(y, torch.Tensor) and y.is_cuda and y.dtype == torch.int64
+    np.testing.assert_array_equal(got, expected(x, LAST_NONZERO, "inclusive"))
+    kept, count = scangen.Select(np.int64, "x != 0")(DLPackLibraryArray(source),
+                                                       count_on_device=True)
+    assert isinstance(kept, torch.Tensor) and int(count.item()) == int((x != 0).sum())
+    np.testing.assert_array_equal(kept[:int(count.item())].cpu().numpy(), x[x != 0])
+    a = torch.rand(8, 300, device="cuda") * 0.5 + 0.5
+    b = torch.rand(8, 300, device="cuda") - 0.5
+    h = scangen.linear_recurrence(DLPackLibraryArray(a), DLPackLibraryArray(b), axis=1)
+    want = torch.empty_like(b)
+    want[:, 0] = b[:, 0]
+    for t in range(1, b.shape[1]):
+        want[:, t] = a[:, t] * want[:, t - 1] + b[:, t]
+    torch.testing.assert_close(h, want, rtol=1e-5, atol=1e-5)
+    assert len(dlpack._held) == held_before + 4  # y, kept, count and h: torch holds them
+    del y, kept, count, h
+    gc.collect()
+    assert len(dlpack._held) == held_before
 
 
 def test_numba_arrays(gpu, rng):

@@ -4,6 +4,7 @@ generators, poisoned outputs, the reference with its tolerance, boundary sizes.
 Import from here instead of copying a helper into a test file.
 """
 import contextlib
+import ctypes
 import importlib
 import importlib.util
 import itertools
@@ -635,6 +636,96 @@ class FakeCupyArray:
 
     def __getitem__(self, key):
         return ("slice of", self, key)
+
+
+class FakeDLPack:
+    """A DLPack producer whose tensor lives in ctypes memory; ``namespace``: what its
+    ``__array_namespace__`` returns (None: it has none)."""
+
+    def __init__(self, shape, code=2, bits=32, strides=None, device_type=2, device_id=0,
+                 data=0x3000, byte_offset=0, namespace=None):
+        from scangen import dlpack
+
+        self.device = (device_type, device_id)
+        self.streams = []
+        self._shape = (ctypes.c_int64 * len(shape))(*shape)
+        self._strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
+        self.managed = dlpack.DLManagedTensor()
+        tensor = self.managed.dl_tensor
+        tensor.data, tensor.ndim, tensor.byte_offset = data, len(shape), byte_offset
+        tensor.device = dlpack.DLDevice(device_type, device_id)
+        tensor.dtype = dlpack.DLDataType(code, bits, 1)
+        tensor.shape = self._shape
+        if strides is not None:
+            tensor.strides = self._strides
+        if namespace is not None:
+            self.__array_namespace__ = lambda api_version=None: namespace
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None):
+        self.streams.append(stream)
+        return _NEW_CAPSULE(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+_PYTHON = ctypes.pythonapi
+_NEW_CAPSULE = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                                 ctypes.c_void_p)(("PyCapsule_New", _PYTHON))
+_CAPSULE_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _PYTHON))
+_CAPSULE_RENAME = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_SetName", _PYTHON))
+
+
+class ConsumedTensor:
+    """What FakeArrayNamespace.from_dlpack makes of a capsule: the tensor's fields, read as
+    a consumer reads them, and ``release()``, which calls its deleter as a consumer does
+    once done with the data."""
+
+    def __init__(self, address):
+        from scangen import dlpack
+
+        self.address = address
+        managed = dlpack.DLManagedTensor.from_address(address)
+        tensor = managed.dl_tensor
+        self.ptr, self.byte_offset = tensor.data or 0, tensor.byte_offset
+        self.device = (tensor.device.device_type, tensor.device.device_id)
+        self.type = (tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+        self.shape = tuple(tensor.shape[k] for k in range(tensor.ndim))
+        self.strides = tuple(tensor.strides[k] for k in range(tensor.ndim)) \
+            if tensor.strides else None
+        self.released = False
+
+    def release(self):
+        from scangen import dlpack
+
+        assert not self.released, "a consumer calls the deleter once"
+        self.released = True
+        deleter = dlpack.DLManagedTensor.from_address(self.address).deleter
+        if deleter:  # DLPack allows none
+            ctypes.CFUNCTYPE(None, ctypes.c_void_p)(deleter)(self.address)
+
+
+class FakeArrayNamespace:
+    """An array library's namespace (``__array_namespace__``) as a DLPack consumer: its
+    ``from_dlpack`` asks for a capsule on ``stream``, takes it (renaming it, as consumers
+    do) and returns a ConsumedTensor; with ``take=False`` it asks and then fails without
+    taking it."""
+
+    def __init__(self, stream=0x7700, take=True):
+        self.stream, self.take = stream, take
+        self.consumed = []
+
+    def from_dlpack(self, producer):
+        assert producer.__dlpack_device__()[0] == 2
+        capsule = producer.__dlpack__(stream=self.stream)
+        if not self.take:
+            raise RuntimeError("this consumer takes nothing")
+        address = _CAPSULE_POINTER(capsule, b"dltensor")
+        _CAPSULE_RENAME(capsule, b"used_dltensor")
+        self.consumed.append(ConsumedTensor(address))
+        return self.consumed[-1]
 
 
 class FakeCupyStream:
