@@ -209,6 +209,8 @@ class _CuPy(_Kind):
 
 #: torch dtype name -> numpy dtype (None: no numpy twin; refused).
 _TORCH_TO_NUMPY = {}
+#: numpy dtype -> torch dtype, of the dtypes torch has (_Torch.empty).
+_NUMPY_TO_TORCH = {}
 
 
 class _Torch(_Kind):
@@ -242,12 +244,16 @@ class _Torch(_Kind):
 
     def empty(self, shape, dtype, like, stream, current):
         torch = sys.modules["torch"]
-        # by name: numpy's and ml_dtypes' names are torch's (bfloat16 is of kind "V" there,
-        # as a struct is, but has no fields)
-        torch_dtype = getattr(torch, dtype.name, None) if dtype.fields is None else None
-        if not isinstance(torch_dtype, torch.dtype):
-            raise TypeError(f"torch has no dtype for {dtype}; pass CuPy arrays or pycuda "
-                            "GPUArrays for this scan")
+        torch_dtype = _NUMPY_TO_TORCH.get(dtype)
+        if not isinstance(torch_dtype, torch.dtype):  # not yet found (or of another torch)
+            # by name: numpy's and ml_dtypes' names are torch's (bfloat16 is of kind "V"
+            # there, as a struct is, but has no fields); remembered, as numpy works a
+            # dtype's name out on each read (about a microsecond)
+            torch_dtype = getattr(torch, dtype.name, None) if dtype.fields is None else None
+            if not isinstance(torch_dtype, torch.dtype):
+                raise TypeError(f"torch has no dtype for {dtype}; pass CuPy arrays or pycuda "
+                                "GPUArrays for this scan")
+            _NUMPY_TO_TORCH[dtype] = torch_dtype
         if current or _same_stream(stream, _torch_current_stream(like.device)):
             return torch.empty(shape, dtype=torch_dtype, device=like.device)
         # The caching allocator ties a block to the stream current at allocation: allocate

@@ -379,33 +379,53 @@ def _eager_functions() -> dict:
         if definition.backward is None:
             functions[name] = definition.run
             continue
+        # forward takes the context itself and calls setup_context's code: a Function
+        # with a setup_context of its own binds each call's arguments to forward's signature
+        # first (inspect.signature, about 20 us a call on the build machine's host)
         function = type(f"{name}_function", (torch.autograd.Function,), {
-            "forward": staticmethod(definition.run),
-            "setup_context": staticmethod(definition.setup),
+            "forward": staticmethod(_forward_of(definition)),
             "backward": staticmethod(definition.backward)})
         functions[name] = function.apply
     return functions
 
 
+def _forward_of(definition):
+    """The forward of an autograd Function (with the context) doing what a definition's
+    implementation and setup_context do."""
+    run, setup = definition.run, definition.setup
+
+    def forward(ctx, *inputs):
+        output = run(*inputs)
+        setup(ctx, inputs, output)
+        return output
+
+    return forward
+
+
 def _tracing_probes(torch):
-    """``(is_compiling, current_dispatch_mode)``: torch's calls that tell whether it is
-    tracing, or None in a torch without them."""
+    """``(is_compiling, current_dispatch_mode, functorch_transforms_active)``: torch's calls
+    that tell whether it is tracing or transforming (torch.func), or None in a torch without
+    them."""
     try:
         from torch.utils._python_dispatch import _get_current_dispatch_mode
-        return torch.compiler.is_compiling, _get_current_dispatch_mode
+        return torch.compiler.is_compiling, _get_current_dispatch_mode, \
+            torch._C._are_functorch_transforms_active
     except (ImportError, AttributeError):
         return None
 
 
 def _eager(torch, args) -> bool:
-    """Whether a call of these arguments may skip the operators: outside torch.compile
-    and any tracing mode, with plain CUDA tensors (not fake, meta or subclass ones). A
-    torch without the calls that tell takes the operators."""
+    """Whether a call of these arguments may skip the operators: outside torch.compile,
+    any tracing mode and torch.func's transforms (whose tensors pass for plain ones, and
+    which take autograd Functions with a setup_context only), with plain CUDA tensors (not
+    fake, meta or subclass ones). A torch without the calls that tell takes the
+    operators."""
     if _TRACING_PROBES is None:
         return False
-    is_compiling, current_dispatch_mode = _TRACING_PROBES
-    return not is_compiling() and current_dispatch_mode() is None and \
-        all(type(a) is torch.Tensor and a.is_cuda for a in args if isinstance(a, torch.Tensor))
+    is_compiling, current_dispatch_mode, transforming = _TRACING_PROBES
+    return not is_compiling() and current_dispatch_mode() is None and not transforming() \
+        and all(type(a) is torch.Tensor and a.is_cuda for a in args
+                if isinstance(a, torch.Tensor))
 
 
 # Imported after torch (as a model's code does): registered now, before anything traces.

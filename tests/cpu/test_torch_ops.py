@@ -204,11 +204,31 @@ def test_a_traced_or_fake_call_takes_the_operators():
 
     differentiable._ops()  # finds torch's calls that tell whether it traces, once
     assert differentiable._TRACING_PROBES == (torch.compiler.is_compiling,
-                                              _get_current_dispatch_mode)
+                                              _get_current_dispatch_mode,
+                                              torch._C._are_functorch_transforms_active)
     assert not differentiable._eager(torch, (meta(), 1, False))
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(torch.empty(3))
         assert not differentiable._eager(torch, (fake, 0, False))
+
+
+def test_torch_func_transforms_take_the_operators(monkeypatch):
+    """Under torch.func's transforms tensors pass for plain ones, but the eager path's
+    autograd Functions (a forward that takes the context, for speed) are not for them:
+    such a call takes the operators. Probed with a CUDA tensor's test of its own made true
+    on the CPU."""
+    differentiable._ops()
+    seen = []
+
+    def record(x):
+        seen.append(differentiable._eager(torch, (x, 1, False)))
+        return (x * x).sum()
+
+    plain = torch.ones(3)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    record(plain)
+    torch.func.grad(record)(plain)
+    assert seen == [True, False]
 
 
 def test_a_second_derivative_of_the_recurrence_is_refused_on_the_eager_path(monkeypatch):
