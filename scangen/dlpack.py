@@ -1,7 +1,8 @@
 """DLPack, the C structures in which array libraries hand each other tensors
 (https://dmlc.github.io/dlpack/latest/): read from the capsules a producer's ``__dlpack__``
 returns (scangen.interop views such arrays), and made for the arrays scangen hands back to
-the library of a DLPack producer (``hand_over``), so that a JAX user, say, gets JAX arrays.
+the library of a producer it knows by a protocol only (``hand_over``), so that a JAX user,
+say, gets JAX arrays.
 
 Only the unversioned ("dltensor") capsule is made and read: every consumer takes it, and
 the array API lets a producer return it whatever ``max_version`` asks for.

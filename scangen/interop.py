@@ -11,9 +11,9 @@ Every public entry point converts at its boundary, through a :class:`Call`:
   arrays by dtype, scalars converted to their C type, ``n`` against the first array;
 * outputs are allocated by the caller's library (``cupy.empty``, ``torch.empty`` on the
   input's device, ``gpuarray.empty``), so what is returned is native and owns its memory.
-  A DLPack producer that names its library (``__array_namespace__``: JAX, ...) gets that
-  library's arrays back, its ``from_dlpack`` of the memory scangen wrote (scangen.dlpack;
-  ``Call.returned``); other producers scangen does not know (Numba, ...) get pycuda
+  A producer known by a protocol only that names its library (``__array_namespace__``:
+  JAX, ...) gets that library's arrays back, its ``from_dlpack`` of the memory scangen
+  wrote (scangen.dlpack; ``Call.returned``); other such producers (Numba, ...) get pycuda
   GPUArrays, which they read through ``__cuda_array_interface__``;
 * the stream: ``stream=`` may be a pycuda Stream, a CuPy or torch stream, any object with
   ``__cuda_stream__``, or a raw CUstream handle (int). Without one, the work is ordered on
@@ -299,35 +299,12 @@ def _torch_dtype(torch_dtype, name) -> np.dtype:
     return dtype
 
 
-class _ArrayInterface(_Kind):
-    label = "__cuda_array_interface__ array"
+class _Protocol(_Kind):
+    """A kind known by a protocol only (the producer's library is not one scangen knows by
+    name): results are scangen's GPUArrays, handed over to the producer's library where it
+    names one (hand_back)."""
 
-    def view(self, value, name, stream):
-        info = parse_cuda_array_interface(value.__cuda_array_interface__, name)
-        if info.ptr:
-            _context_device()  # first: without pycuda or a context, that is the error to see
-            _check_device(name, streams.pointer_device(info.ptr))
-        return DeviceArray(info.ptr, info.shape, info.dtype, value, info.readonly)
-
-    def default_stream(self, value):
-        return parse_cuda_array_interface(value.__cuda_array_interface__, "x").stream
-
-
-class _DLPack(_Kind):
-    label = "DLPack array"
     hands_back = True
-
-    def view(self, value, name, stream):
-        device_type, device_id = value.__dlpack_device__()
-        if device_type not in dlpack.CUDA_DEVICES:
-            raise TypeError(f"{name} is not in CUDA device memory (DLPack device type "
-                            f"{device_type}); copy it to the GPU first")
-        _check_device(name, device_id)
-        # The producer makes the data ready on the stream the consumer names (1: legacy).
-        capsule = value.__dlpack__(stream=1 if stream is None else stream.handle)
-        ptr, shape, dtype = parse_dlpack_capsule(capsule, name)
-        # The capsule keeps the producer's memory alive; its destructor releases it.
-        return DeviceArray(ptr, shape, dtype, (value, capsule), _immutable(value))
 
     def hand_back(self, result, like, stream):
         """``result`` with each GPUArray in it (the call made them all: its arrays are of
@@ -342,8 +319,39 @@ class _DLPack(_Kind):
         return _handed_over(result, from_dlpack, gpu.gpuarray().GPUArray, stream)
 
 
+class _ArrayInterface(_Protocol):
+    label = "__cuda_array_interface__ array"
+
+    def view(self, value, name, stream):
+        info = parse_cuda_array_interface(value.__cuda_array_interface__, name)
+        if info.ptr:
+            _context_device()  # first: without pycuda or a context, that is the error to see
+            _check_device(name, streams.pointer_device(info.ptr))
+        return DeviceArray(info.ptr, info.shape, info.dtype, value,
+                           info.readonly or _immutable(value))
+
+    def default_stream(self, value):
+        return parse_cuda_array_interface(value.__cuda_array_interface__, "x").stream
+
+
+class _DLPack(_Protocol):
+    label = "DLPack array"
+
+    def view(self, value, name, stream):
+        device_type, device_id = value.__dlpack_device__()
+        if device_type not in dlpack.CUDA_DEVICES:
+            raise TypeError(f"{name} is not in CUDA device memory (DLPack device type "
+                            f"{device_type}); copy it to the GPU first")
+        _check_device(name, device_id)
+        # The producer makes the data ready on the stream the consumer names (1: legacy).
+        capsule = value.__dlpack__(stream=1 if stream is None else stream.handle)
+        ptr, shape, dtype = parse_dlpack_capsule(capsule, name)
+        # The capsule keeps the producer's memory alive; its destructor releases it.
+        return DeviceArray(ptr, shape, dtype, (value, capsule), _immutable(value))
+
+
 def _handed_over(item, from_dlpack, array_type, stream):
-    """_DLPack.hand_back's result, item by item (a function, not a closure: see _to_host)."""
+    """_Protocol.hand_back's result, item by item (a function, not a closure: see _to_host)."""
     if isinstance(item, tuple):
         return tuple(_handed_over(part, from_dlpack, array_type, stream) for part in item)
     if not isinstance(item, array_type) or dlpack.type_of(item.dtype) is None:
@@ -381,12 +389,21 @@ def kind_of(value):
             return kind
     if isinstance(value, (np.ndarray, np.generic)):
         return None  # host memory (numpy also speaks DLPack, for the CPU)
-    # Per object, not per type: a type may have the interface on some instances only.
-    if hasattr(value, "__cuda_array_interface__"):
+    # Per object, not per type: a type may have the interface on some instances only (a
+    # JAX array on the CPU raises another error than AttributeError for it: no interface).
+    if _has(value, "__cuda_array_interface__"):
         return ARRAY_INTERFACE
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
         return DLPACK
     return None
+
+
+def _has(value, attribute) -> bool:
+    """hasattr, where reading the attribute may raise any error (a property)."""
+    try:
+        return hasattr(value, attribute)
+    except Exception:
+        return False
 
 
 def not_an_array(name, value) -> TypeError:
@@ -480,8 +497,8 @@ class Call:
     def returned(self, result):
         """``result`` (what the call returns: its arrays, a tuple of them and numbers) as the
         caller gets it, called once the call's work is queued: itself, but for a kind whose
-        results go back to the caller's own library (_Kind.hand_back: a DLPack producer's,
-        such as JAX)."""
+        results go back to the caller's own library (_Kind.hand_back: the library a producer
+        known by a protocol names, such as JAX)."""
         if not self.kind.hands_back:
             return result
         return self.kind.hand_back(result, self.like, self.stream)

@@ -195,8 +195,9 @@ class Scan:
         arrays' current stream now, where none is given) and binds the plan. Returns a
         PreparedScan whose every call ``run()`` scans ``x``'s contents at that time into
         ``out`` and returns ``out``, doing nothing else on the host (see __call__ for the
-        arguments). A new ``out`` for a DLPack producer's arrays is a pycuda GPUArray: a
-        library's array handed over once (a JAX array) would not see the later runs."""
+        arguments). A new ``out`` for arrays of a producer scangen knows by a protocol only
+        (JAX's) is a pycuda GPUArray: an array of its library handed over once (a JAX
+        array) would not see the later runs."""
         call, out, pointers, shape = self._arrays(x, out, stream, initial)
         launch = self.lines.prepare(pointers, shape, axis, call.stream, initial, keep=(x, out))
         return PreparedScan(launch, out)

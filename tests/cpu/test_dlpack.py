@@ -1,7 +1,9 @@
-"""Results handed back to the library of a DLPack producer (scangen.dlpack, scangen.interop
-_DLPack), without a GPU: the producer and its library's ``from_dlpack`` are fakes
-(tests.support.FakeDLPack, FakeArrayNamespace), pycuda's GPUArrays too (the memory scangen
-writes), and launches are recorded instead of run. What a tensor handed over says (address,
+"""Results handed back to the library of a producer scangen knows by a protocol only
+(DLPack or __cuda_array_interface__, as JAX's arrays speak both) that names its library
+(scangen.dlpack, scangen.interop._Protocol), without a GPU: the producers and the library's
+``from_dlpack`` are fakes (tests.support.FakeDLPack, FakeDeviceArray, FakeArrayNamespace),
+pycuda's GPUArrays too (the memory scangen writes), and launches are recorded instead of
+run. What a tensor handed over says (address,
 shape, strides, type, device), when its memory is let go, and how the consumer's stream is
 ordered after the call's. tests/gpu/test_interop.py hands results to torch this way on a
 GPU."""
@@ -16,8 +18,8 @@ import pytest
 import scangen
 from scangen import dlpack, interop
 from scangen.runtime import gpu, streams
-from tests.support import (BFLOAT16, FakeArrayNamespace, FakeDLPack, needs_bfloat16,
-                           record_launches, simulate_device)
+from tests.support import (BFLOAT16, FakeArrayNamespace, FakeDeviceArray, FakeDLPack,
+                           needs_bfloat16, record_launches, simulate_device)
 
 
 class FakeGPUArray:
@@ -234,3 +236,58 @@ def test_order_after_waits_only_across_streams(monkeypatch):
     streams.order_after(None, 2)  # the per-thread default stream is another
     assert calls == [("record", 0xE0, 0x5100), ("wait", 0x7700, 0xE0),
                      ("record", 0xE0, None), ("wait", 2, 0xE0)]
+
+
+class InterfaceOfALibrary(FakeDeviceArray):
+    """A __cuda_array_interface__ producer that names its library."""
+
+    def __init__(self, n, dtype, namespace, **interface):
+        super().__init__(n, dtype, **interface)
+        self.__array_namespace__ = lambda api_version=None: namespace
+
+
+def test_an_array_interface_producer_gets_its_librarys_arrays(device):
+    namespace = FakeArrayNamespace(stream=0x7700)
+    x = InterfaceOfALibrary((4, 6), np.int32, namespace, stream=0x5100)
+    result = scangen.Scan(np.int32, "max")(x, axis=0)
+    assert namespace.consumed == [result] and result.shape == (4, 6)
+    assert result.type == (0, 32, 1)
+    (launch,) = device.launches
+    assert launch.stream.handle == 0x5100  # the interface's stream, which the consumer's waits for
+    assert device.ordered == [(launch.stream, 0x7700)]
+    result.release()
+    assert isinstance(scangen.Scan(np.int32)(FakeDeviceArray(8, np.int32)), FakeGPUArray)
+
+
+class JaxLikeInterface(FakeDeviceArray):
+    pass
+
+
+JaxLikeInterface.__module__ = "jax._src.array"
+
+
+def test_an_immutable_array_interface_is_never_written(device):
+    x = JaxLikeInterface(8, np.float32)
+    with pytest.raises(ValueError, match="out is read-only"):
+        scangen.Scan(np.float32)(FakeDeviceArray(8, np.float32, address=0x90000), out=x)
+
+
+class OnTheHost:
+    """An array whose __cuda_array_interface__ raises another error than AttributeError
+    where its data is on the host (as a JAX array on the CPU does), and speaks DLPack."""
+
+    @property
+    def __cuda_array_interface__(self):
+        raise ValueError("not a GPU buffer")
+
+    def __dlpack_device__(self):
+        return 1, 0
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not asked for")
+
+
+def test_a_host_array_that_raises_for_the_interface_is_refused_clearly(device):
+    assert interop.kind_of(OnTheHost()) is interop.DLPACK
+    with pytest.raises(TypeError, match="not in CUDA device memory"):
+        scangen.Scan(np.float32)(OnTheHost())

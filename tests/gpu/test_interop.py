@@ -363,15 +363,24 @@ def test_other_producers_get_gpuarrays(gpu, rng, wrap):
     np.testing.assert_array_equal(out.cpu().numpy(), expected(x, LAST_NONZERO, "inclusive"))
 
 
-class DLPackLibraryArray(DLPackOnly):
-    """A DLPack producer that names its library (``__array_namespace__``), as JAX's arrays
-    do: torch's tensors behind the array API's door, torch.from_dlpack the library's."""
+class NamesItsLibrary:
+    """Makes a producer name its library (``__array_namespace__``), as JAX's arrays do:
+    torch's tensors behind the array API's door, torch.from_dlpack the library's."""
 
     def __array_namespace__(self, api_version=None):
         return types.SimpleNamespace(from_dlpack=require_module("torch").from_dlpack)
 
 
-def test_results_go_back_to_a_dlpack_producers_library(gpu, rng):
+class DLPackLibraryArray(NamesItsLibrary, DLPackOnly):
+    pass
+
+
+class InterfaceLibraryArray(NamesItsLibrary, ArrayInterfaceOnly):
+    pass
+
+
+@pytest.mark.parametrize("wrap", [DLPackLibraryArray, InterfaceLibraryArray])
+def test_results_go_back_to_the_producers_library(gpu, rng, wrap):
     """torch's tensors, sharing scangen's memory (no copy), correct when read at once on
     torch's current stream, a non-blocking one (the scan runs on the legacy stream, behind a
     delay), and the memory let go when torch lets go of the tensors."""
@@ -386,17 +395,16 @@ def test_results_go_back_to_a_dlpack_producers_library(gpu, rng):
     torch.cuda.synchronize()
     torch.cuda._sleep(DELAY_CYCLES)  # on the legacy default stream, ahead of the scan
     with torch.cuda.stream(stream):
-        y = scangen.Scan(np.int64, LAST_NONZERO)(DLPackLibraryArray(source))
+        y = scangen.Scan(np.int64, LAST_NONZERO)(wrap(source))
         got = y.cpu().numpy()  # on torch's current stream, at once
     assert isinstance(y, torch.Tensor) and y.is_cuda and y.dtype == torch.int64
     np.testing.assert_array_equal(got, expected(x, LAST_NONZERO, "inclusive"))
-    kept, count = scangen.Select(np.int64, "x != 0")(DLPackLibraryArray(source),
-                                                       count_on_device=True)
+    kept, count = scangen.Select(np.int64, "x != 0")(wrap(source), count_on_device=True)
     assert isinstance(kept, torch.Tensor) and int(count.item()) == int((x != 0).sum())
     np.testing.assert_array_equal(kept[:int(count.item())].cpu().numpy(), x[x != 0])
     a = torch.rand(8, 300, device="cuda") * 0.5 + 0.5
     b = torch.rand(8, 300, device="cuda") - 0.5
-    h = scangen.linear_recurrence(DLPackLibraryArray(a), DLPackLibraryArray(b), axis=1)
+    h = scangen.linear_recurrence(wrap(a), wrap(b), axis=1)
     want = torch.empty_like(b)
     want[:, 0] = b[:, 0]
     for t in range(1, b.shape[1]):
