@@ -7,7 +7,7 @@ say, gets JAX arrays.
 Only the unversioned ("dltensor") capsule is made and read: every consumer takes it, and
 the array API lets a producer return it whatever ``max_version`` asks for.
 
-A tensor scangen hands over lives in memory of its own (malloc's, not Python's): its
+A tensor scangen hands over lives in memory of its own (malloc's, not Python objects'): its
 deleter, which the consumer calls when it no longer needs the data, is a Python function
 that lets go of the device memory, and a consumer may call it from any thread, or not
 before the interpreter's exit. At exit, the tensors still held are given no deleter (the
@@ -97,9 +97,9 @@ def capsule_tensor(capsule) -> DLTensor | None:
     return DLManagedTensor.from_address(_capsule_pointer(capsule, _UNCONSUMED)).dl_tensor
 
 
-_libc = ctypes.CDLL(None)
-_libc.malloc.restype, _libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-_libc.free.restype, _libc.free.argtypes = None, [ctypes.c_void_p]
+# Python's raw allocator (malloc on every platform, and never freed at exit)
+_malloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(("PyMem_RawMalloc", _PYTHON))
+_free = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("PyMem_RawFree", _PYTHON))
 
 #: Address of a DLManagedTensor handed over -> what it keeps alive (the device memory's
 #: owner), until its deleter runs.
@@ -113,7 +113,7 @@ def _delete(address):
     """A handed-over tensor's deleter: the consumer is done with it."""
     with _held_lock:
         _held.pop(address, None)
-    _libc.free(address)
+    _free(address)
 
 
 def _at_exit():
@@ -131,7 +131,7 @@ def _managed_tensor(ptr: int, shape: tuple, dtype: np.dtype, device_id: int, own
     global _exit_registered
     ndim = len(shape)
     size = ctypes.sizeof(DLManagedTensor)
-    address = _libc.malloc(size + 16 * max(ndim, 1))
+    address = _malloc(size + 16 * max(ndim, 1))
     if not address:
         raise MemoryError("no host memory for a DLPack tensor")
     extents = (ctypes.c_int64 * max(ndim, 1)).from_address(address + size)
