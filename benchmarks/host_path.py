@@ -10,10 +10,14 @@ cuLaunchKernel); only the driver's own work (the launch, an allocation) is repla
 function that returns at once, and CuPy by the fake module the CPU tests use. So the numbers
 are what scangen adds to a call, on this host's CPU, and a change to the host path can be
 weighed here before the GPU confirms it (benchmarks/per_call_overhead.py, on the GPU host,
-times whole calls). ``--profile`` prints cProfile's busiest functions.
+times whole calls). ``--profile`` prints cProfile's busiest functions. ``--torch`` adds
+scangen.torch's eager calls (cumsum and linear_recurrence, alone and with
+torch.autograd.grad) on CPU tensors that pass for CUDA ones. ``--baseline DIR`` runs the
+same in another checkout too (a git worktree of an earlier commit), the two alternating
+``--rounds`` times, each line then led by its side.
 
     python benchmarks/host_path.py [--n 1024] [--calls 200000] [--profile] [--primitives]
-                                   [--axis]
+                                   [--axis] [--torch] [--baseline DIR [--rounds 2]]
 """
 import argparse
 import cProfile
@@ -27,7 +31,10 @@ import types
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import sides
+
+# this checkout, or the side's where --baseline started this process
+sys.path.insert(0, str(sides.source_root()))
 
 import scangen  # noqa: E402
 from scangen.args import launch_format  # noqa: E402
@@ -109,6 +116,41 @@ def axis_cases() -> dict:
                 a, h, grad_h, 1, h0=0.5, grad_a=grad_a, grad_b=out)}
 
 
+def torch_cases(monkeypatch) -> dict:
+    """scangen.torch's eager calls on CPU tensors of (2, 64, 32) that pass for CUDA ones
+    (on a stream of their own), each alone and with torch.autograd.grad."""
+    import torch
+
+    import scangen.torch as differentiable
+    from scangen import interop
+
+    class Nothing:  # the borrowed-thread context: no context to make current
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(differentiable, "_on_gpu", lambda x, name: x)
+    monkeypatch.setattr(differentiable, "_eager", lambda torch, args: True)
+    monkeypatch.setattr(differentiable, "in_a_borrowed_thread", Nothing)
+    monkeypatch.setattr(interop._Torch, "view", lambda self, value, name, stream:
+                        interop.DeviceArray(value.data_ptr(), tuple(value.shape),
+                                            interop._torch_dtype(value.dtype, name), value))
+    monkeypatch.setattr(interop._Torch, "default_stream", lambda self, value: 0x7000)
+    monkeypatch.setattr(interop, "_torch_current_stream", lambda device: 0x7000)
+    shape = (2, 64, 32)
+    a = (torch.rand(shape) * 0.5 + 0.5).requires_grad_()
+    b = (torch.rand(shape) - 0.5).requires_grad_()
+    grad = torch.rand(shape)
+    return {"torch.cumsum(b, 1)": lambda: differentiable.cumsum(b, 1),
+            "...and its gradient": lambda: torch.autograd.grad(
+                differentiable.cumsum(b, 1), (b,), grad),
+            "torch.linear_recurrence": lambda: differentiable.linear_recurrence(a, b, 1),
+            "...and its gradients": lambda: torch.autograd.grad(
+                differentiable.linear_recurrence(a, b, 1), (a, b), grad)}
+
+
 def microseconds_per_call(call, calls: int) -> float:
     for _ in range(1000):
         call()
@@ -131,7 +173,22 @@ def main(argv=None):
                              "linear_recurrence and its gradients")
     parser.add_argument("--primitives", action="store_true",
                         help="also the primitives at 2^26 (histogram, select, unique, rle)")
+    parser.add_argument("--torch", action="store_true",
+                        help="also scangen.torch's eager cumsum and linear_recurrence, alone "
+                             "and with their gradients, on (2, 64, 32) tensors")
+    parser.add_argument("--baseline", type=pathlib.Path,
+                        help="a checkout of an earlier commit, timed the same way in turn")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations (default 2)")
+    parser.add_argument("--side", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.baseline is not None:
+        given = list(sys.argv[1:] if argv is None else argv)
+        where = given.index("--baseline")
+        given[where:where + 2] = []  # the children time one side each
+        sides.alternate(__file__, args.baseline, args.rounds,
+                        lambda side: [*given, "--side", side])
+        return
+    side = f"{args.side} " if args.side else ""
     monkeypatch = pytest.MonkeyPatch()
     try:
         fake_gpu(monkeypatch)
@@ -140,16 +197,20 @@ def main(argv=None):
         cases = {"scan(x)": lambda: scan(x), "scan(x, out=out)": lambda: scan(x, out=out),
                  "prepared()": scan.prepare(x, out)}
         for name, call in cases.items():
-            print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
-                  f"(n={args.n}, host work only)")
+            print(f"{side}{name:20} {microseconds_per_call(call, args.calls):6.2f} us per "
+                  f"call (n={args.n}, host work only)")
         if args.axis:
             for name, call in axis_cases().items():
-                print(f"{name:24} {microseconds_per_call(call, args.calls):6.2f} us per call "
-                      f"(host work only)")
+                print(f"{side}{name:24} {microseconds_per_call(call, args.calls):6.2f} us per "
+                      f"call (host work only)")
         if args.primitives:
             for name, call in primitive_cases().items():
-                print(f"{name:20} {microseconds_per_call(call, args.calls):6.2f} us per call "
-                      f"(n=2^26, host work only)")
+                print(f"{side}{name:20} {microseconds_per_call(call, args.calls):6.2f} us per "
+                      f"call (n=2^26, host work only)")
+        if args.torch:
+            for name, call in torch_cases(monkeypatch).items():
+                print(f"{side}{name:24} {microseconds_per_call(call, args.calls):6.2f} us per "
+                      f"call (host work only)")
         if args.profile:
             profile = cProfile.Profile()
             profile.runcall(lambda: [scan(x, out=out) for _ in range(args.calls // 4)])

@@ -35,12 +35,25 @@ def run(script: str, args, made: argparse.ArgumentParser, time_side) -> int:
         return 0
     if args.baseline is None:
         made.error("--baseline is required")
-    for _ in range(args.rounds):
-        for side, source in (("baseline", args.baseline.resolve()), ("new", ROOT)):
-            subprocess.run([sys.executable, script, "--side", side, args.cases_option,
-                            *args.cases],
-                           env=dict(os.environ, **{_SOURCE: str(source)}), check=True)
+    alternate(script, args.baseline, args.rounds,
+              lambda side: ["--side", side, args.cases_option, *args.cases])
     return 0
+
+
+def alternate(script: str, baseline: Path, rounds: int, arguments) -> None:
+    """Run ``script`` once a side, the two alternating ``rounds`` times, each in a process
+    whose package comes first on sys.path (source_root); ``arguments(side)``: its
+    command line, ``side`` "baseline" or "new"."""
+    for _ in range(rounds):
+        for side, source in (("baseline", baseline.resolve()), ("new", ROOT)):
+            subprocess.run([sys.executable, script, *arguments(side)],
+                           env=dict(os.environ, **{_SOURCE: str(source)}), check=True)
+
+
+def source_root() -> Path:
+    """The checkout whose package this process times: its side's, where alternate started
+    it, else this one."""
+    return Path(os.environ.get(_SOURCE, ROOT))
 
 
 def queued_timer(trials: int = 9):

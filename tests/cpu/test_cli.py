@@ -274,7 +274,8 @@ def test_python_dash_m_scangen():
                                            ("compaction_before_after.py", "--baseline"),
                                            ("compaction_before_after.py", "--sizes"),
                                            ("recurrence_before_after.py", "--shapes"),
-                                           ("torch_before_after.py", "--shapes")])
+                                           ("torch_before_after.py", "--shapes"),
+                                           ("host_path.py", "--baseline")])
 def test_benchmark_script_help_needs_no_gpu(script, option):
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script),
                              "--help"], capture_output=True, text=True, cwd=ROOT,
@@ -291,6 +292,20 @@ def test_the_host_path_model_runs_without_a_gpu():
                             text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("us per call") == 13
+
+
+def test_the_host_path_model_times_torch_calls_in_two_checkouts():
+    """--torch adds scangen.torch's eager calls (CPU tensors passing for CUDA ones), and
+    --baseline times another checkout in turn (here this one), each line led by its side."""
+    pytest.importorskip("torch")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_path.py"),
+                             "--calls", "20", "--torch", "--baseline", str(ROOT), "--rounds",
+                             "1"], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "us per call" in line]
+    assert [line.split()[0] for line in lines] == ["baseline"] * 7 + ["new"] * 7
+    assert sum("its gradient" in line for line in lines) == 4
 
 
 @pytest.mark.parametrize("what,predicate", [("select", "x > 0.5f"), ("remove_if", "x > 0.5f"),
