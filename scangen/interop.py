@@ -328,7 +328,7 @@ class _ArrayInterface(_Protocol):
             _context_device()  # first: without pycuda or a context, that is the error to see
             _check_device(name, streams.pointer_device(info.ptr))
         return DeviceArray(info.ptr, info.shape, info.dtype, value,
-                           info.readonly or _immutable(value))
+                           info.readonly or _of_jax(value))
 
     def default_stream(self, value):
         return parse_cuda_array_interface(value.__cuda_array_interface__, "x").stream
@@ -347,7 +347,7 @@ class _DLPack(_Protocol):
         capsule = value.__dlpack__(stream=1 if stream is None else stream.handle)
         ptr, shape, dtype = parse_dlpack_capsule(capsule, name)
         # The capsule keeps the producer's memory alive; its destructor releases it.
-        return DeviceArray(ptr, shape, dtype, (value, capsule), _immutable(value))
+        return DeviceArray(ptr, shape, dtype, (value, capsule), _of_jax(value))
 
 
 def _handed_over(item, from_dlpack, array_type, stream):
@@ -362,9 +362,9 @@ def _handed_over(item, from_dlpack, array_type, stream):
                             stream, streams.order_after)
 
 
-def _immutable(value) -> bool:
-    """Whether ``value`` is an array its library never changes once made (JAX's): scangen
-    reads it, and refuses to write its results there."""
+def _of_jax(value) -> bool:
+    """Whether ``value`` is JAX's: an array, which JAX never changes once made (scangen
+    reads it, and refuses to write its results there), or a tracer."""
     return type(value).__module__.split(".")[0] in ("jax", "jaxlib")
 
 
@@ -407,9 +407,13 @@ def _has(value, attribute) -> bool:
 
 
 def not_an_array(name, value) -> TypeError:
-    hint = (" (copy it to the GPU first, e.g. pycuda.gpuarray.to_gpu, or call a one-shot "
-            "function such as scangen.inclusive_scan, which copies host arrays in and out)"
-            if isinstance(value, np.ndarray) else "")
+    hint = ""
+    if isinstance(value, np.ndarray):
+        hint = (" (copy it to the GPU first, e.g. pycuda.gpuarray.to_gpu, or call a one-shot "
+                "function such as scangen.inclusive_scan, which copies host arrays in and out)")
+    elif _of_jax(value):  # a JAX tracer: the call is being traced, by jax.jit say
+        hint = (": scangen runs eagerly on concrete arrays, and JAX traces this call; call "
+                "scangen outside the traced function, on its concrete results")
     return TypeError(f"{name} must be a pycuda GPUArray or another CUDA array (CuPy, torch, "
                      f"Numba: anything with __cuda_array_interface__ or __dlpack__), not "
                      f"{type(value).__name__}{hint}")

@@ -291,3 +291,16 @@ def test_a_host_array_that_raises_for_the_interface_is_refused_clearly(device):
     assert interop.kind_of(OnTheHost()) is interop.DLPACK
     with pytest.raises(TypeError, match="not in CUDA device memory"):
         scangen.Scan(np.float32)(OnTheHost())
+
+
+class DynamicJaxprTracer:
+    """What jax.jit hands a traced function: no array, no protocol."""
+
+
+DynamicJaxprTracer.__module__ = "jax._src.interpreters.partial_eval"
+
+
+def test_a_jax_tracer_is_refused_saying_why(device):
+    with pytest.raises(TypeError, match="not DynamicJaxprTracer: scangen runs eagerly on "
+                                        "concrete arrays, and JAX traces this call"):
+        scangen.Scan(np.float32)(DynamicJaxprTracer())
