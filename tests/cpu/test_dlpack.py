@@ -8,6 +8,7 @@ shape, strides, type, device), when its memory is let go, and how the consumer's
 ordered after the call's. tests/gpu/test_interop.py hands results to torch this way on a
 GPU."""
 import itertools
+import math
 import sys
 import types
 import weakref
@@ -304,3 +305,19 @@ def test_a_jax_tracer_is_refused_saying_why(device):
     with pytest.raises(TypeError, match="not DynamicJaxprTracer: scangen runs eagerly on "
                                         "concrete arrays, and JAX traces this call"):
         scangen.Scan(np.float32)(DynamicJaxprTracer())
+
+
+@pytest.mark.parametrize("shape,axis", [((7,), 0), ((2, 3, 4, 5), 2), ((1, 1, 9), -1),
+                                        ((2, 0, 3), 1), ((0,), 0)])
+def test_any_shape_is_handed_over_in_c_order(device, shape, axis):
+    """Strides in elements, in C order, for every axis scanned; an array of no elements
+    goes over with no address (nothing is launched for it)."""
+    namespace = FakeArrayNamespace()
+    x = FakeDLPack(shape, code=2, bits=64, namespace=namespace)
+    tensor = scangen.Scan(np.float64, "add")(x, axis=axis)
+    assert tensor.shape == shape and tensor.type == (2, 64, 1)
+    assert tensor.strides == tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+    assert (tensor.ptr == 0) == (0 in shape)
+    assert len(device.launches) == (0 if 0 in shape else 1)
+    tensor.release()
+    assert not dlpack._held
