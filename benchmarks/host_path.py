@@ -20,6 +20,7 @@ same in another checkout too (a git worktree of an earlier commit), the two alte
                                    [--axis] [--torch] [--baseline DIR [--rounds 2]]
 """
 import argparse
+import contextlib
 import cProfile
 import importlib
 import pathlib
@@ -124,16 +125,10 @@ def torch_cases(monkeypatch) -> dict:
     import scangen.torch as differentiable
     from scangen import interop
 
-    class Nothing:  # the borrowed-thread context: no context to make current
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
     monkeypatch.setattr(differentiable, "_on_gpu", lambda x, name: x)
     monkeypatch.setattr(differentiable, "_eager", lambda torch, args: True)
-    monkeypatch.setattr(differentiable, "in_a_borrowed_thread", Nothing)
+    # no context to make current
+    monkeypatch.setattr(differentiable, "in_a_borrowed_thread", contextlib.nullcontext)
     monkeypatch.setattr(interop._Torch, "view", lambda self, value, name, stream:
                         interop.DeviceArray(value.data_ptr(), tuple(value.shape),
                                             interop._torch_dtype(value.dtype, name), value))
@@ -181,10 +176,8 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2, help="alternations (default 2)")
     parser.add_argument("--side", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.baseline is not None:
+    if args.baseline is not None and not args.side:  # a side's process times itself
         given = list(sys.argv[1:] if argv is None else argv)
-        where = given.index("--baseline")
-        given[where:where + 2] = []  # the children time one side each
         sides.alternate(__file__, args.baseline, args.rounds,
                         lambda side: [*given, "--side", side])
         return

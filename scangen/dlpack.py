@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from .runtime import streams
 from .types import optional_dtype
 
 #: DLDeviceType: kDLCUDA (what scangen hands over), and the types of CUDA memory it reads
@@ -164,9 +165,9 @@ class _Offer:
     the latter making a capsule of the memory each time it is asked, and ordering the
     consumer's stream after the work queued on ``stream`` (the call's)."""
 
-    def __init__(self, ptr, shape, dtype, device_id, owner, stream, wait):
+    def __init__(self, ptr, shape, dtype, device_id, owner, stream):
         self.ptr, self.shape, self.dtype, self.owner = ptr, shape, dtype, owner
-        self.device_id, self.stream, self._wait = device_id, stream, wait
+        self.device_id, self.stream = device_id, stream
         self.capsules = []
 
     def __dlpack_device__(self):
@@ -180,7 +181,7 @@ class _Offer:
             raise BufferError("scangen hands over its results without copying them")
         if stream != -1:  # -1: the consumer asks for no ordering
             # None: the legacy default stream, as the array API says
-            self._wait(self.stream, 1 if stream is None else stream)
+            streams.order_after(self.stream, 1 if stream is None else stream)
         address = _managed_tensor(self.ptr, self.shape, self.dtype, self.device_id, self.owner)
         capsule = _new_capsule(address, _UNCONSUMED, None)
         self.capsules.append(capsule)
@@ -197,15 +198,14 @@ class _Offer:
         self.capsules.clear()
 
 
-def hand_over(from_dlpack, ptr, shape, dtype, device_id, owner, stream, wait):
+def hand_over(from_dlpack, ptr, shape, dtype, device_id, owner, stream):
     """``from_dlpack`` (a library's, e.g. ``jax.numpy.from_dlpack``) of C-contiguous device
     memory at ``ptr`` of ``shape`` and ``dtype`` on CUDA device ``device_id``, which
     ``owner`` keeps alive until the consumer lets go of it, written by work queued on
-    ``stream``: ``wait(stream, handle)`` orders the stream handle a consumer names after
-    it. The memory is not copied. A capsule the consumer did not take is deleted here, so
-    the capsules need no destructor (one in Python could run while the interpreter
-    unwinds an exception)."""
-    offer = _Offer(ptr, tuple(shape), np.dtype(dtype), device_id, owner, stream, wait)
+    ``stream`` (the stream a consumer names waits for it). The memory is not copied. A
+    capsule the consumer did not take is deleted here, so the capsules need no destructor
+    (one in Python could run while the interpreter unwinds an exception)."""
+    offer = _Offer(ptr, tuple(shape), np.dtype(dtype), device_id, owner, stream)
     try:
         return from_dlpack(offer)
     finally:

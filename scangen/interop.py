@@ -359,7 +359,7 @@ def _handed_over(item, from_dlpack, array_type, stream):
     # an empty GPUArray has no memory, and its .ptr raises
     ptr = item.ptr if item.size else 0
     return dlpack.hand_over(from_dlpack, ptr, item.shape, item.dtype, _context_device(), item,
-                            stream, streams.order_after)
+                            stream)
 
 
 def _of_jax(value) -> bool:

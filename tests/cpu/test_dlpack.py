@@ -170,8 +170,7 @@ def test_the_consumer_may_ask_for_no_ordering(device):
 
 
 def test_a_copy_or_another_device_is_refused(device):
-    offer = dlpack._Offer(0x5000, (4,), np.dtype(np.float32), 0, object(), None,
-                          lambda *args: None)
+    offer = dlpack._Offer(0x5000, (4,), np.dtype(np.float32), 0, object(), None)
     assert offer.__dlpack_device__() == (2, 0)
     with pytest.raises(BufferError, match="without copying"):
         offer.__dlpack__(copy=True)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import scangen
-from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator
+from scangen import BUILTIN_OPERATORS, ELEMENT_TYPES, LAST_NONZERO, MODES, Operator, dlpack
 from scangen.ops import AFFINE_THEN
 from scangen.workloads import STRUCTS
 from scangen.strategies import TOTAL_NAMES, strategy_for
@@ -644,8 +644,6 @@ class FakeDLPack:
 
     def __init__(self, shape, code=2, bits=32, strides=None, device_type=2, device_id=0,
                  data=0x3000, byte_offset=0, namespace=None):
-        from scangen import dlpack
-
         self.device = (device_type, device_id)
         self.streams = []
         self._shape = (ctypes.c_int64 * len(shape))(*shape)
@@ -666,16 +664,7 @@ class FakeDLPack:
 
     def __dlpack__(self, stream=None):
         self.streams.append(stream)
-        return _NEW_CAPSULE(ctypes.addressof(self.managed), b"dltensor", None)
-
-
-_PYTHON = ctypes.pythonapi
-_NEW_CAPSULE = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
-                                 ctypes.c_void_p)(("PyCapsule_New", _PYTHON))
-_CAPSULE_POINTER = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", _PYTHON))
-_CAPSULE_RENAME = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_SetName", _PYTHON))
+        return dlpack._new_capsule(ctypes.addressof(self.managed), b"dltensor", None)
 
 
 class ConsumedTensor:
@@ -684,8 +673,6 @@ class ConsumedTensor:
     once done with the data."""
 
     def __init__(self, address):
-        from scangen import dlpack
-
         self.address = address
         managed = dlpack.DLManagedTensor.from_address(address)
         tensor = managed.dl_tensor
@@ -698,8 +685,6 @@ class ConsumedTensor:
         self.released = False
 
     def release(self):
-        from scangen import dlpack
-
         assert not self.released, "a consumer calls the deleter once"
         self.released = True
         deleter = dlpack.DLManagedTensor.from_address(self.address).deleter
@@ -722,8 +707,8 @@ class FakeArrayNamespace:
         capsule = producer.__dlpack__(stream=self.stream)
         if not self.take:
             raise RuntimeError("this consumer takes nothing")
-        address = _CAPSULE_POINTER(capsule, b"dltensor")
-        _CAPSULE_RENAME(capsule, b"used_dltensor")
+        address = dlpack._capsule_pointer(capsule, b"dltensor")
+        dlpack._capsule_set_name(capsule, b"used_dltensor")
         self.consumed.append(ConsumedTensor(address))
         return self.consumed[-1]
 
